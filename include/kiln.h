@@ -1,0 +1,217 @@
+/*
+ * kiln.h -- the public C API of kiln, an operator-fusing tensor compiler.
+ *
+ * A short tour
+ * ------------
+ * A kiln program is a graph of tensor operations. Build one with the C API
+ * (or parse one from the .kiln text format), mark its outputs, and run it:
+ *
+ *     kiln_graph *g = kiln_graph_new();
+ *     int64_t shape[2] = {1024, 1024};
+ *     kiln_value x = kiln_input(g, "x", KILN_F32, 2, shape);
+ *     kiln_value t = kiln_binary(g, "add", x, kiln_scalar(g, 1.0));
+ *     kiln_value y = kiln_unary(g, "sin", kiln_unary(g, "relu", t));
+ *     if (y < 0 || kiln_output(g, y, "y") != KILN_OK)
+ *         fprintf(stderr, "%s\n", kiln_error(g));
+ *
+ *     kiln_tensor in = {KILN_F32, 2, {1024, 1024}, data};
+ *     kiln_tensor out[1];
+ *     if (kiln_interpret(g, &in, out) != KILN_OK) ...   // reference interpreter
+ *     ...
+ *     kiln_tensor_free(&out[0]);
+ *     kiln_graph_free(g);
+ *
+ * Conventions
+ * -----------
+ * - Handles are opaque. A graph owns every value built in it and frees them
+ *   all in kiln_graph_free.
+ * - Builder calls return a kiln_value: an index >= 0, or KILN_NONE (-1) on
+ *   failure. A failed call leaves a message in the graph (kiln_error), and any
+ *   later call given KILN_NONE as an operand fails too, keeping the first
+ *   message, so a chain of calls can be checked once at its end.
+ * - Calls that do something other than build return a kiln_status; KILN_OK is
+ *   0. The message is again kiln_error(g).
+ * - Shapes follow numpy: broadcasting for pointwise ops, negative dims count
+ *   from the end, ranks 0 to KILN_MAX_RANK. Operation names and argument
+ *   orders follow PyTorch (torch.* and torch.nn.functional.*).
+ * - Every allocation goes through one hook (kiln_set_allocator), so an
+ *   embedder can account for memory and a test can make the n-th one fail.
+ */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_MAX_RANK 6
+#define KILN_NONE (-1)
+
+typedef struct kiln_graph kiln_graph;
+typedef int32_t kiln_value;
+
+typedef enum {
+    KILN_OK = 0,
+    KILN_ERR_INPUT = 1,   /* a bad program, model, shape or data file */
+    KILN_ERR_ENV = 2,     /* the environment failed: compiler, cache, I/O */
+    KILN_ERR_NOMEM = 3,   /* an allocation failed */
+} kiln_status;
+
+typedef enum {
+    KILN_F32 = 0,
+    KILN_F64,
+    KILN_I32,
+    KILN_I64,
+    KILN_BOOL,
+} kiln_dtype;
+
+/* A dense, C-ordered tensor. bool data is one byte per element (0 or 1). */
+typedef struct {
+    kiln_dtype dtype;
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    void *data;
+} kiln_tensor;
+
+/* ---- graphs ---------------------------------------------------------- */
+
+kiln_graph *kiln_graph_new(void);          /* NULL only when out of memory */
+void kiln_graph_free(kiln_graph *g);
+const char *kiln_error(const kiln_graph *g); /* "" when no error happened */
+
+/* A runtime input. Programs compute in f32 and bool: dtype is one of them. */
+kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype,
+                      int rank, const int64_t *shape);
+/* A compile-time constant; data (numel floats) is copied. */
+kiln_value kiln_weight(kiln_graph *g, const char *name, int rank,
+                       const int64_t *shape, const float *data);
+/* An f32 scalar (rank 0), broadcast where it is used. */
+kiln_value kiln_scalar(kiln_graph *g, double v);
+
+/* Pointwise ops by name.
+ * unary:  neg abs relu sigmoid tanh exp log sqrt rsqrt sin cos erf floor
+ *         ceil reciprocal gelu silu logical_not contiguous
+ * binary: add sub mul div pow maximum minimum lt le gt ge eq ne           */
+kiln_value kiln_unary(kiln_graph *g, const char *op, kiln_value x);
+kiln_value kiln_binary(kiln_graph *g, const char *op, kiln_value a, kiln_value b);
+kiln_value kiln_where(kiln_graph *g, kiln_value cond, kiln_value a, kiln_value b);
+/* clamp(x, min=, max=); has_min/has_max say which bounds are given. */
+kiln_value kiln_clamp(kiln_graph *g, kiln_value x, int has_min, double min,
+                      int has_max, double max);
+
+/* Reductions: op is sum, mean, amax, amin or prod. dims == NULL (ndims 0)
+ * reduces over every dim. Negative dims count from the end. */
+kiln_value kiln_reduce(kiln_graph *g, const char *op, kiln_value x,
+                       int ndims, const int *dims, int keepdim);
+
+/* Composites (decomposed into primitives before lowering). */
+kiln_value kiln_softmax(kiln_graph *g, kiln_value x, int dim);
+kiln_value kiln_log_softmax(kiln_graph *g, kiln_value x, int dim);
+/* weight and bias may be KILN_NONE. */
+kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, int nshape,
+                           const int64_t *normalized_shape, kiln_value weight,
+                           kiln_value bias, double eps);
+/* Inference form; channels at dim 1; weight and bias may be KILN_NONE. */
+kiln_value kiln_batch_norm(kiln_graph *g, kiln_value x, kiln_value mean,
+                           kiln_value var, kiln_value weight, kiln_value bias,
+                           double eps);
+
+/* Views: index arithmetic, never a copy (contiguous() materializes). */
+kiln_value kiln_transpose(kiln_graph *g, kiln_value x, int d0, int d1);
+kiln_value kiln_permute(kiln_graph *g, kiln_value x, int n, const int *dims);
+/* One entry of shape may be -1. */
+kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int n, const int64_t *shape);
+/* An entry of -1 keeps that dim. */
+kiln_value kiln_expand(kiln_graph *g, kiln_value x, int n, const int64_t *shape);
+/* Python-style bounds: negative start/end count from the end and are clamped;
+ * step >= 1; the result must not be empty. */
+kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start,
+                      int64_t end, int64_t step);
+
+/* Externs (library kernels). matmul follows torch.matmul (1-D, 2-D, batched
+ * with batch broadcasting). conv2d is NCHW; bias may be KILN_NONE. */
+kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b);
+typedef struct {
+    int stride[2], padding[2], dilation[2], groups;
+} kiln_conv_params;
+kiln_conv_params kiln_conv_defaults(void); /* stride 1, padding 0, dilation 1, groups 1 */
+kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bias,
+                       const kiln_conv_params *p);
+
+/* Random: uniform [0, 1) of x's shape (x is not read), and dropout
+ * (zero with probability p, else scale by 1/(1-p)). Values depend only on
+ * the seed and the element index. */
+kiln_value kiln_rand_like(kiln_graph *g, kiln_value x, uint64_t seed);
+kiln_value kiln_dropout(kiln_graph *g, kiln_value x, double p, uint64_t seed);
+
+/* Mark a value as a program output under a name (unique). */
+kiln_status kiln_output(kiln_graph *g, kiln_value v, const char *name);
+
+/* ---- inspecting a graph ---------------------------------------------- */
+
+int kiln_value_rank(const kiln_graph *g, kiln_value v);
+const int64_t *kiln_value_shape(const kiln_graph *g, kiln_value v);
+kiln_dtype kiln_value_dtype(const kiln_graph *g, kiln_value v);
+int kiln_num_inputs(const kiln_graph *g);
+int kiln_num_outputs(const kiln_graph *g);
+/* Name and declared type of input i (declaration order); data is NULL. */
+const char *kiln_input_name(const kiln_graph *g, int i);
+kiln_tensor kiln_input_desc(const kiln_graph *g, int i);
+const char *kiln_output_name(const kiln_graph *g, int i);
+kiln_tensor kiln_output_desc(const kiln_graph *g, int i);
+/* Print the graph in a readable text form. */
+void kiln_graph_dump(const kiln_graph *g, void *FILE_stream);
+
+/* ---- the text format ------------------------------------------------- */
+
+/* Parse a .kiln program into an empty graph. filename is used in messages
+ * ("prog.kiln:3:9: error: ...") and to resolve file("w.npy") weights. */
+kiln_status kiln_parse(kiln_graph *g, const char *src, const char *filename);
+kiln_status kiln_parse_file(kiln_graph *g, const char *path);
+
+/* ---- running ----------------------------------------------------------- */
+
+/* Run the reference interpreter: every op by itself, every intermediate
+ * materialized. inputs are in declaration order and must match the declared
+ * dtype and shape; outputs (kiln_num_outputs entries) receive new tensors
+ * to free with kiln_tensor_free. */
+kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
+                           kiln_tensor *outputs);
+
+/* ---- tensors and .npy files ------------------------------------------ */
+
+int64_t kiln_tensor_numel(const kiln_tensor *t);
+size_t kiln_dtype_size(kiln_dtype dt);
+const char *kiln_dtype_name(kiln_dtype dt);    /* "f32", "bool", ... */
+/* Allocate data for a tensor whose dtype, rank and shape are set. */
+kiln_status kiln_tensor_alloc(kiln_tensor *t);
+void kiln_tensor_free(kiln_tensor *t);
+/* Fill with standard normal (f32) or uniform [0,1) values from a seed;
+ * the same seed gives the same values on every machine and thread count. */
+void kiln_fill_randn(float *data, int64_t n, uint64_t seed);
+void kiln_fill_rand(float *data, int64_t n, uint64_t seed);
+
+/* numpy .npy files, format versions 1 to 3; f32 f64 i32 i64 bool, C order.
+ * err receives a message naming the file on failure. Writing goes to a
+ * temporary name first and is renamed into place, so a failure leaves no
+ * partial file. */
+kiln_status kiln_npy_read(const char *path, kiln_tensor *out, char *err, size_t errlen);
+kiln_status kiln_npy_write(const char *path, const kiln_tensor *t, char *err, size_t errlen);
+
+/* ---- memory ------------------------------------------------------------ */
+
+/* All of kiln's allocations go through one function, Lua-style:
+ * alloc(ud, ptr, oldsize, newsize): newsize 0 frees ptr and returns NULL;
+ * otherwise it returns a block of newsize bytes holding the old contents
+ * (ptr NULL: a new block), or NULL on failure. NULL restores the default.
+ * The hook is process-wide; set it before building any graph. */
+typedef void *(*kiln_alloc_fn)(void *ud, void *ptr, size_t oldsize, size_t newsize);
+void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

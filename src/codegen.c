@@ -1,0 +1,1283 @@
+/*
+ * codegen.c -- a schedule becomes one C source.   requires: a Schedule;
+ * gives: C text that the JIT compiles, and each call's buffers for the
+ * memory planner.
+ *
+ * The source is self-contained: a prelude (libc headers, the text of
+ * vecmath.h, the KilnRT interface, small helpers), one static function per
+ * generated kernel, and `int kiln_entry(float *const *bufs, const KilnRT *rt)`
+ * calling the kernels and the extern kernels in the schedule's order.
+ *
+ * A kernel is a loop nest. A pointwise kernel loops over its iteration
+ * sizes; a reduction kernel has one outer loop nest over the parallel dims
+ * (the row) holding its stages in order: an inner loop nest over the
+ * reduced dims, or a per-row scalar step. Every member's expression is
+ * emitted as a sequence of `float tmpN = ...;` temporaries, each placed at the
+ * depth of the deepest loop variable it uses, so anything that depends only on
+ * the row (a loaded row statistic, rsqrt(var + eps)) is computed once per row
+ * outside the inner loop, and equal subexpressions are computed once (CSE on
+ * the right-hand side text). A member's value is kept for its readers in the
+ * same kernel: in a temporary (same loop body), in a per-row scalar (a
+ * reduction's result, a row step's value) or in a per-thread row scratch
+ * array (an inner-loop value read by a later stage); only STORE_GLOBAL
+ * members are written to memory.
+ *
+ * Vectorization: the innermost loop of each nest carries `#pragma omp simd`
+ * (with reduction clauses for sums, products, max and min; max/min keep a
+ * NaN flag so that NaN propagates like torch.amax), loads are plain array
+ * reads with affine indices, and transcendentals use vecmath.h's branch-free
+ * functions instead of libm. Adjacent dims are merged into one loop when every
+ * index in the kernel walks them as one (a contiguous [64, 1024] is one loop
+ * of 65536). The outermost loops run under `#pragma omp parallel for` when the
+ * kernel is big enough (CG_PARALLEL_MIN). Every innermost loop's `for` line
+ * carries CG_INNER_MARK so a test can match it with GCC's vectorization
+ * report.
+ *
+ * Errors: internal limits and pool exhaustion longjmp to cg_generate, which
+ * returns a status and a message; nothing is printed.
+ */
+#include "codegen.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===== tuning =============================================================== */
+
+/* A kernel runs in parallel only when its loops cover at least this many
+ * elements: an OpenMP fork/join costs a few microseconds, about what one core
+ * needs to stream 32K floats (128 KB) from cache. */
+#define CG_PARALLEL_MIN 32768
+/* Outer parallel loops are collapsed (OpenMP collapse) until they give at
+ * least this many iterations to share, so a [4, 100000] nest still spreads. */
+#define CG_PARALLEL_ITERS 256
+/* Per-thread row scratch up to this size lives on the thread's stack (an
+ * OpenMP worker's stack is at least 2 MB); larger rows are malloc'd once per
+ * thread and kernel call. */
+#define CG_STACK_SCRATCH 16384
+/* pow(x, n) with an integer constant |n| <= this is unrolled multiplication
+ * (in double, so the result is rounded once, like the interpreter's). */
+#define CG_POWI_MAX 64
+
+#define MAXL (2 * KILN_MAX_RANK)   /* loops of a nest: parallel then reduced */
+
+/* ===== vecmath.h's text ===================================================== */
+
+/* The Makefile turns src/vecmath.h into a C string literal (vecmath_src.inc,
+ * in the build's include path) so an installed kiln needs no source tree.
+ * Without it, the header is read at run time from the source tree. */
+#if defined(__has_include)
+#if __has_include("vecmath_src.inc")
+#define CG_VECMATH_EMBEDDED 1
+static const char vecmath_text[] =
+#include "vecmath_src.inc"
+    ;
+#endif
+#endif
+
+#ifndef CG_VECMATH_EMBEDDED
+/* src/vecmath.h next to this file, as the compiler saw it. */
+static char *read_vecmath(char *err, size_t errlen) {
+    char path[1024];
+    const char *env = getenv("KILN_VECMATH_H");
+    const char *file = __FILE__, *slash = strrchr(file, '/');
+    if (env) util_fmt(path, sizeof path, "%s", env);
+    else util_fmt(path, sizeof path, "%.*svecmath.h", slash ? (int)(slash - file + 1) : 0, file);
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        util_fmt(err, errlen, "codegen: cannot read %s (build with the Makefile's vecmath_src.inc)",
+                 path);
+        return NULL;
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *text = n >= 0 ? kmalloc((size_t)n + 1) : NULL;
+    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+    fclose(f);
+    if (!text || got != (size_t)n) {
+        kfree(text);
+        util_fmt(err, errlen, "codegen: cannot read %s", path);
+        return NULL;
+    }
+    text[n] = 0;
+    return text;
+}
+#endif
+
+/* ===== the prelude ============================================================ */
+
+static const char prelude_head[] =
+    "/*\n"
+    " * Generated by kiln, an operator-fusing tensor compiler.\n"
+    " * Compile: cc -O3 -march=native -fopenmp -shared -fPIC -std=c11 " CG_EXTRA_FLAGS "\n"
+    " * Entry: int kiln_entry(float *const *bufs, const KilnRT *rt); bufs[i] is buffer i.\n"
+    " */\n"
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "#include <stdlib.h>\n"
+    "\n"
+    "/* ===== vecmath.h: float math that vectorizes ===== */\n";
+
+/* Mirrors KilnRT and ExtView in codegen.h / externs.h. */
+static const char prelude_tail[] =
+    "\n/* ===== the runtime interface ===== */\n"
+    "\n"
+    "/* A strided view: element (i0..ik) at data[offset + sum i_d*stride_d]. */\n"
+    "typedef struct {\n"
+    "    int rank;\n"
+    "    int64_t shape[KILN_RT_MAX_RANK];\n"
+    "    int64_t stride[KILN_RT_MAX_RANK];\n"
+    "    int64_t offset;\n"
+    "} KilnView;\n"
+    "\n"
+    "/* Extern kernels, passed in by the runtime: generated code links only libm. */\n"
+    "typedef struct {\n"
+    "    int (*mm)(const float *a, const KilnView *av, const float *b, const KilnView *bv,\n"
+    "              float *c, int crank, const int64_t *cshape);\n"
+    "    int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],\n"
+    "                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]);\n"
+    "} KilnRT;\n"
+    "\n"
+    "/* ===== helpers ===== */\n"
+    "\n"
+    "/* Philox-4x32-10, word 0, as 24 bits in [0, 1): the same values as\n"
+    " * util_rand_uniform (src/util.c), so fused and interpreted random agree. */\n"
+    "static inline float kiln_rand(uint64_t seed, uint64_t counter) {\n"
+    "    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;\n"
+    "    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);\n"
+    "    for (int r = 0; r < 10; r++) {\n"
+    "        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;\n"
+    "        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;\n"
+    "        c1 = (uint32_t)p1;\n"
+    "        c3 = (uint32_t)p0;\n"
+    "        c0 = n0;\n"
+    "        c2 = n2;\n"
+    "        k0 += 0x9E3779B9u;\n"
+    "        k1 += 0xBB67AE85u;\n"
+    "    }\n"
+    "    (void)c1; (void)c3;\n"
+    "    return (float)(c0 >> 8) * (1.0f / 16777216.0f);\n"
+    "}\n"
+    "\n"
+    "/* pow(x, n) for an integer constant n: multiplication in double, rounded\n"
+    " * once (unrolled and vectorized once n is known). */\n"
+    "static inline float kiln_powi(float x, int n) {\n"
+    "    double r = 1.0, b = x;\n"
+    "    for (int m = n < 0 ? -n : n; m; m >>= 1) {\n"
+    "        if (m & 1) r *= b;\n"
+    "        b *= b;\n"
+    "    }\n"
+    "    return (float)(n < 0 ? 1.0 / r : r);\n"
+    "}\n"
+    "\n"
+    "/* pow(x, 0.5): sqrt, except pow(-inf, 0.5) = inf and pow(-0, 0.5) = +0. */\n"
+    "static inline float kiln_pow_half(float x) {\n"
+    "    return kiln_vm_sel(x == -KILN_VM_INF, KILN_VM_INF, sqrtf(x) + 0.0f);\n"
+    "}\n"
+    "\n"
+    "/* Floor division and modulo for indices that may be negative. */\n"
+    "static inline int64_t kiln_floordiv(int64_t a, int64_t b) {\n"
+    "    return a / b - (a % b != 0 && (a < 0) != (b < 0));\n"
+    "}\n"
+    "static inline int64_t kiln_floormod(int64_t a, int64_t b) {\n"
+    "    return a - kiln_floordiv(a, b) * b;\n"
+    "}\n"
+    "\n"
+    "/* Copy a strided view into a dense array, for an extern operand the\n"
+    " * library cannot take as it is. */\n"
+    "static inline void kiln_pack(const float *src, const KilnView *v, float *dst) {\n"
+    "    int64_t idx[KILN_RT_MAX_RANK] = {0}, n = 1;\n"
+    "    for (int d = 0; d < v->rank; d++) n *= v->shape[d];\n"
+    "    for (int64_t i = 0; i < n; i++) {\n"
+    "        int64_t off = v->offset;\n"
+    "        for (int d = 0; d < v->rank; d++) off += idx[d] * v->stride[d];\n"
+    "        dst[i] = src[off];\n"
+    "        for (int d = v->rank - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;\n"
+    "    }\n"
+    "}\n";
+
+char *cg_prelude(char *err, size_t errlen) {
+#ifdef CG_VECMATH_EMBEDDED
+    const char *vm = vecmath_text;
+    char *owned = NULL;
+#else
+    char *owned = read_vecmath(err, errlen);
+    const char *vm = owned;
+    if (!vm) return NULL;
+#endif
+    char rank[64];
+    util_fmt(rank, sizeof rank, "\n#define KILN_RT_MAX_RANK %d\n", KILN_MAX_RANK);
+    size_t n = strlen(prelude_head) + strlen(vm) + strlen(rank) + strlen(prelude_tail) + 1;
+    char *out = kmalloc(n);
+    if (out) {
+        util_fmt(out, n, "%s%s%s%s", prelude_head, vm, rank, prelude_tail);
+    } else {
+        util_fmt(err, errlen, "out of memory");
+    }
+    kfree(owned);
+    return out;
+}
+
+/* ===== generator state ========================================================== */
+
+/* A value held by a C expression, valid at a loop depth while that depth's
+ * epoch is unchanged (an inner loop's values die with it). */
+typedef struct {
+    const char *key;      /* CSE: the right-hand side; registers: "buf:index" */
+    const char *c;        /* the C expression holding it */
+    int level;
+    unsigned epoch;
+} Ent;
+
+typedef struct {
+    Ent *e;
+    int n, cap;
+} Table;
+
+/* The whole source. */
+typedef struct {
+    Pool *pool;
+    jmp_buf jb;
+    char *err;
+    size_t errlen;
+    const Schedule *s;
+    const LoopProgram *p;
+    const char *prefix;
+    bool no_prelude;
+    bool double_acc;
+    const char **bufname;     /* the C name of each buffer */
+    Str out;
+    CgCall *calls;
+} Gen;
+
+enum { USE_READ = 1, USE_WRITE = 2 };
+
+/* One row scratch array. */
+typedef struct {
+    const char *name;
+    int64_t n;
+} Scratch;
+
+/* One kernel. Levels: 0 is the function body; loop L's body is level L + 1.
+ * Loops 0..npl-1 run the parallel dims (the row), npl..nloops-1 the reduced
+ * dims of the current stage (re-opened for every inner stage). */
+typedef struct {
+    Gen *g;
+    const Kernel *k;
+    int kidx;
+    int ndims, npd;              /* dims: P then R; npd P dims */
+    int64_t size[MAXL];
+    int loop_of[MAXL];           /* dim -> loop running it */
+    int64_t div[MAXL];           /* dim value = (loop var / div) % size */
+    int nloops, npl;
+    int64_t extent[MAXL];
+    const char *lname[MAXL];
+    int collapse;                /* parallel loops collapsed by OpenMP; 0: serial */
+    bool full_par;               /* np == 0: the reduced loop runs in parallel */
+    Str block[MAXL + 1];         /* code at each level, relative indentation */
+    unsigned epoch[MAXL + 1];
+    int inner;                   /* innermost level of the current stage */
+    bool strided;                /* the current innermost loop has a non-unit access */
+    Table cse, regs, rows;       /* temporaries, member values, row scratch */
+    int ntmp;
+    uint8_t *use;                /* per buffer: USE_READ | USE_WRITE */
+    Str clauses;                 /* reduction clauses of the current stage */
+    Str post;                    /* code after the current stage's loop */
+    Scratch *scratch;
+    int nscratch, capscratch;
+    int inner_loops;
+    bool has_red;                /* the current stage has a reduction */
+} KGen;
+
+typedef struct {
+    const char *c;               /* a temporary, a scalar or a literal */
+    int level;
+} Val;
+
+typedef struct {
+    const char *c;               /* C text of the index */
+    int level;                   /* deepest loop it uses */
+    bool unit;                   /* the innermost loop steps it by 0 or 1 */
+} IxText;
+
+static void cg_fail(Gen *g, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void cg_fail(Gen *g, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    if (g->errlen) vsnprintf(g->err, g->errlen, fmt, ap);
+    va_end(ap);
+    longjmp(g->jb, 2);
+}
+
+static const Buffer *buf_of(const Gen *g, int b) { return g->p->bufs[b]; }
+static const SNode *snode(const Gen *g, int nd) { return &g->s->nodes[nd]; }
+static const Buffer *member_buf(const KGen *K, int i) {
+    return buf_of(K->g, snode(K->g, K->k->members[i])->buf);
+}
+
+/* ===== small text helpers ========================================================= */
+
+static Ent *table_find(Table *t, const char *key) {
+    for (int i = t->n - 1; i >= 0; i--)
+        if (!strcmp(t->e[i].key, key)) return &t->e[i];
+    return NULL;
+}
+
+static void table_add(Pool *p, Table *t, const char *key, const char *c, int level, unsigned epoch) {
+    t->e = pool_grow(p, t->e, &t->cap, t->n + 1, sizeof(Ent));
+    t->e[t->n++] = (Ent){key, c, level, epoch};
+}
+
+/* Each line of text, indented by ind more spaces; blank lines stay blank. */
+static void put_indented(Str *o, const char *text, int ind) {
+    while (*text) {
+        const char *nl = strchr(text, '\n');
+        int len = nl ? (int)(nl - text) : (int)strlen(text);
+        if (len) str_putf(o, "%*s%.*s\n", ind, "", len, text);
+        else str_putf(o, "\n");
+        text += len + (nl != NULL);
+    }
+}
+
+/* A float literal that reads back as the same float. */
+static const char *float_lit(Pool *p, double v) {
+    float f = (float)v;
+    if (isnan(f)) return "NAN";
+    if (isinf(f)) return f > 0 ? "INFINITY" : "(-INFINITY)";
+    char num[48];
+    util_fmt(num, sizeof num, "%.9g", (double)f);
+    if ((double)strtof(num, NULL) != (double)f) util_fmt(num, sizeof num, "%.17g", (double)f);
+    bool plain = !strpbrk(num, ".en");
+    return pool_printf(p, "%s%s%sf%s", f < 0 || signbit(f) ? "(" : "", num, plain ? ".0" : "",
+                       f < 0 || signbit(f) ? ")" : "");
+}
+
+/* "(a + b)" -> "a + b" when the outer parentheses enclose everything. */
+static const char *strip_parens(Pool *p, const char *s) {
+    size_t n = strlen(s);
+    if (n < 2 || s[0] != '(' || s[n - 1] != ')') return s;
+    int depth = 0;
+    for (size_t i = 0; i < n; i++) {
+        depth += (s[i] == '(') - (s[i] == ')');
+        if (depth == 0 && i < n - 1) return s;
+    }
+    char *d = pool_alloc(p, n - 1);
+    memcpy(d, s + 1, n - 2);
+    return d;
+}
+
+/* A buffer name as a C identifier (inputs and weights keep the user's
+ * name behind a prefix, so they never clash with generated locals). */
+static const char *c_ident(Pool *p, const char *prefix, const char *name) {
+    char *s = pool_printf(p, "%s%s", prefix, name);
+    for (char *c = s + strlen(prefix); *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9')))
+            *c = '_';
+    return s;
+}
+
+static void name_buffers(Gen *g) {
+    const LoopProgram *p = g->p;
+    g->bufname = pool_alloc(g->pool, sizeof(char *) * (size_t)(p->nbufs + 1));
+    for (int b = 0; b < p->nbufs; b++) {
+        const Buffer *B = p->bufs[b];
+        const char *n = B->body == BODY_INPUT    ? c_ident(g->pool, "in_", B->name)
+                        : B->body == BODY_WEIGHT ? c_ident(g->pool, "w_", B->name)
+                                                 : c_ident(g->pool, "", B->name);
+        for (int o = 0; o < b; o++)
+            if (!strcmp(g->bufname[o], n)) n = pool_printf(g->pool, "%s_%d", n, b);
+        g->bufname[b] = n;
+    }
+}
+
+/* ===== levels and loops ============================================================== */
+
+static int clamp_level(const KGen *K, int level) {
+    return level > 0 && level < K->collapse ? K->collapse : level;
+}
+
+static int dims_level(const KGen *K, uint32_t vars) {
+    int level = 0;
+    for (int d = 0; d < K->ndims; d++)
+        if ((vars >> d) & 1u && K->loop_of[d] + 1 > level) level = K->loop_of[d] + 1;
+    return clamp_level(K, level);
+}
+
+static void line(KGen *K, int level, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void line(KGen *K, int level, const char *fmt, ...) {
+    char buf[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    if (n >= (int)sizeof buf) {   /* long lines (big expressions) go the slow way */
+        char *big = pool_alloc(K->g->pool, (size_t)n + 1);
+        va_start(ap, fmt);
+        vsnprintf(big, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+        str_putf(&K->block[level], "%s\n", big);
+        return;
+    }
+    str_putf(&K->block[level], "%s\n", buf);
+}
+
+static bool valid(const KGen *K, const Ent *e) {
+    return e->level <= K->inner && K->epoch[e->level] == e->epoch;
+}
+
+/* ===== indices ======================================================================= */
+
+/* Bounds of an index over the dims' ranges (conservative). */
+static void ix_bounds(const KGen *K, const Index *ix, int64_t *lo, int64_t *hi) {
+    int64_t a, b;
+    switch (ix->kind) {
+    case IX_VAR: *lo = 0; *hi = K->size[ix->v] - 1; return;
+    case IX_CONST: *lo = *hi = ix->v; return;
+    case IX_ADD:
+        *lo = *hi = 0;
+        for (int i = 0; i < ix->n; i++) {
+            ix_bounds(K, ix->a[i], &a, &b);
+            *lo += a;
+            *hi += b;
+        }
+        return;
+    case IX_MUL:
+        ix_bounds(K, ix->a[0], &a, &b);
+        *lo = ix->v >= 0 ? a * ix->v : b * ix->v;
+        *hi = ix->v >= 0 ? b * ix->v : a * ix->v;
+        return;
+    case IX_FLOORDIV:
+        ix_bounds(K, ix->a[0], &a, &b);
+        *lo = a >= 0 ? a / ix->v : -((-a + ix->v - 1) / ix->v);
+        *hi = b >= 0 ? b / ix->v : -((-b + ix->v - 1) / ix->v);
+        return;
+    case IX_MOD:
+        ix_bounds(K, ix->a[0], &a, &b);
+        *lo = a >= 0 && b < ix->v ? a : 0;
+        *hi = a >= 0 && b < ix->v ? b : ix->v - 1;
+        return;
+    }
+}
+
+static bool ix_nonneg(const KGen *K, const Index *ix) {
+    int64_t lo, hi;
+    ix_bounds(K, ix, &lo, &hi);
+    return lo >= 0;
+}
+
+/* The C value of dim d. */
+static const char *dim_text(const KGen *K, int d) {
+    int L = K->loop_of[d];
+    const char *n = K->lname[L];
+    bool whole = K->div[d] * K->size[d] == K->extent[L];
+    if (K->div[d] == 1) return whole ? n : pool_printf(K->g->pool, "(%s %% %lld)", n, (long long)K->size[d]);
+    if (whole) return pool_printf(K->g->pool, "(%s / %lld)", n, (long long)K->div[d]);
+    return pool_printf(K->g->pool, "(%s / %lld %% %lld)", n, (long long)K->div[d],
+                       (long long)K->size[d]);
+}
+
+/* Precedence: 0 anywhere, 1 operand of + (no parens needed), 2 operand of * / %. */
+static void print_tree(const KGen *K, Str *o, const Index *ix, int prec) {
+    switch (ix->kind) {
+    case IX_VAR: str_putf(o, "%s", dim_text(K, (int)ix->v)); return;
+    case IX_CONST: str_putf(o, ix->v < 0 ? "(%lld)" : "%lld", (long long)ix->v); return;
+    case IX_ADD:
+        if (prec >= 2) str_putf(o, "(");
+        for (int i = 0; i < ix->n; i++) {
+            if (i) str_putf(o, " + ");
+            print_tree(K, o, ix->a[i], 1);
+        }
+        if (prec >= 2) str_putf(o, ")");
+        return;
+    case IX_MUL:
+        str_putf(o, ix->v < 0 ? "(%lld)*" : "%lld*", (long long)ix->v);
+        print_tree(K, o, ix->a[0], 2);
+        return;
+    case IX_FLOORDIV:
+    case IX_MOD: {
+        bool floordiv = ix->kind == IX_FLOORDIV;
+        if (!ix_nonneg(K, ix->a[0])) {
+            str_putf(o, "%s(", floordiv ? "kiln_floordiv" : "kiln_floormod");
+            print_tree(K, o, ix->a[0], 0);
+            str_putf(o, ", %lld)", (long long)ix->v);
+            return;
+        }
+        str_putf(o, "(");
+        print_tree(K, o, ix->a[0], 2);
+        str_putf(o, " %s %lld)", floordiv ? "/" : "%", (long long)ix->v);
+        return;
+    }
+    }
+}
+
+/* Per-loop coefficients of an affine index, when every loop's merged dims
+ * appear in it the way the merge assumed (coef[d] = c_L * div[d]). */
+static bool loop_coefs(const KGen *K, const int64_t *coef, int nvars, int64_t *lc) {
+    bool seen[MAXL] = {false};
+    for (int d = 0; d < nvars; d++)
+        if (K->div[d] == 1) lc[K->loop_of[d]] = coef[d], seen[K->loop_of[d]] = true;
+    for (int d = 0; d < nvars; d++) {
+        int L = K->loop_of[d];
+        if (!seen[L] || coef[d] != lc[L] * K->div[d]) return false;
+    }
+    for (int L = 0; L < K->nloops; L++)
+        if (!seen[L]) lc[L] = 0;
+    return true;
+}
+
+static void print_affine(const KGen *K, Str *o, const int64_t *lc, int64_t off) {
+    bool first = true;
+    for (int L = 0; L < K->nloops; L++) {
+        if (!lc[L]) continue;
+        int64_t c = lc[L];
+        if (!first) str_putf(o, c < 0 ? " - " : " + ");
+        else if (c < 0) str_putf(o, "-");
+        if (c < 0) c = -c;
+        if (c == 1) str_putf(o, "%s", K->lname[L]);
+        else str_putf(o, "%lld*%s", (long long)c, K->lname[L]);
+        first = false;
+    }
+    if (first) str_putf(o, "%lld", (long long)off);
+    else if (off) str_putf(o, " %s %lld", off < 0 ? "-" : "+", (long long)(off < 0 ? -off : off));
+}
+
+/* An index over dims 0..nvars-1 as C text in the kernel's loop variables. */
+static IxText print_index(const KGen *K, const Index *ix, int nvars) {
+    Str o;
+    str_init(&o, K->g->pool);
+    int64_t coef[MAXL], off, lc[MAXL];
+    IxText t = {NULL, dims_level(K, ix_vars(ix)), true};
+    int innermost = K->inner - 1;    /* the loop of the current innermost level */
+    if (ix_affine(ix, nvars, coef, &off) && loop_coefs(K, coef, nvars, lc)) {
+        print_affine(K, &o, lc, off);
+        if (innermost >= 0) t.unit = lc[innermost] == 0 || lc[innermost] == 1;
+    } else {
+        print_tree(K, &o, ix, 0);
+        t.unit = t.level < K->inner;
+    }
+    t.c = str_get(&o);
+    return t;
+}
+
+/* ===== expressions ==================================================================== */
+
+/* A temporary holding rhs at a level, or the equal one already there. */
+static Val temp(KGen *K, int level, const char *rhs) {
+    Pool *P = K->g->pool;
+    rhs = strip_parens(P, rhs);
+    Ent *e = table_find(&K->cse, rhs);
+    if (e && valid(K, e)) return (Val){e->c, e->level};
+    const char *name = pool_printf(P, "tmp%d", K->ntmp++);
+    line(K, level, "float %s = %s;", name, rhs);
+    table_add(P, &K->cse, rhs, name, level, K->epoch[level]);
+    return (Val){name, level};
+}
+
+static const char *reg_key(Pool *p, int buf, const char *ix) {
+    return pool_printf(p, "%d:%s", buf, ix);
+}
+
+static void note_access(KGen *K, int buf, IxText ix, uint8_t how) {
+    K->use[buf] |= how;
+    if (ix.level == K->inner && !ix.unit) K->strided = true;
+}
+
+static Val emit_load(KGen *K, const Expr *e, int nvars) {
+    Pool *P = K->g->pool;
+    IxText ix = print_index(K, e->index, nvars);
+    const char *key = reg_key(P, e->buf, ix.c);
+    Ent *r = table_find(&K->regs, key);
+    if (r && valid(K, r)) return (Val){r->c, r->level};
+    Ent *row = table_find(&K->rows, key);
+    if (row) return temp(K, ix.level, row->c);
+    const Buffer *b = buf_of(K->g, e->buf);
+    if (buf_computed(b) && K->g->s->node_of_buf[e->buf] >= 0) {
+        /* a member of this kernel that is not in memory: a scheduler bug */
+        for (int i = 0; i < K->k->n; i++)
+            if (snode(K->g, K->k->members[i])->buf == e->buf && K->k->store[i] != STORE_GLOBAL)
+                cg_fail(K->g, "codegen: %s reads %s[%s], which lives in registers only",
+                        K->k->kernel, K->g->bufname[e->buf], ix.c);
+    }
+    note_access(K, e->buf, ix, USE_READ);
+    return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
+}
+
+/* vecmath.h's vectorizable versions of ops.def's libm forms. */
+static const char *op_form(Op op) {
+    switch (op) {
+    case OP_EXP: return "kiln_expf(%s)";
+    case OP_LOG: return "kiln_logf(%s)";
+    case OP_SIN: return "kiln_sinf(%s)";
+    case OP_COS: return "kiln_cosf(%s)";
+    case OP_TANH: return "kiln_tanhf(%s)";
+    case OP_ERF: return "kiln_erff(%s)";
+    default: return op_info[op].cform;
+    }
+}
+
+/* A C form with each %s replaced by the next operand. */
+static const char *apply_form(Pool *p, const char *form, const Val *args, int nargs) {
+    Str o;
+    str_init(&o, p);
+    int k = 0;
+    for (const char *c = form; *c; c++) {
+        if (c[0] == '%' && c[1] == 's' && k < nargs) {
+            str_putf(&o, "%s", args[k++].c);
+            c++;
+        } else {
+            str_putf(&o, "%c", *c);
+        }
+    }
+    return str_get(&o);
+}
+
+/* pow with a constant exponent avoids libm's scalar powf where it can. */
+static const char *pow_form(const Expr *e) {
+    const Expr *y = e->args[1];
+    if (y->kind != EX_CONST) return "powf(%s, %s)";
+    float f = (float)y->value;
+    if (f == floorf(f) && fabsf(f) <= CG_POWI_MAX) return NULL;   /* kiln_powi */
+    if (f == 0.5f) return "kiln_pow_half(%s)";
+    if (f == -0.5f) return "(1.0f / kiln_pow_half(%s))";
+    return "powf(%s, %s)";
+}
+
+static Val emit_expr(KGen *K, const Expr *e, int nvars);
+
+static Val emit_op(KGen *K, const Expr *e, int nvars) {
+    Val args[MAX_IN];
+    int level = 0;
+    if (e->nargs > MAX_IN) cg_fail(K->g, "codegen: %d operands", e->nargs);
+    for (int i = 0; i < e->nargs; i++) {
+        args[i] = emit_expr(K, e->args[i], nvars);
+        if (args[i].level > level) level = args[i].level;
+    }
+    const char *form = op_form(e->op), *rhs;
+    if (!form || !*form) cg_fail(K->g, "codegen: %s is not a pointwise op", op_info[e->op].name);
+    if (e->op == OP_POW && !(form = pow_form(e)))
+        rhs = pool_printf(K->g->pool, "kiln_powi(%s, %d)", args[0].c, (int)e->args[1]->value);
+    else
+        rhs = apply_form(K->g->pool, form, args, e->nargs);
+    return temp(K, level, rhs);
+}
+
+static Val emit_expr(KGen *K, const Expr *e, int nvars) {
+    switch (e->kind) {
+    case EX_CONST: return (Val){float_lit(K->g->pool, e->value), 0};
+    case EX_LOAD: return emit_load(K, e, nvars);
+    case EX_OP: return emit_op(K, e, nvars);
+    }
+    cg_fail(K->g, "codegen: bad expression kind %d", (int)e->kind);
+}
+
+/* ===== members ======================================================================== */
+
+/* The store index of a member: contiguous over its own loop sizes. */
+static const Index *store_index(KGen *K, int nvars, const int64_t *sizes) {
+    Pool *P = K->g->pool;
+    Index *v[MAXL];
+    for (int d = 0; d < nvars; d++) v[d] = ix_var(P, d);
+    return ix_simplify(P, ix_contiguous(P, nvars, sizes, v), nvars, sizes);
+}
+
+static int member_vars(const SNode *n) {
+    return n->body == BODY_REDUCTION ? n->np + n->nr : n->np;
+}
+
+/* A value to keep for later stages of this row: a scalar when it is the same
+ * for the whole row, else a per-thread row of scratch. */
+static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars, const int64_t *sizes) {
+    Pool *P = K->g->pool;
+    if (v.level <= K->npl) {
+        table_add(P, &K->regs, key, v.c, v.level, K->epoch[v.level]);
+        return;
+    }
+    const Index *six = store_index(K, nvars, sizes);
+    int64_t rn = K->k->rnumel;
+    const Index *rix = ix_simplify(P, ix_mod(P, (Index *)six, rn), nvars, sizes);
+    IxText r = print_index(K, rix, nvars);
+    const char *arr = pool_printf(P, "row_%s", K->g->bufname[buf]);
+    K->scratch = pool_grow(P, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
+    K->scratch[K->nscratch++] = (Scratch){arr, rn};
+    const char *slot = pool_printf(P, "%s[%s]", arr, r.c);
+    line(K, r.level > v.level ? r.level : v.level, "%s = %s;", slot, v.c);
+    table_add(P, &K->rows, key, slot, r.level, 0);
+}
+
+static void gen_pointwise_member(KGen *K, int i) {
+    const SNode *n = snode(K->g, K->k->members[i]);
+    const Buffer *b = member_buf(K, i);
+    Pool *P = K->g->pool;
+    Val v;
+    const Index *six = store_index(K, n->np, n->P);
+    IxText ix = print_index(K, six, n->np);
+    if (b->body == BODY_RAND)
+        v = temp(K, ix.level, pool_printf(P, "kiln_rand(%lluull, (uint64_t)(%s))",
+                                          (unsigned long long)b->seed, ix.c));
+    else
+        v = emit_expr(K, b->expr, n->np);
+    const char *key = reg_key(P, b->id, ix.c);
+    if (K->k->store[i] == STORE_GLOBAL) {
+        note_access(K, b->id, ix, USE_WRITE);
+        line(K, ix.level > v.level ? ix.level : v.level, "%s[%s] = %s;", K->g->bufname[b->id], ix.c,
+             v.c);
+    }
+    if (K->k->store[i] == STORE_ROW_LOCAL) keep_row_local(K, b->id, key, v, n->np, n->P);
+    table_add(P, &K->regs, key, v.c, v.level, K->epoch[v.level]);
+}
+
+static const char *rop_identity(ReduceOp op) {
+    switch (op) {
+    case ROP_SUM: return "0.0f";
+    case ROP_PROD: return "1.0f";
+    case ROP_AMAX: return "-INFINITY";
+    case ROP_AMIN: return "INFINITY";
+    }
+    return "0.0f";
+}
+
+/* acc = acc op v, inside the stage's innermost loop, with the clause that
+ * lets the loop run in SIMD lanes. Sums and products accumulate in float
+ * (CgOptions.double_acc: in double, like the interpreter; that costs about
+ * a third of the bandwidth of an out-of-cache row sum, because the widening
+ * conversions fill the reorder window and fewer loads are in flight); max
+ * and min are exact and raise a NaN flag, because OpenMP combines the lanes
+ * with a max that may drop a NaN. After the loop the row's value is a float. */
+static void gen_reduction_member(KGen *K, int i) {
+    const SNode *n = snode(K->g, K->k->members[i]);
+    const Buffer *b = member_buf(K, i);
+    Pool *P = K->g->pool;
+    const char *nm = K->g->bufname[b->id];
+    const char *acc = pool_printf(P, "acc_%s", nm), *nan = pool_printf(P, "nan_%s", nm);
+    bool minmax = b->rop == ROP_AMAX || b->rop == ROP_AMIN;
+    const char *val = minmax || !K->g->double_acc ? acc : pool_printf(P, "red_%s", nm);
+    const char *wide = K->g->double_acc ? "(double)" : "";
+    if (minmax) line(K, K->npl, "float %s = %s;\nint %s = 0;", acc, rop_identity(b->rop), nan);
+    else line(K, K->npl, "%s %s = %s;", K->g->double_acc ? "double" : "float", acc,
+              b->rop == ROP_SUM ? "0.0" : "1.0");
+    Val v = emit_expr(K, b->expr, n->np + n->nr);
+    switch (b->rop) {
+    case ROP_SUM: line(K, K->inner, "%s += %s%s;", acc, wide, v.c); break;
+    case ROP_PROD: line(K, K->inner, "%s *= %s%s;", acc, wide, v.c); break;
+    case ROP_AMAX:
+    case ROP_AMIN:
+        line(K, K->inner, "%s = kiln_%s(%s, %s);", acc, b->rop == ROP_AMAX ? "max" : "min", acc, v.c);
+        line(K, K->inner, "%s |= %s != %s;", nan, v.c, v.c);
+        break;
+    }
+    static const char *const clause[] = {"+", "max", "min", "*"};
+    str_putf(&K->clauses, " reduction(%s:%s)", clause[b->rop], acc);
+    if (minmax) str_putf(&K->clauses, " reduction(|:%s)", nan);
+    if (minmax) str_putf(&K->post, "if (%s) %s = NAN;\n", nan, acc);
+    else if (K->g->double_acc) str_putf(&K->post, "float %s = (float)%s;\n", val, acc);
+    IxText ix = print_index(K, store_index(K, n->np, n->P), n->np);
+    if (K->k->store[i] == STORE_GLOBAL) {
+        note_access(K, b->id, ix, USE_WRITE);
+        str_putf(&K->post, "%s[%s] = %s;\n", nm, ix.c, val);
+    }
+    table_add(P, &K->regs, reg_key(P, b->id, ix.c), val, K->npl, K->epoch[K->npl]);
+    K->has_red = true;
+}
+
+/* ===== loop structure ================================================================= */
+
+/* Dims d and d+1 can share one loop when every index of the kernel walks
+ * them as one: coef[d] == coef[d+1] * size[d+1] (both 0 included). */
+typedef struct {
+    KGen *K;
+    int nvars;
+    bool ok[MAXL];
+} MergeCheck;
+
+static void check_index(MergeCheck *m, const Index *ix) {
+    int64_t coef[MAXL], off;
+    uint32_t vs = ix_vars(ix);
+    bool affine = ix_affine(ix, m->nvars, coef, &off);
+    for (int d = 0; d + 1 < m->nvars; d++) {
+        bool uses = (vs >> d) & 3u;
+        if (!uses) continue;
+        if (!affine || coef[d] != coef[d + 1] * m->K->size[d + 1]) m->ok[d] = false;
+    }
+}
+
+static void check_load(const Expr *e, void *ud) { check_index(ud, e->index); }
+
+static void plan_merges(KGen *K, bool *ok) {
+    MergeCheck m = {.K = K};
+    for (int d = 0; d < MAXL; d++) m.ok[d] = true;
+    for (int i = 0; i < K->k->n; i++) {
+        const SNode *n = snode(K->g, K->k->members[i]);
+        const Buffer *b = member_buf(K, i);
+        m.nvars = member_vars(n);
+        if (b->expr) ex_loads(b->expr, check_load, &m);
+        check_index(&m, store_index(K, n->np, n->P));
+    }
+    for (int d = 0; d + 1 < K->ndims; d++)
+        ok[d] = m.ok[d] && d + 1 != K->npd;   /* never merge across P / R */
+}
+
+static void build_loops(KGen *K) {
+    bool ok[MAXL] = {false};
+    plan_merges(K, ok);
+    K->nloops = 0;
+    for (int d = 0; d < K->ndims; d++) {
+        bool joins = d > 0 && ok[d - 1];
+        if (!joins) {
+            bool red = d >= K->npd;
+            K->lname[K->nloops] = pool_printf(K->g->pool, "%s%d", red ? "r" : "x",
+                                              red ? K->nloops - K->npl : K->nloops);
+            K->extent[K->nloops++] = 1;
+            if (!red) K->npl = K->nloops;
+        }
+        K->loop_of[d] = K->nloops - 1;
+        K->extent[K->nloops - 1] *= K->size[d];
+    }
+    for (int d = K->ndims - 1; d >= 0; d--)
+        K->div[d] = d + 1 < K->ndims && K->loop_of[d + 1] == K->loop_of[d] ? K->div[d + 1] * K->size[d + 1] : 1;
+}
+
+/* How many outer loops OpenMP shares out (0: the kernel runs serially). */
+static void plan_parallel(KGen *K) {
+    int64_t work = K->k->numel * (K->k->rnumel > 0 ? K->k->rnumel : 1);
+    if (work < CG_PARALLEL_MIN) return;
+    int avail = K->k->kind == KK_POINTWISE && K->npl > 1 ? K->npl - 1 : K->npl;
+    int64_t iters = 1;
+    for (int L = 0; L < avail && iters < CG_PARALLEL_ITERS; L++) {
+        iters *= K->extent[L];
+        K->collapse = L + 1;
+    }
+    if (iters < 2) K->collapse = 0;
+    /* a whole-tensor reduction has no row loop: its reduced loop is shared
+     * out instead, each thread with partial accumulators */
+    if (K->k->kind == KK_REDUCTION && K->npl == 0 && K->nloops > 0) K->full_par = true;
+}
+
+static void setup_kernel(KGen *K) {
+    const Kernel *k = K->k;
+    K->npd = k->np;
+    K->ndims = k->np + k->nr;
+    if (K->ndims > MAXL) cg_fail(K->g, "codegen: %s has %d dims", k->kernel, K->ndims);
+    memcpy(K->size, k->P, sizeof(int64_t) * (size_t)k->np);
+    memcpy(K->size + k->np, k->R, sizeof(int64_t) * (size_t)k->nr);
+    for (int l = 0; l <= MAXL; l++) str_init(&K->block[l], K->g->pool);
+    str_init(&K->clauses, K->g->pool);
+    str_init(&K->post, K->g->pool);
+    K->use = pool_alloc(K->g->pool, (size_t)K->g->p->nbufs + 1);
+    build_loops(K);
+    plan_parallel(K);
+    for (int i = 0; i < k->n; i++) {   /* the scheduler guarantees these shapes */
+        const SNode *n = snode(K->g, k->members[i]);
+        bool red = n->body == BODY_REDUCTION;
+        bool same = red ? n->np == k->np && n->nr == k->nr
+                        : n->np == k->np + k->nr || (k->kind == KK_REDUCTION && n->np == k->np);
+        if (!same) cg_fail(K->g, "codegen: member %s of %s has other loops", n->name, k->kernel);
+    }
+}
+
+/* ===== assembling the text ============================================================ */
+
+static bool is_parallel(const KGen *K) { return K->collapse > 0 || K->full_par; }
+static bool has_scratch_region(const KGen *K) { return K->nscratch > 0 && K->collapse > 0; }
+
+static void loop_pragmas(KGen *K, Str *o, int L, int last, bool innermost, int ind) {
+    bool simd = innermost && (K->has_red || !K->strided);
+    const char *cl = str_get(&K->clauses);
+    if (L == 0 && K->collapse > 0) {
+        bool with_simd = simd && K->collapse == 1 && L == last - 1;
+        str_putf(o, "%*s#pragma omp %sfor", ind, "", has_scratch_region(K) ? "" : "parallel ");
+        if (K->collapse > 1) str_putf(o, " collapse(%d)", K->collapse);
+        str_putf(o, "%s\n", with_simd ? " simd" : "");
+        if (with_simd) return;
+    }
+    if (K->full_par && L == K->npl) {
+        str_putf(o, "%*s#pragma omp parallel for%s%s\n", ind, "", innermost ? " simd" : "", cl);
+        return;
+    }
+    if (simd) str_putf(o, "%*s#pragma omp simd%s\n", ind, "", cl);
+}
+
+/* Loops first..last-1 around their bodies (block L + 1), at indentation ind. */
+static void loops_text(KGen *K, Str *o, int first, int last, int ind, const char *row_guard) {
+    if (first == last) return;
+    bool innermost = first == last - 1 && (last > K->npl || K->k->kind == KK_POINTWISE);
+    loop_pragmas(K, o, first, last, innermost, ind);
+    str_putf(o, "%*sfor (int64_t %s = 0; %s < %lld; %s++) {%s%s\n", ind, "", K->lname[first],
+             K->lname[first], (long long)K->extent[first], K->lname[first], innermost ? "  " : "",
+             innermost ? CG_INNER_MARK : "");
+    K->inner_loops += innermost;
+    if (first + 1 == K->npl && row_guard) put_indented(o, row_guard, ind + 4);
+    put_indented(o, str_get(&K->block[first + 1]), ind + 4);
+    loops_text(K, o, first + 1, last, ind + 4, row_guard);
+    str_putf(o, "%*s}\n", ind, "");
+}
+
+/* ===== stages ============================================================================ */
+
+static void begin_stage(KGen *K, StageKind kind) {
+    K->inner = kind == STAGE_INNER ? K->nloops : K->npl;
+    K->strided = false;
+    K->has_red = false;
+}
+
+/* Close an inner stage: its loops go into the row body, its values die. */
+static void end_stage(KGen *K) {
+    if (K->inner > K->npl) {
+        loops_text(K, &K->block[K->npl], K->npl, K->nloops, 0, NULL);
+        for (int l = K->npl + 1; l <= K->nloops; l++) {
+            str_init(&K->block[l], K->g->pool);
+            K->epoch[l]++;
+        }
+    }
+    put_indented(&K->block[K->npl], str_get(&K->post), 0);
+    str_init(&K->post, K->g->pool);
+    str_init(&K->clauses, K->g->pool);
+}
+
+static void gen_member(KGen *K, int i) {
+    if (member_buf(K, i)->body == BODY_REDUCTION) gen_reduction_member(K, i);
+    else gen_pointwise_member(K, i);
+}
+
+static void gen_stages(KGen *K) {
+    const Kernel *k = K->k;
+    if (k->kind == KK_POINTWISE) {
+        begin_stage(K, STAGE_INNER);
+        for (int i = 0; i < k->n; i++) gen_member(K, i);
+        return;   /* the loops are assembled with the function */
+    }
+    for (int st = 0; st < k->nstages; st++) {
+        begin_stage(K, k->stage_kind[st]);
+        for (int i = 0; i < k->n; i++)
+            if (k->stage[i] == st) gen_member(K, i);
+        end_stage(K);
+    }
+}
+
+/* ===== functions ========================================================================= */
+
+static void kernel_comment(KGen *K, Str *o) {
+    const Kernel *k = K->k;
+    Gen *g = K->g;
+    str_putf(o, "/*\n * %s: %s over [", k->kernel, kernel_kind_name[k->kind]);
+    for (int d = 0; d < k->np; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)k->P[d]);
+    str_putf(o, "]");
+    if (k->kind == KK_REDUCTION) {
+        str_putf(o, " x reduced [");
+        for (int d = 0; d < k->nr; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)k->R[d]);
+        str_putf(o, "], %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
+    }
+    str_putf(o, "%s\n * origins:", is_parallel(K) ? ", parallel" : "");
+    for (int i = 0; i < k->norigins; i++) str_putf(o, " %s", k->origins[i]);
+    str_putf(o, "\n");
+    for (int i = 0; i < k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        str_putf(o, " *   %s -> %s: %s", snode(g, k->members[i])->name, g->bufname[b->id],
+                 b->body == BODY_REDUCTION ? rop_name[b->rop] : b->body == BODY_RAND ? "rand" : "pointwise");
+        if (k->kind == KK_REDUCTION)
+            str_putf(o, ", stage %d (%s)", k->stage[i], k->stage_kind[k->stage[i]] == STAGE_INNER ? "inner" : "row");
+        str_putf(o, ", %s\n", store_name[k->store[i]]);
+    }
+    str_putf(o, " */\n");
+}
+
+static void signature(KGen *K, Str *o, bool returns_int) {
+    Gen *g = K->g;
+    str_putf(o, "static %s %s%s(", returns_int ? "int" : "void", g->prefix, K->k->kernel);
+    bool first = true;
+    for (int b = 0; b < g->p->nbufs; b++) {
+        if (!K->use[b]) continue;
+        str_putf(o, "%s%sfloat *restrict %s", first ? "" : ", ",
+                 K->use[b] & USE_WRITE ? "" : "const ", g->bufname[b]);
+        first = false;
+    }
+    str_putf(o, "%s)\n", first ? "void" : "");
+}
+
+static bool scratch_on_stack(const Scratch *s) {
+    return s->n * (int64_t)sizeof(float) <= CG_STACK_SCRATCH;
+}
+
+static bool needs_malloc(const KGen *K) {
+    for (int i = 0; i < K->nscratch; i++)
+        if (!scratch_on_stack(&K->scratch[i])) return true;
+    return false;
+}
+
+static void scratch_decls(KGen *K, Str *o, int ind, bool in_region) {
+    for (int i = 0; i < K->nscratch; i++) {
+        const Scratch *s = &K->scratch[i];
+        if (scratch_on_stack(s))
+            str_putf(o, "%*sfloat %s[%lld];\n", ind, "", s->name, (long long)s->n);
+        else
+            str_putf(o, "%*sfloat *%s = malloc(%lld * sizeof(float));\n", ind, "", s->name,
+                     (long long)s->n);
+        if (!scratch_on_stack(s) && in_region)
+            str_putf(o, "%*sif (!%s) {\n%*s#pragma omp atomic write\n%*sfailed = 1;\n%*s}\n", ind, "",
+                     s->name, ind + 4, "", ind + 4, "", ind, "");
+        else if (!scratch_on_stack(s))
+            str_putf(o, "%*sif (!%s) return 1;\n", ind, "", s->name);
+    }
+}
+
+static void scratch_frees(KGen *K, Str *o, int ind) {
+    for (int i = 0; i < K->nscratch; i++)
+        if (!scratch_on_stack(&K->scratch[i])) str_putf(o, "%*sfree(%s);\n", ind, "", K->scratch[i].name);
+}
+
+/* The row loop nest inside an explicit parallel region: each thread
+ * allocates its scratch rows once; a thread without them skips its rows and
+ * the kernel reports the failure. */
+static void region_text(KGen *K, Str *o, int last) {
+    bool mal = needs_malloc(K);
+    if (mal) str_putf(o, "    int failed = 0;\n");
+    str_putf(o, "    #pragma omp parallel\n    {\n");
+    scratch_decls(K, o, 8, true);
+    Str guard;
+    str_init(&guard, K->g->pool);
+    for (int i = 0; i < K->nscratch; i++)
+        if (!scratch_on_stack(&K->scratch[i])) str_putf(&guard, "if (!%s) continue;\n", K->scratch[i].name);
+    loops_text(K, o, 0, last, 8, mal ? str_get(&guard) : NULL);
+    scratch_frees(K, o, 8);
+    str_putf(o, "    }\n");
+    if (mal) str_putf(o, "    return failed;\n");
+}
+
+static void function_text(KGen *K, Str *o) {
+    int last = K->k->kind == KK_POINTWISE ? K->nloops : K->npl;
+    Str body;
+    str_init(&body, K->g->pool);
+    put_indented(&body, str_get(&K->block[0]), 4);
+    bool returns_int = needs_malloc(K);
+    if (has_scratch_region(K)) {
+        region_text(K, &body, last);
+    } else {
+        scratch_decls(K, &body, 4, false);
+        loops_text(K, &body, 0, last, 4, NULL);
+        scratch_frees(K, &body, 4);
+        if (returns_int) str_putf(&body, "    return 0;\n");
+    }
+    kernel_comment(K, o);
+    signature(K, o, returns_int);
+    str_putf(o, "{\n%s}\n\n", str_get(&body));
+}
+
+static CgCall make_call(Gen *g, int kidx, const uint8_t *use, bool parallel, int inner) {
+    CgCall c = {.name = g->s->kernels[kidx].kernel, .kernel = kidx, .parallel = parallel,
+                .inner_loops = inner};
+    c.bufs = pool_alloc(g->pool, sizeof(int) * (size_t)(g->p->nbufs + 1));
+    c.writes = pool_alloc(g->pool, sizeof(bool) * (size_t)(g->p->nbufs + 1));
+    for (int b = 0; b < g->p->nbufs; b++)
+        if (use[b]) {
+            c.bufs[c.nbufs] = b;
+            c.writes[c.nbufs++] = (use[b] & USE_WRITE) != 0;
+        }
+    return c;
+}
+
+/* Generate kernel kidx; true when its function returns a status (it
+ * mallocs row scratch). */
+static bool gen_kernel(Gen *g, int kidx) {
+    KGen *K = pool_alloc(g->pool, sizeof *K);
+    K->g = g;
+    K->k = &g->s->kernels[kidx];
+    K->kidx = kidx;
+    setup_kernel(K);
+    gen_stages(K);
+    function_text(K, &g->out);
+    g->calls[kidx] = make_call(g, kidx, K->use, is_parallel(K), K->inner_loops);
+    return needs_malloc(K);
+}
+
+/* ===== extern calls and the entry point =============================================== */
+
+static void view_text(Gen *g, Str *o, const char *name, const BufView *v) {
+    str_putf(o, "        static const KilnView %s = {%d, {", name, v->rank);
+    for (int d = 0; d < v->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)v->shape[d]);
+    str_putf(o, "}, {");
+    for (int d = 0; d < v->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)v->stride[d]);
+    str_putf(o, "}, %lld};\n", (long long)v->offset);
+    (void)g;
+}
+
+static bool view_dense(const BufView *v) {
+    int64_t s = 1;
+    for (int d = v->rank - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->stride[d] != s) return false;
+        s *= v->shape[d];
+    }
+    return true;
+}
+
+/* Conv operands: dense ones are passed as they are; others are packed
+ * into malloc'd copies (all allocated before any is used, so a failure
+ * frees what it got). */
+typedef struct {
+    Str allocs, packs, frees;
+    Str any_null;
+    int n;
+} Packs;
+
+static const char *conv_operand(Gen *g, Str *o, const BufView *v, int k, Packs *pk) {
+    if (view_dense(v)) {
+        if (!v->offset) return pool_printf(g->pool, "bufs[%d]", v->buf);
+        return pool_printf(g->pool, "bufs[%d] + %lld", v->buf, (long long)v->offset);
+    }
+    const char *vn = pool_printf(g->pool, "v%d", k), *name = pool_printf(g->pool, "pk%d", k);
+    view_text(g, o, vn, v);
+    str_putf(&pk->allocs, "        float *%s = malloc(%lld * sizeof(float));\n", name,
+             (long long)util_numel(v->rank, v->shape));
+    str_putf(&pk->any_null, "%s!%s", pk->n ? " || " : "", name);
+    str_putf(&pk->packs, "        kiln_pack(bufs[%d], &%s, %s);\n", v->buf, vn, name);
+    str_putf(&pk->frees, "        free(%s);\n", name);
+    pk->n++;
+    return name;
+}
+
+static void shape4(Str *o, const char *name, const int64_t *s) {
+    str_putf(o, "        static const int64_t %s[4] = {%lld, %lld, %lld, %lld};\n", name,
+             (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
+}
+
+static void conv_call(Gen *g, Str *o, const Buffer *b) {
+    Packs pk = {.n = 0};
+    str_init(&pk.allocs, g->pool), str_init(&pk.packs, g->pool);
+    str_init(&pk.frees, g->pool), str_init(&pk.any_null, g->pool);
+    const char *x = conv_operand(g, o, &b->opnd[0], 0, &pk);
+    const char *w = conv_operand(g, o, &b->opnd[1], 1, &pk);
+    const char *bias = b->nopnds > 2 ? conv_operand(g, o, &b->opnd[2], 2, &pk) : "NULL";
+    shape4(o, "xs", b->opnd[0].shape);
+    shape4(o, "ws", b->opnd[1].shape);
+    shape4(o, "ys", b->shape);
+    str_putf(o, "        static const int64_t attr[7] = {");
+    for (int i = 0; i < 7; i++) str_putf(o, "%s%lld", i ? ", " : "", (long long)b->attr[i]);
+    str_putf(o, "};\n");
+    if (pk.n) {
+        str_putf(o, "%s        if (%s) {\n", str_get(&pk.allocs), str_get(&pk.any_null));
+        put_indented(o, str_get(&pk.frees), 4);
+        str_putf(o, "            return 1;\n        }\n%s", str_get(&pk.packs));
+    }
+    str_putf(o, "        int rc = rt->conv2d(%s, xs, %s, ws, %s, bufs[%d], ys, attr);\n", x, w, bias, b->id);
+    str_putf(o, "%s        if (rc) return 1;\n", str_get(&pk.frees));
+}
+
+static void mm_call(Gen *g, Str *o, const Buffer *b) {
+    view_text(g, o, "a", &b->opnd[0]);
+    view_text(g, o, "b", &b->opnd[1]);
+    str_putf(o, "        static const int64_t shape[%d] = {", b->rank > 0 ? b->rank : 1);
+    for (int d = 0; d < b->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)b->shape[d]);
+    str_putf(o, "%s};\n", b->rank ? "" : "1");
+    str_putf(o, "        if (rt->mm(bufs[%d], &a, bufs[%d], &b, bufs[%d], %d, shape)) return 1;\n",
+             b->opnd[0].buf, b->opnd[1].buf, b->id, b->rank);
+}
+
+static void extern_call(Gen *g, Str *o, int kidx) {
+    const Kernel *k = &g->s->kernels[kidx];
+    if (k->n != 1) cg_fail(g, "codegen: extern kernel %s has %d members", k->kernel, k->n);
+    const Buffer *b = buf_of(g, snode(g, k->members[0])->buf);
+    uint8_t *use = pool_alloc(g->pool, (size_t)g->p->nbufs + 1);
+    str_putf(o, "    {   /* %s = %s(", g->bufname[b->id], k->kernel);
+    for (int i = 0; i < b->nopnds; i++) {
+        str_putf(o, "%s%s", i ? ", " : "", g->bufname[b->opnd[i].buf]);
+        use[b->opnd[i].buf] |= USE_READ;
+    }
+    str_putf(o, ") */\n");
+    use[b->id] |= USE_WRITE;
+    if (b->ext_op == OP_CONV2D) conv_call(g, o, b);
+    else if (b->ext_op == OP_MATMUL) mm_call(g, o, b);
+    else cg_fail(g, "codegen: unknown extern %s", op_info[b->ext_op].name);
+    str_putf(o, "    }\n");
+    g->calls[kidx] = make_call(g, kidx, use, false, 0);
+}
+
+static void entry_text(Gen *g, const bool *returns_int) {
+    Str o;
+    str_init(&o, g->pool);
+    str_putf(&o, "/* The program: every kernel and extern kernel in call order. */\n");
+    str_putf(&o, "int %skiln_entry(float *const *bufs, const KilnRT *rt)\n{\n", g->prefix);
+    bool externs = false;
+    for (int k = 0; k < g->s->nkernels; k++) externs |= g->s->kernels[k].kind == KK_EXTERN;
+    if (!externs) str_putf(&o, "    (void)rt;\n");
+    for (int k = 0; k < g->s->nkernels; k++) {
+        const CgCall *c = &g->calls[k];
+        if (g->s->kernels[k].kind == KK_EXTERN) {
+            extern_call(g, &o, k);
+            continue;
+        }
+        str_putf(&o, "    %s%s%s(", returns_int[k] ? "if (" : "", g->prefix, c->name);
+        for (int i = 0; i < c->nbufs; i++) str_putf(&o, "%sbufs[%d]", i ? ", " : "", c->bufs[i]);
+        str_putf(&o, ")%s   /*", returns_int[k] ? ") return 1;" : ";");
+        for (int i = 0; i < c->nbufs; i++) str_putf(&o, " %s", g->bufname[c->bufs[i]]);
+        str_putf(&o, " */\n");
+    }
+    str_putf(&o, "    return 0;\n}\n");
+    str_putf(&g->out, "%s", str_get(&o));
+}
+
+/* ===== entry points ======================================================================= */
+
+static void generate(Gen *g) {
+    name_buffers(g);
+    g->calls = pool_alloc(g->pool, sizeof(CgCall) * (size_t)(g->s->nkernels + 1));
+    bool *returns_int = pool_alloc(g->pool, sizeof(bool) * (size_t)(g->s->nkernels + 1));
+    if (!g->no_prelude) {
+        char *pre = cg_prelude(g->err, g->errlen);
+        if (!pre) longjmp(g->jb, 2);
+        str_putf(&g->out, "%s\n", pre);
+        kfree(pre);
+    }
+    str_putf(&g->out, "/* ===== kernels%s%s ===== */\n\n", *g->prefix ? ": " : "", g->prefix);
+    for (int k = 0; k < g->s->nkernels; k++) {
+        if (g->s->kernels[k].kind == KK_EXTERN) continue;
+        returns_int[k] = gen_kernel(g, k);
+    }
+    entry_text(g, returns_int);
+}
+
+kiln_status cg_generate_opts(const Schedule *s, const CgOptions *opt, CgOutput *out, char *err,
+                             size_t errlen) {
+    static const CgOptions none = {NULL, false, false};
+    const CgOptions *o = opt ? opt : &none;
+    memset(out, 0, sizeof *out);
+    if (errlen) err[0] = 0;
+    Gen *g = kcalloc(1, sizeof *g);
+    if (!g) {
+        util_fmt(err, errlen, "out of memory");
+        return KILN_ERR_NOMEM;
+    }
+    g->pool = &out->pool;
+    g->s = s;
+    g->p = s->prog;
+    g->err = err;
+    g->errlen = errlen;
+    g->prefix = o->prefix ? o->prefix : "";
+    g->no_prelude = o->no_prelude;
+    g->double_acc = o->double_acc;
+    str_init(&g->out, g->pool);
+    out->pool.oom = &g->jb;
+    int r = setjmp(g->jb);
+    if (r) {
+        if (r == 1) util_fmt(err, errlen, "out of memory");
+        kfree(g);
+        cg_free(out);
+        return r == 1 ? KILN_ERR_NOMEM : KILN_ERR_INPUT;
+    }
+    generate(g);
+    out->source = str_get(&g->out);
+    out->len = g->out.n;
+    out->entry = pool_printf(g->pool, "%skiln_entry", g->prefix);
+    out->ncalls = s->nkernels;
+    out->calls = g->calls;
+    out->pool.oom = NULL;
+    kfree(g);
+    return KILN_OK;
+}
+
+kiln_status cg_generate(const Schedule *s, CgOutput *out, char *err, size_t errlen) {
+    return cg_generate_opts(s, NULL, out, err, errlen);
+}
+
+void cg_free(CgOutput *out) {
+    if (!out) return;
+    pool_free(&out->pool);
+    memset(out, 0, sizeof *out);
+}

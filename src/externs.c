@@ -1,0 +1,215 @@
+/*
+ * externs.c -- the library kernels behind kiln's extern ops: matmul through
+ * OpenBLAS cblas_sgemm, conv2d through im2col + sgemm (1x1 convolutions go
+ * straight to sgemm, depthwise ones to a direct loop).
+ *
+ * Operands arrive as strided views (ExtView), so a transposed operand is
+ * passed to BLAS as a transpose flag with a leading dimension instead of
+ * being copied; only a view BLAS cannot express (a non-unit stride in both
+ * of the last two dims) is packed into a temporary.
+ *
+ * Threads: kiln links the OpenMP build of OpenBLAS (Debian's
+ * libopenblas-openmp-dev, chosen by rpath over the pthread build that the
+ * alternatives system may point to). Both BLAS and the generated kernels then
+ * share one libgomp thread pool sized by omp_set_num_threads, instead of two
+ * pools of busy-waiting threads fighting over the same cores. Externs are
+ * called from the serial wrapper, never inside a parallel region, so BLAS
+ * may use every thread.
+ */
+#include "externs.h"
+#include <cblas.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+
+void ext_set_threads(int n) {
+    if (n < 1) return;
+    omp_set_num_threads(n);
+    openblas_set_num_threads(n);
+}
+
+int ext_get_threads(void) { return omp_get_max_threads(); }
+
+/* ---- matmul ---------------------------------------------------------------- */
+
+/* How one 2-D operand slice [rows, cols] reaches BLAS. */
+typedef struct {
+    const float *p;
+    CBLAS_TRANSPOSE trans;
+    int64_t ld;
+} BlasOperand;
+
+static bool as_blas(const float *p, int64_t rows, int64_t cols, int64_t srow, int64_t scol,
+                    BlasOperand *o) {
+    o->p = p;
+    if (scol == 1 && (srow >= cols || rows == 1)) {
+        o->trans = CblasNoTrans;
+        o->ld = rows == 1 ? (cols > 1 ? cols : 1) : srow;
+        return true;
+    }
+    if (srow == 1 && (scol >= rows || cols == 1)) {
+        o->trans = CblasTrans;
+        o->ld = cols == 1 ? (rows > 1 ? rows : 1) : scol;
+        return true;
+    }
+    return false;
+}
+
+/* Copy a strided 2-D slice into a dense row-major buffer. */
+static void pack(const float *p, int64_t rows, int64_t cols, int64_t srow, int64_t scol,
+                 float *dst) {
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = p[r * srow + c * scol];
+}
+
+/* Offset of batch index `b` (over out's batch dims) into an operand view. */
+static int64_t batch_offset(const ExtView *v, int nb, const int64_t *bshape, int64_t b) {
+    int64_t off = v->offset;
+    int vb = v->rank - 2;
+    for (int d = nb - 1; d >= 0; d--) {
+        int64_t i = b % bshape[d];
+        b /= bshape[d];
+        int vd = d - (nb - vb);
+        if (vd >= 0 && v->shape[vd] != 1) off += i * v->stride[vd];
+    }
+    return off;
+}
+
+static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtView *bv,
+                   float *c, int64_t M, int64_t N, int64_t K, float *tmp_a, float *tmp_b) {
+    int ra = av->rank, rb = bv->rank;
+    BlasOperand A, B;
+    if (!as_blas(a, M, K, av->stride[ra - 2], av->stride[ra - 1], &A)) {
+        if (!tmp_a) return false;
+        pack(a, M, K, av->stride[ra - 2], av->stride[ra - 1], tmp_a);
+        A = (BlasOperand){tmp_a, CblasNoTrans, K};
+    }
+    if (!as_blas(b, K, N, bv->stride[rb - 2], bv->stride[rb - 1], &B)) {
+        if (!tmp_b) return false;
+        pack(b, K, N, bv->stride[rb - 2], bv->stride[rb - 1], tmp_b);
+        B = (BlasOperand){tmp_b, CblasNoTrans, N};
+    }
+    cblas_sgemm(CblasRowMajor, A.trans, B.trans, (int)M, (int)N, (int)K, 1.0f, A.p, (int)A.ld,
+                B.p, (int)B.ld, 0.0f, c, (int)N);
+    return true;
+}
+
+int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+               int crank, const int64_t *cshape) {
+    int nb = crank - 2;
+    int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
+    int64_t batches = 1;
+    for (int d = 0; d < nb; d++) batches *= cshape[d];
+    float *ta = NULL, *tb = NULL;
+    for (int64_t i = 0; i < batches; i++) {
+        const float *pa = a + batch_offset(av, nb, cshape, i);
+        const float *pb = b + batch_offset(bv, nb, cshape, i);
+        float *pc = c + i * M * N;
+        if (gemm2d(pa, av, pb, bv, pc, M, N, K, ta, tb)) continue;
+        if (!ta && !(ta = kmalloc(sizeof(float) * (size_t)(M * K)))) goto nomem;
+        if (!tb && !(tb = kmalloc(sizeof(float) * (size_t)(K * N)))) goto nomem;
+        gemm2d(pa, av, pb, bv, pc, M, N, K, ta, tb);
+    }
+    kfree(ta);
+    kfree(tb);
+    return 0;
+nomem:
+    kfree(ta);
+    kfree(tb);
+    return -1;
+}
+
+/* ---- conv2d ---------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n, c, h, w;         /* input */
+    int64_t o, kh, kw;          /* weight: o x (c/groups) x kh x kw */
+    int64_t oh, ow;             /* output spatial */
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} ConvShape;
+
+static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                            const int64_t attr[7]) {
+    ConvShape s = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3],
+                   attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6]};
+    return s;
+}
+
+/* Depthwise (one input and one output channel per group): direct loops. */
+static void conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
+                           float *y) {
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < s->n; n++)
+        for (int64_t c = 0; c < s->c; c++) {
+            const float *xp = x + (n * s->c + c) * s->h * s->w;
+            const float *wp = w + c * s->kh * s->kw;
+            float *yp = y + (n * s->c + c) * s->oh * s->ow;
+            for (int64_t oh = 0; oh < s->oh; oh++)
+                for (int64_t ow = 0; ow < s->ow; ow++) {
+                    float acc = bias ? bias[c] : 0.0f;
+                    for (int64_t kh = 0; kh < s->kh; kh++) {
+                        int64_t ih = oh * s->sh - s->ph + kh * s->dh;
+                        if (ih < 0 || ih >= s->h) continue;
+                        for (int64_t kw = 0; kw < s->kw; kw++) {
+                            int64_t iw = ow * s->sw - s->pw + kw * s->dw;
+                            if (iw >= 0 && iw < s->w) acc += xp[ih * s->w + iw] * wp[kh * s->kw + kw];
+                        }
+                    }
+                    yp[oh * s->ow + ow] = acc;
+                }
+        }
+}
+
+/* col[(c*kh*kw + i*kw + j), (oh*ow)] = padded input patch element */
+static void im2col(const ConvShape *s, const float *x, int64_t cg, float *col) {
+    int64_t plane = s->oh * s->ow;
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < cg * s->kh * s->kw; r++) {
+        int64_t c = r / (s->kh * s->kw), i = r / s->kw % s->kh, j = r % s->kw;
+        const float *xp = x + c * s->h * s->w;
+        float *cp = col + r * plane;
+        for (int64_t oh = 0; oh < s->oh; oh++) {
+            int64_t ih = oh * s->sh - s->ph + i * s->dh;
+            for (int64_t ow = 0; ow < s->ow; ow++) {
+                int64_t iw = ow * s->sw - s->pw + j * s->dw;
+                bool in = ih >= 0 && ih < s->h && iw >= 0 && iw < s->w;
+                cp[oh * s->ow + ow] = in ? xp[ih * s->w + iw] : 0.0f;
+            }
+        }
+    }
+}
+
+static void add_bias(const ConvShape *s, const float *bias, float *y) {
+    int64_t plane = s->oh * s->ow;
+    #pragma omp parallel for collapse(2) schedule(static)
+    for (int64_t n = 0; n < s->n; n++)
+        for (int64_t o = 0; o < s->o; o++) {
+            float *yp = y + (n * s->o + o) * plane;
+            for (int64_t k = 0; k < plane; k++) yp[k] += bias[o];
+        }
+}
+
+int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+               const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]) {
+    ConvShape s = conv_shape(xs, ws, ys, attr);
+    if (s.groups == s.c && s.o == s.c) {
+        conv_depthwise(&s, x, w, bias, y);
+        return 0;
+    }
+    int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
+    int64_t kdim = cg * s.kh * s.kw;
+    bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    float *col = direct ? NULL : kmalloc(sizeof(float) * (size_t)(kdim * plane));
+    if (!direct && !col) return -1;
+    for (int64_t n = 0; n < s.n; n++)
+        for (int64_t g = 0; g < s.groups; g++) {
+            const float *xg = x + (n * s.c + g * cg) * s.h * s.w;
+            if (!direct) im2col(&s, xg, cg, col);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)plane,
+                        (int)kdim, 1.0f, w + g * og * kdim, (int)kdim, direct ? xg : col,
+                        (int)plane, 0.0f, y + (n * s.o + g * og) * plane, (int)plane);
+        }
+    kfree(col);
+    if (bias) add_bias(&s, bias, y);
+    return 0;
+}

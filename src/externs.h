@@ -1,0 +1,29 @@
+/*
+ * externs.h -- library kernels for extern ops (matmul, conv2d), called by
+ * the generated wrapper (through the runtime's function table) and by tests.
+ * They return 0, or -1 when a scratch allocation fails.
+ */
+#ifndef KILN_EXTERNS_H
+#define KILN_EXTERNS_H
+#include "kiln_int.h"
+
+/* A strided view: element (i0..ik) lives at data[offset + sum i_d*stride_d].
+ * A broadcast dim has stride 0. */
+typedef struct {
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    int64_t stride[KILN_MAX_RANK];
+    int64_t offset;
+} ExtView;
+
+/* c[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims of a and b
+ * broadcast against c's (crank - 2) batch dims; c is dense. */
+int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+               int crank, const int64_t *cshape);
+/* NCHW conv2d, dense operands; attr = {sh, sw, ph, pw, dh, dw, groups};
+ * bias may be NULL. */
+int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+               const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]);
+void ext_set_threads(int n);
+int ext_get_threads(void);
+#endif

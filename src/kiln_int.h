@@ -1,0 +1,179 @@
+/*
+ * kiln_int.h -- kiln's internal header, one section per module.
+ *
+ * Data flows left to right through the modules, and no module reaches back
+ * into an earlier one:
+ *
+ *   util.c      allocation hook, arenas, error formatting, Philox random
+ *   graph.c     the graph IR: nodes, shape inference, the public builders
+ *   parse.c     the .kiln text format -> graph (through the builders)
+ *   npy.c       numpy .npy files <-> kiln_tensor
+ *   decompose.c composite ops -> primitives, keeping each one's origin
+ *   interp.c    the reference interpreter (unfused, op by op): the oracle
+ *
+ * Names: functions exported across files carry their module's prefix
+ * (graph_, dec_, interp_, npy_, util); static helpers have none.
+ */
+#ifndef KILN_INT_H
+#define KILN_INT_H
+
+#include "kiln.h"
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+/* ===== op table (ops.def) ============================================= */
+
+typedef enum {
+    KIND_SOURCE,     /* input, weight, scalar constant */
+    KIND_POINTWISE,  /* elementwise with numpy broadcasting: fuses freely */
+    KIND_REDUCTION,  /* sum/amax/amin/prod over some dims */
+    KIND_VIEW,       /* permute/reshape/expand/slice: index arithmetic only */
+    KIND_EXTERN,     /* matmul/conv2d: a library call, a wall for loop fusion */
+    KIND_RANDOM,     /* rand: materialized once, never recomputed */
+    KIND_COMPOSITE,  /* rewritten into primitives by decompose.c */
+} OpKind;
+
+typedef enum {
+#define X(e, name, kind, arity, cform) OP_##e,
+#include "ops.def"
+#undef X
+    OP_COUNT
+} Op;
+
+typedef struct {
+    const char *name;
+    OpKind kind;
+    int arity;
+    const char *cform;
+} OpInfo;
+
+extern const OpInfo op_info[OP_COUNT];
+/* The op with this name, or -1. */
+int op_lookup(const char *name);
+
+/* ===== util.c ========================================================== */
+
+void *kmalloc(size_t n);             /* NULL when the hook refuses */
+void *kcalloc(size_t n, size_t size);
+void *krealloc(void *p, size_t n);
+void kfree(void *p);
+char *kstrdup(const char *s);
+
+/* An arena: many small allocations freed at once. */
+typedef struct ArenaChunk ArenaChunk;
+typedef struct {
+    ArenaChunk *head;
+} Arena;
+void *arena_alloc(Arena *a, size_t n);  /* zeroed; NULL when out of memory */
+char *arena_strdup(Arena *a, const char *s);
+void arena_free(Arena *a);
+
+/* snprintf into a fixed buffer that never overflows. */
+void util_fmt(char *buf, size_t len, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Philox-4x32-10: four 32-bit random words for (seed, counter). */
+void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]);
+/* Element i of the uniform [0,1) / standard normal stream of a seed. */
+float util_rand_uniform(uint64_t seed, uint64_t i);
+float util_rand_normal(uint64_t seed, uint64_t i);
+
+/* Saturating product of dims; -1 when it overflows int64. */
+int64_t util_numel(int rank, const int64_t *shape);
+
+/* ===== graph.c ========================================================== */
+
+#define MAX_IN 5      /* most operands of any op (batch_norm) */
+#define MAX_ATTR 16
+
+/* Node flags. */
+enum {
+    NF_KEEPDIM = 1 << 0,   /* reductions: keep reduced dims as size 1 */
+    NF_HAS_MIN = 1 << 1,   /* clamp */
+    NF_HAS_MAX = 1 << 2,   /* clamp */
+};
+
+/*
+ * One operation. Attribute meaning by op:
+ *   reductions, softmax, log_softmax:  attr = dims (normalized, sorted)
+ *   PERMUTE: attr = perm;  RESHAPE, EXPAND: attr = output shape
+ *   SLICE:   attr = {dim, start, end, step} (normalized, in range)
+ *   LAYER_NORM: attr = normalized_shape; f[0] = eps; in = x [, w] [, b]
+ *               with flags bit 8 = has weight, bit 9 = has bias
+ *   BATCH_NORM: f[0] = eps; in = x, mean, var, w, b (w/b may be -1)
+ *   CONV2D:  attr = {sh, sw, ph, pw, dh, dw, groups}; in = x, w [, b]
+ *   CONST:   f[0] = value;  CLAMP: f[0] = min, f[1] = max
+ *   DROPOUT: f[0] = p;  RAND, DROPOUT: seed
+ */
+typedef struct {
+    Op op;
+    kiln_dtype dtype;            /* KILN_F32 or KILN_BOOL */
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    int nin;
+    int in[MAX_IN];              /* operand node ids; -1 for an absent optional */
+    int nattr;
+    int64_t attr[MAX_ATTR];
+    double f[2];
+    unsigned flags;
+    uint64_t seed;
+    const char *origin;          /* the user-level op this node came from */
+    const char *name;            /* input/weight/output name, or NULL */
+    float *data;                 /* WEIGHT: numel floats, arena-owned */
+} Node;
+
+enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
+
+struct kiln_graph {
+    Arena arena;                 /* owns node names, weight data, arrays */
+    Node *nodes;                 /* kmalloc'd, grows */
+    int n, cap;
+    int *inputs;  int ninputs, capinputs;    /* INPUT node ids, declaration order */
+    int *outputs; int noutputs, capoutputs;  /* output node ids */
+    const char **outnames;                   /* parallel to outputs */
+    const char *origin;          /* when set, new nodes take this origin */
+    char err[1024];
+    kiln_status status;          /* sticky: the first failure */
+};
+
+typedef kiln_graph Graph;
+
+/* Record a failure (only the first one is kept); returns KILN_NONE. */
+int graph_fail(Graph *g, kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Clear a recorded failure (the parser adds positions and continues). */
+void graph_clear_error(Graph *g);
+/* Append a node; shape must be set. Returns its id or KILN_NONE. */
+int graph_add(Graph *g, const Node *n);
+static inline const Node *graph_node(const Graph *g, int id) { return &g->nodes[id]; }
+static inline int64_t node_numel(const Node *n) { return util_numel(n->rank, n->shape); }
+/* Number of users of each node (outputs count as a user). kmalloc'd. */
+int *graph_use_counts(const Graph *g);
+/* "[2, 3]" */
+void graph_shape_str(char *buf, size_t len, int rank, const int64_t *shape);
+/* One node as a line of text (kiln_graph_dump). */
+void graph_dump_node(FILE *f, const Graph *g, int id);
+/* Copy a node into another graph with operands remapped by map[]. */
+int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map);
+
+/* ===== decompose.c ===================================================== */
+
+/* Rewrite composites into primitives: dst (new, empty) receives the
+ * primitive graph with the same inputs (same order) and outputs (same
+ * order and names). Each primitive's origin is the composite's name. */
+kiln_status dec_run(const Graph *src, Graph *dst);
+
+/* ===== interp.c ======================================================== */
+
+/* Run a decomposed graph. inputs[i] holds input i as numel floats (bool as
+ * 0/1). outputs[i] receives a kmalloc'd array of numel floats. */
+kiln_status interp_run(Graph *g, float *const *inputs, float **outputs);
+
+/* ===== npy.c ============================================================ */
+/* (public: kiln_npy_read, kiln_npy_write) */
+
+/* ===== parse.c ========================================================== */
+/* (public: kiln_parse, kiln_parse_file) */
+
+#endif

@@ -1,0 +1,763 @@
+/*
+ * main.c -- the kiln command line.
+ *
+ * Each command is a small function over the library: parse the program,
+ * bind inputs (from .npy files, or generated from --seed), run, write
+ * outputs. Only this file prints for the user and calls exit; the library
+ * returns statuses and messages.
+ *
+ * Exit status: 0 success; 1 bad input (program, data file, shapes);
+ * 2 bad usage; 3 environment failure (I/O, compiler); 4 out of memory;
+ * 5 --check found a mismatch.
+ */
+#include "kiln_int.h"
+#include "codegen.h"
+#include "loop.h"
+#include <time.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { EXIT_INPUT = 1, EXIT_USAGE = 2, EXIT_ENV = 3, EXIT_NOMEM = 4, EXIT_CHECK = 5 };
+
+static int exit_for(kiln_status st) {
+    switch (st) {
+    case KILN_OK: return 0;
+    case KILN_ERR_INPUT: return EXIT_INPUT;
+    case KILN_ERR_ENV: return EXIT_ENV;
+    case KILN_ERR_NOMEM: return EXIT_NOMEM;
+    }
+    return EXIT_INPUT;
+}
+
+static const char *usage_main =
+    "usage: kiln COMMAND [ARGS]\n"
+    "\n"
+    "kiln is an operator-fusing tensor compiler: it reads a tensor program\n"
+    "(.kiln text), fuses its operations into few loop nests and runs them.\n"
+    "\n"
+    "commands:\n"
+    "  run PROG       compile a program to fused kernels, run it, write its outputs\n"
+    "  explain PROG   why operations fused or did not: rounds, kernels, traffic\n"
+    "  code PROG      print the generated C source\n"
+    "  bench PROG     time the unfused interpreter against the fused kernels\n"
+    "  dot PROG       Graphviz of the program, ops coloured by kernel\n"
+    "  help [CMD]     show help for a command\n"
+    "\n"
+    "KILN_LOGS=fusion,schedule,inline,loop_ir (or all) logs each stage on stderr.\n"
+    "\n"
+    "Run 'kiln help run' for the options of a command.\n";
+
+static const char *usage_run =
+    "usage: kiln run PROG [-i NAME=FILE.npy]... [--seed N] [-o DIR] [--threads N]\n"
+    "                     [--check] [--interpret] [--report FILE.json]\n"
+    "\n"
+    "Compile PROG (.kiln) into fused kernels and run it. Inputs not given\n"
+    "with -i are filled deterministically from --seed (default 0): f32\n"
+    "inputs with standard normal values, bool inputs with fair coin flips.\n"
+    "\n"
+    "  -i NAME=FILE.npy    bind input NAME to a .npy file (dtype and shape\n"
+    "                      must match the declaration)\n"
+    "  --seed N            seed for generated inputs\n"
+    "  -o DIR              write each output as DIR/NAME.npy; without -o a\n"
+    "                      summary of each output is printed\n"
+    "  --threads N         threads for kernels and BLAS (default:\n"
+    "                      $KILN_NUM_THREADS, else every core)\n"
+    "  --check             also run the reference interpreter and compare;\n"
+    "                      exit 5 on a mismatch (tolerances: docs/tolerances.md)\n"
+    "  --interpret         run the reference interpreter only (no compiler)\n"
+    "  --report FILE.json  write the fusion decisions, calls, traffic, timing\n"
+    "                      and check result as JSON\n";
+
+static const char *usage_code =
+    "usage: kiln code PROG\n"
+    "\n"
+    "Print the C source kiln generates for PROG: one function per fused\n"
+    "kernel, named from the ops it holds, and the entry point that calls the\n"
+    "kernels and library calls in order. KILN_LOGS=output_code prints the\n"
+    "same source on stderr from any command that compiles.\n";
+
+static const char *usage_bench =
+    "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
+    "                       [--repeat N] [--report FILE.json]\n"
+    "\n"
+    "Time PROG unfused (the reference interpreter, every intermediate in\n"
+    "memory) and fused (the compiled kernels) with the same threads: the\n"
+    "median of --repeat runs (default 10) after a warm-up run, the bytes each\n"
+    "moves and the bandwidth that amounts to. Compile time is measured apart.\n";
+
+static const char *usage_explain =
+    "usage: kiln explain PROG [--report FILE.json]\n"
+    "\n"
+    "Explain how kiln fuses PROG: the scheduler nodes before fusion, each\n"
+    "round's candidate pairs with the decision and its reason, the final\n"
+    "kernels (name from origins, kind, loop nests), the call sequence, the\n"
+    "memory traffic unfused vs fused, and the peak memory.\n"
+    "\n"
+    "  --report FILE.json  also write the decisions as JSON\n";
+
+static const char *usage_dot =
+    "usage: kiln dot PROG [-o FILE]\n"
+    "\n"
+    "Print the program as a Graphviz graph, each op coloured by the kernel it\n"
+    "landed in. With -o FILE.svg or FILE.png the graph is rendered with\n"
+    "Graphviz's dot (apt-get install graphviz); with -o FILE.dot it is saved.\n";
+
+/* ---- options -------------------------------------------------------------- */
+
+#define MAX_BINDINGS 64
+
+/* Which options a command accepts. */
+enum {
+    OPT_INPUTS = 1 << 0, OPT_SEED = 1 << 1, OPT_OUT = 1 << 2, OPT_REPORT = 1 << 3,
+    OPT_THREADS = 1 << 4, OPT_CHECK = 1 << 5, OPT_INTERPRET = 1 << 6, OPT_REPEAT = 1 << 7,
+};
+
+/* The options: spelling, bit, and whether a value follows. */
+static const struct { const char *name; unsigned bit; bool value; } option_table[] = {
+    {"-i", OPT_INPUTS, true},       {"--seed", OPT_SEED, true},
+    {"-o", OPT_OUT, true},          {"--report", OPT_REPORT, true},
+    {"--threads", OPT_THREADS, true}, {"--check", OPT_CHECK, false},
+    {"--interpret", OPT_INTERPRET, false}, {"--repeat", OPT_REPEAT, true},
+};
+
+typedef struct {
+    const char *prog;
+    const char *bind_name[MAX_BINDINGS];
+    const char *bind_file[MAX_BINDINGS];
+    int nbind;
+    uint64_t seed;
+    const char *outdir;          /* run: a directory; dot: a file */
+    const char *report;
+    int threads;                 /* 0: $KILN_NUM_THREADS or every core */
+    int repeat;                  /* bench */
+    bool check, interpret;
+} Options;
+
+typedef struct {
+    const char *name;
+    int (*run)(const Options *);
+    const char *const *usage;
+    unsigned opts;
+} Command;
+
+static int usage_error(const char *usage, const char *fmt, const char *arg) {
+    fprintf(stderr, "kiln: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n\n%s", usage);
+    return EXIT_USAGE;
+}
+
+static bool parse_u64(const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') return false;
+    *out = v;
+    return true;
+}
+
+static bool parse_count(const char *s, int lo, int hi, int *out) {
+    uint64_t v;
+    if (!parse_u64(s, &v) || v < (uint64_t)lo || v > (uint64_t)hi) return false;
+    *out = (int)v;
+    return true;
+}
+
+/* One option and its value; returns 0 or an exit status. */
+static int parse_option(const Command *c, char **argv, int argc, int *i, Options *o) {
+    const char *a = argv[*i], *u = *c->usage;
+    size_t k = 0, n = sizeof option_table / sizeof option_table[0];
+    while (k < n && strcmp(option_table[k].name, a)) k++;
+    if (k == n || !(c->opts & option_table[k].bit))
+        return usage_error(u, "unknown option '%s'", a);
+    unsigned bit = option_table[k].bit;
+    if (bit == OPT_CHECK) { o->check = true; return 0; }
+    if (bit == OPT_INTERPRET) { o->interpret = true; return 0; }
+    if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
+    const char *val = argv[++*i];
+    if (bit == OPT_INPUTS) {
+        char *eq = strchr(argv[*i], '=');
+        if (!eq || eq == argv[*i] || !eq[1])
+            return usage_error(u, "-i expects NAME=FILE.npy, got '%s'", argv[*i]);
+        if (o->nbind == MAX_BINDINGS) return usage_error(u, "%s", "too many -i options");
+        *eq = 0;
+        o->bind_name[o->nbind] = argv[*i];
+        o->bind_file[o->nbind++] = eq + 1;
+    } else if (bit == OPT_SEED) {
+        if (!parse_u64(val, &o->seed))
+            return usage_error(u, "--seed needs a non-negative integer, got '%s'", val);
+    } else if (bit == OPT_THREADS) {
+        if (!parse_count(val, 1, 1024, &o->threads))
+            return usage_error(u, "--threads needs a count from 1 to 1024, got '%s'", val);
+    } else if (bit == OPT_REPEAT) {
+        if (!parse_count(val, 1, 100000, &o->repeat))
+            return usage_error(u, "--repeat needs a count from 1 to 100000, got '%s'", val);
+    } else if (bit == OPT_OUT) {
+        o->outdir = val;
+    } else {
+        o->report = val;
+    }
+    return 0;
+}
+
+static int parse_args(const Command *c, int argc, char **argv, Options *o) {
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        int rc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(*c->usage, stdout);
+            return -1;
+        } else if (a[0] == '-' && a[1]) {
+            if ((rc = parse_option(c, argv, argc, &i, o))) return rc;
+        } else if (o->prog) {
+            return usage_error(*c->usage, "unexpected argument '%s'", a);
+        } else {
+            o->prog = a;
+        }
+    }
+    if (!o->prog) return usage_error(*c->usage, "%s", "no program given");
+    return 0;
+}
+
+/* ---- inputs and outputs ------------------------------------------------ */
+
+static void free_tensors(kiln_tensor *t, int n) {
+    for (int i = 0; t && i < n; i++) kiln_tensor_free(&t[i]);
+    kfree(t);
+}
+
+/* Generated input i: its own stream of the seed, so inputs differ. */
+static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i) {
+    kiln_status st = kiln_tensor_alloc(t);
+    if (st != KILN_OK) return st;
+    int64_t n = kiln_tensor_numel(t);
+    uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+    if (t->dtype == KILN_F32) {
+        kiln_fill_randn(t->data, n, s);
+    } else {
+        uint8_t *b = t->data;
+        for (int64_t k = 0; k < n; k++) b[k] = util_rand_uniform(s, (uint64_t)k) < 0.5f;
+    }
+    return KILN_OK;
+}
+
+static int find_binding(const Options *o, const char *name) {
+    for (int b = 0; b < o->nbind; b++)
+        if (!strcmp(o->bind_name[b], name)) return b;
+    return -1;
+}
+
+/* Bind every input: from its -i file, or generated. */
+static int load_inputs(const kiln_graph *g, const Options *o, kiln_tensor **out) {
+    int n = kiln_num_inputs(g);
+    for (int b = 0; b < o->nbind; b++) {
+        bool known = false;
+        for (int i = 0; i < n; i++) known |= !strcmp(kiln_input_name(g, i), o->bind_name[b]);
+        if (!known) {
+            fprintf(stderr, "kiln: %s: the program has no input '%s'\n", o->prog, o->bind_name[b]);
+            return EXIT_INPUT;
+        }
+    }
+    kiln_tensor *t = kcalloc((size_t)(n ? n : 1), sizeof *t);
+    if (!t) return EXIT_NOMEM;
+    for (int i = 0; i < n; i++) {
+        int b = find_binding(o, kiln_input_name(g, i));
+        char err[1024] = "";
+        kiln_status st;
+        if (b >= 0) {
+            st = kiln_npy_read(o->bind_file[b], &t[i], err, sizeof err);
+        } else {
+            t[i] = kiln_input_desc(g, i);
+            st = generate_input(&t[i], o->seed, i);
+            if (st) util_fmt(err, sizeof err, "out of memory for input '%s'", kiln_input_name(g, i));
+        }
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln: %s\n", err);
+            free_tensors(t, n);
+            return exit_for(st);
+        }
+    }
+    *out = t;
+    return 0;
+}
+
+static void print_summary(const char *name, const kiln_tensor *t) {
+    char shape[160];
+    graph_shape_str(shape, sizeof shape, t->rank, t->shape);
+    int64_t n = kiln_tensor_numel(t);
+    double sum = 0;
+    printf("%s: %s%s", name, kiln_dtype_name(t->dtype), shape);
+    for (int64_t k = 0; k < n; k++)
+        sum += t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
+    printf("  mean %.6g  [", n ? sum / (double)n : 0.0);
+    for (int64_t k = 0; k < n && k < 6; k++) {
+        double v = t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
+        printf("%s%.6g", k ? ", " : "", v);
+    }
+    printf("%s]\n", n > 6 ? ", ..." : "");
+}
+
+/* Write every output, or nothing: the directory is checked first and each
+ * file is written under a temporary name and renamed. */
+static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *outs) {
+    int n = kiln_num_outputs(g);
+    if (!o->outdir) {
+        for (int i = 0; i < n; i++) print_summary(kiln_output_name(g, i), &outs[i]);
+        return 0;
+    }
+    struct stat st;
+    if (stat(o->outdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kiln: output directory '%s' does not exist\n", o->outdir);
+        return EXIT_ENV;
+    }
+    if (access(o->outdir, W_OK) != 0) {
+        fprintf(stderr, "kiln: output directory '%s' is not writable: %s\n", o->outdir,
+                strerror(errno));
+        return EXIT_ENV;
+    }
+    for (int i = 0; i < n; i++) {
+        char path[4096], err[1024];
+        util_fmt(path, sizeof path, "%s/%s.npy", o->outdir, kiln_output_name(g, i));
+        kiln_status s = kiln_npy_write(path, &outs[i], err, sizeof err);
+        if (s != KILN_OK) {
+            fprintf(stderr, "kiln: %s\n", err);
+            return exit_for(s);
+        }
+    }
+    return 0;
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+static int load_program(const char *path, kiln_graph **out) {
+    kiln_graph *g = kiln_graph_new();
+    if (!g) {
+        fprintf(stderr, "kiln: out of memory\n");
+        return EXIT_NOMEM;
+    }
+    kiln_status st = kiln_parse_file(g, path);
+    if (st != KILN_OK) {
+        fprintf(stderr, "%s\n", kiln_error(g));
+        kiln_graph_free(g);
+        return exit_for(st);
+    }
+    *out = g;
+    return 0;
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* What --check found: the worst element over all outputs. */
+typedef struct {
+    bool done, passed;
+    double max_abs, worst_excess;
+    int worst_output;
+    int64_t worst_index;
+    float got, want;
+} Check;
+
+static float element(const kiln_tensor *t, int64_t k) {
+    return t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
+}
+
+/* Compare fused outputs with the interpreter's, with the per-class
+ * tolerance of the program (bool outputs must match exactly). */
+static void compare(const kiln_graph *g, const RtTolerance *tol, const kiln_tensor *got,
+                    const kiln_tensor *want, Check *c) {
+    *c = (Check){.done = true, .passed = true, .worst_output = -1};
+    for (int i = 0; i < kiln_num_outputs(g); i++) {
+        RtTolerance t = got[i].dtype == KILN_BOOL ? (RtTolerance){0, 0, 1} : *tol;
+        for (int64_t k = 0; k < kiln_tensor_numel(&got[i]); k++) {
+            float a = element(&got[i], k), b = element(&want[i], k);
+            double ex = rt_excess(a, b, t);
+            if (isfinite(a) && isfinite(b) && fabs((double)a - b) > c->max_abs)
+                c->max_abs = fabs((double)a - b);
+            if (ex > 1 || c->worst_output < 0 || ex > c->worst_excess) {
+                if (ex > 1) c->passed = false;
+                if (c->worst_output >= 0 && ex <= c->worst_excess) continue;
+                c->worst_excess = ex;
+                c->worst_output = i;
+                c->worst_index = k;
+                c->got = a;
+                c->want = b;
+            }
+        }
+    }
+}
+
+/* The run's extra JSON report members. */
+typedef struct {
+    const Check *check;
+    const RtStats *stats;
+    double fused_ms;
+    int threads;
+} RunReport;
+
+static void run_report_fn(FILE *f, void *ud) {
+    const RunReport *r = ud;
+    if (r->check && r->check->done)
+        fprintf(f, ",\n \"check\": {\"passed\": %s, \"max_abs_error\": %.9g}",
+                r->check->passed ? "true" : "false", r->check->max_abs);
+    if (r->stats)
+        fprintf(f, ",\n \"compile_ms\": %.3f, \"cache_hit\": %s, \"fused_ms\": %.3f, "
+                   "\"threads\": %d", r->stats->compile_ms, r->stats->cache_hit ? "true" : "false",
+                r->fused_ms, r->threads);
+}
+
+typedef struct {
+    const Schedule *sched;
+    ReportHooks hooks;
+} JsonArgs;
+
+static void json_fn(FILE *f, void *ud) {
+    JsonArgs *a = ud;
+    report_json(f, a->sched, a->hooks.fn ? &a->hooks : NULL);
+    fputc('\n', f);
+}
+
+static int write_file_atomic(const char *path, void (*fn)(FILE *, void *), void *ud);
+
+/* Run the interpreter into ref[] and compare; prints the verdict. */
+static int check_against_interpreter(kiln_graph *g, kiln_program *p, const kiln_tensor *in,
+                                     const kiln_tensor *out, Check *c) {
+    int nout = kiln_num_outputs(g);
+    kiln_tensor *ref = kcalloc((size_t)(nout ? nout : 1), sizeof *ref);
+    if (!ref) return EXIT_NOMEM;
+    kiln_status st = kiln_interpret(g, in, ref);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln: interpreter: %s\n", kiln_error(g));
+        free_tensors(ref, nout);
+        return exit_for(st);
+    }
+    RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(p)));
+    compare(g, &tol, out, ref, c);
+    free_tensors(ref, nout);
+    if (c->passed) {
+        fprintf(stderr, "check: passed (%d outputs match the interpreter; max abs error %.3g)\n",
+                nout, c->max_abs);
+        return 0;
+    }
+    fprintf(stderr,
+            "check: FAILED: output '%s' element %lld is %.9g, the interpreter says %.9g "
+            "(tolerance %.3g + %.3g*|want|)\n",
+            kiln_output_name(g, c->worst_output), (long long)c->worst_index, c->got, c->want,
+            tol.atol, tol.rtol);
+    return EXIT_CHECK;
+}
+
+static int compile_program(kiln_graph *g, const Options *o, kiln_program **p) {
+    kiln_status st = kiln_compile(g, o->threads, p);
+    if (st == KILN_OK) return 0;
+    fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(g));
+    return exit_for(st);
+}
+
+/* The fused run: compile, run, maybe check and report. */
+static int run_fused(kiln_graph *g, const Options *o, const kiln_tensor *in, kiln_tensor *out) {
+    kiln_program *p = NULL;
+    int rc = compile_program(g, o, &p);
+    if (rc) return rc;
+    double t0 = now_ms();
+    kiln_status st = kiln_program_run(p, in, out);
+    RunReport rr = {NULL, rt_stats(kiln_program_rt(p)), now_ms() - t0, ext_get_threads()};
+    Check c = {0};
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_program_error(p));
+        rc = exit_for(st);
+    } else if (o->check) {
+        rc = check_against_interpreter(g, p, in, out, &c);
+        rr.check = &c;
+    }
+    if (o->report && (!rc || rc == EXIT_CHECK)) {
+        JsonArgs a = {rt_schedule(kiln_program_rt(p)), {run_report_fn, &rr}};
+        int wrc = write_file_atomic(o->report, json_fn, &a);
+        if (!rc) rc = wrc;
+    }
+    kiln_program_free(p);
+    return rc;
+}
+
+static int cmd_run(const Options *o) {
+    kiln_graph *g = NULL;
+    int rc = load_program(o->prog, &g);
+    if (rc) return rc;
+    kiln_tensor *in = NULL, *out = NULL;
+    int nout = kiln_num_outputs(g);
+    if ((rc = load_inputs(g, o, &in))) goto done;
+    out = kcalloc((size_t)(nout ? nout : 1), sizeof *out);
+    if (!out) { rc = EXIT_NOMEM; goto done; }
+    if (o->interpret && (o->check || o->report)) {
+        rc = usage_error(usage_run, "%s", "--interpret runs no compiled code to check or report");
+        goto done;
+    }
+    if (o->interpret) {
+        kiln_status st = kiln_interpret(g, in, out);
+        if (st != KILN_OK) fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(g));
+        rc = exit_for(st);
+    } else {
+        rc = run_fused(g, o, in, out);
+    }
+    if (!rc) rc = write_outputs(g, o, out);
+done:
+    free_tensors(in, kiln_num_inputs(g));
+    free_tensors(out, nout);
+    kiln_graph_free(g);
+    return rc;
+}
+
+static int cmd_code(const Options *o) {
+    kiln_graph *g = NULL;
+    int rc = load_program(o->prog, &g);
+    if (rc) return rc;
+    kiln_program *p = NULL;
+    if (!(rc = compile_program(g, o, &p))) fputs(kiln_program_source(p), stdout);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median wall time of `repeat` calls of fn after one warm-up call. */
+typedef kiln_status (*RunFn)(void *ud);
+static kiln_status time_median(RunFn fn, void *ud, int repeat, double *ms) {
+    double t[64];
+    if (repeat > 64) repeat = 64;
+    kiln_status st = fn(ud);
+    for (int r = 0; r < repeat && st == KILN_OK; r++) {
+        double t0 = now_ms();
+        st = fn(ud);
+        t[r] = now_ms() - t0;
+    }
+    qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
+    *ms = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
+    return st;
+}
+
+typedef struct {
+    kiln_graph *g;
+    kiln_program *p;
+    const kiln_tensor *in;
+    kiln_tensor *out;
+    int nout;
+} BenchRun;
+
+static kiln_status bench_interp(void *ud) {
+    BenchRun *b = ud;
+    for (int i = 0; i < b->nout; i++) kiln_tensor_free(&b->out[i]);
+    return kiln_interpret(b->g, b->in, b->out);
+}
+
+static kiln_status bench_fused(void *ud) {
+    BenchRun *b = ud;
+    for (int i = 0; i < b->nout; i++) kiln_tensor_free(&b->out[i]);
+    return kiln_program_run(b->p, b->in, b->out);
+}
+
+typedef struct {
+    double unfused_ms, fused_ms, compile_ms;
+    int64_t bytes_unfused, bytes_fused;
+    int threads;
+} BenchReport;
+
+static void bench_report_fn(FILE *f, void *ud) {
+    const BenchReport *r = ud;
+    fprintf(f, ",\n \"fused_ms\": %.4f, \"unfused_ms\": %.4f, \"compile_ms\": %.3f, "
+               "\"bytes_fused\": %lld, \"bytes_unfused\": %lld, \"threads\": %d",
+            r->fused_ms, r->unfused_ms, r->compile_ms, (long long)r->bytes_fused,
+            (long long)r->bytes_unfused, r->threads);
+}
+
+static void print_bench(const Options *o, const BenchReport *r, int repeat, bool hit) {
+    printf("program: %s\nthreads: %d, median of %d runs after a warm-up\n", o->prog, r->threads,
+           repeat);
+    printf("compile: %.1f ms%s\n\n", r->compile_ms, hit ? " (cache hit: no compiler ran)" : "");
+    printf("%-10s %12s %14s %10s\n", "", "time (ms)", "bytes moved", "GB/s");
+    printf("%-10s %12.3f %14lld %10.2f\n", "unfused", r->unfused_ms, (long long)r->bytes_unfused,
+           (double)r->bytes_unfused / (r->unfused_ms * 1e6));
+    printf("%-10s %12.3f %14lld %10.2f\n", "fused", r->fused_ms, (long long)r->bytes_fused,
+           (double)r->bytes_fused / (r->fused_ms * 1e6));
+    printf("\nspeedup: %.2fx   traffic: %.2fx less\n", r->unfused_ms / r->fused_ms,
+           r->bytes_fused ? (double)r->bytes_unfused / (double)r->bytes_fused : 0.0);
+}
+
+static int cmd_bench(const Options *o) {
+    kiln_graph *g = NULL;
+    int rc = load_program(o->prog, &g);
+    if (rc) return rc;
+    int nout = kiln_num_outputs(g), repeat = o->repeat ? o->repeat : 10;
+    BenchRun b = {g, NULL, NULL, kcalloc((size_t)(nout ? nout : 1), sizeof(kiln_tensor)), nout};
+    kiln_tensor *in = NULL;
+    if (!b.out) { rc = EXIT_NOMEM; goto done; }
+    if ((rc = load_inputs(g, o, &in)) || (rc = compile_program(g, o, &b.p))) goto done;
+    b.in = in;
+    const RtStats *st = rt_stats(kiln_program_rt(b.p));
+    const Schedule *s = rt_schedule(kiln_program_rt(b.p));
+    BenchReport r = {0, 0, st->compile_ms, s->unfused_bytes, s->fused_bytes, ext_get_threads()};
+    kiln_status ks = time_median(bench_fused, &b, repeat, &r.fused_ms);
+    if (ks == KILN_OK) ks = time_median(bench_interp, &b, repeat, &r.unfused_ms);
+    if (ks != KILN_OK) {
+        fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(g));
+        rc = exit_for(ks);
+        goto done;
+    }
+    print_bench(o, &r, repeat, st->cache_hit);
+    if (o->report) {
+        JsonArgs a = {s, {bench_report_fn, &r}};
+        rc = write_file_atomic(o->report, json_fn, &a);
+    }
+done:
+    free_tensors(in, kiln_num_inputs(g));
+    free_tensors(b.out, nout);
+    kiln_program_free(b.p);
+    kiln_graph_free(g);
+    return rc;
+}
+
+/* Parse, decompose, lower and schedule: what explain and dot show. */
+static int load_plan(const char *path, kiln_graph **g, Plan **plan) {
+    int rc = load_program(path, g);
+    if (rc) return rc;
+    char err[1024];
+    KilnConfig cfg = kiln_config_default();
+    kiln_status st = plan_build(*g, &cfg, plan, err, sizeof err);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln: %s: %s\n", path, err);
+        kiln_graph_free(*g);
+        return exit_for(st);
+    }
+    return 0;
+}
+
+/* Write a file under a temporary name and rename it into place, so a
+ * failure leaves nothing behind. fn writes the contents. */
+static int write_file_atomic(const char *path, void (*fn)(FILE *, void *), void *ud) {
+    char tmp[4200];
+    util_fmt(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        fprintf(stderr, "kiln: cannot write %s: %s\n", path, strerror(errno));
+        return EXIT_ENV;
+    }
+    fn(f, ud);
+    bool ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    if (!ok || rename(tmp, path) != 0) {
+        fprintf(stderr, "kiln: cannot write %s: %s\n", path, strerror(errno));
+        remove(tmp);
+        return EXIT_ENV;
+    }
+    return 0;
+}
+
+static void dot_fn(FILE *f, void *ud) { report_dot(f, ud); }
+
+static int cmd_explain(const Options *o) {
+    kiln_graph *g = NULL;
+    Plan *plan = NULL;
+    int rc = load_plan(o->prog, &g, &plan);
+    if (rc) return rc;
+    report_explain(stdout, plan->sched);
+    JsonArgs a = {plan->sched, {NULL, NULL}};
+    if (o->report) rc = write_file_atomic(o->report, json_fn, &a);
+    plan_free(plan);
+    kiln_graph_free(g);
+    return rc;
+}
+
+static bool ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && !strcmp(s + n - m, suffix);
+}
+
+/* Render a .dot file with Graphviz into path (format from its suffix). */
+static int render_dot(const char *dotfile, const char *path) {
+    const char *fmt = ends_with(path, ".svg") ? "svg" : "png";
+    if (system("command -v dot >/dev/null 2>&1") != 0) {
+        fprintf(stderr, "kiln: rendering %s needs Graphviz's dot: apt-get install -y graphviz\n",
+                path);
+        return EXIT_ENV;
+    }
+    char tmp[4200], cmd[9000];
+    util_fmt(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    util_fmt(cmd, sizeof cmd, "dot -T%s -o '%s' '%s'", fmt, tmp, dotfile);
+    if (strchr(path, '\'') || system(cmd) != 0 || rename(tmp, path) != 0) {
+        fprintf(stderr, "kiln: dot could not render %s\n", path);
+        remove(tmp);
+        return EXIT_ENV;
+    }
+    return 0;
+}
+
+static int cmd_dot(const Options *o) {
+    kiln_graph *g = NULL;
+    Plan *plan = NULL;
+    int rc = load_plan(o->prog, &g, &plan);
+    if (rc) return rc;
+    const char *out = o->outdir;
+    if (!out) {
+        report_dot(stdout, plan->sched);
+    } else if (ends_with(out, ".svg") || ends_with(out, ".png")) {
+        char dotfile[4200];
+        util_fmt(dotfile, sizeof dotfile, "%s.dot.tmp.%d", out, (int)getpid());
+        rc = write_file_atomic(dotfile, dot_fn, plan->sched);
+        if (!rc) rc = render_dot(dotfile, out);
+        remove(dotfile);
+    } else {
+        rc = write_file_atomic(out, dot_fn, plan->sched);
+    }
+    plan_free(plan);
+    kiln_graph_free(g);
+    return rc;
+}
+
+static const Command commands[] = {
+    {"run", cmd_run, &usage_run,
+     OPT_INPUTS | OPT_SEED | OPT_OUT | OPT_THREADS | OPT_CHECK | OPT_INTERPRET | OPT_REPORT},
+    {"code", cmd_code, &usage_code, 0},
+    {"bench", cmd_bench, &usage_bench,
+     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT},
+    {"explain", cmd_explain, &usage_explain, OPT_REPORT},
+    {"dot", cmd_dot, &usage_dot, OPT_OUT},
+};
+
+static const Command *find_command(const char *name) {
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(commands[i].name, name)) return &commands[i];
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_main, stderr);
+        return EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        if (argc > 2 && find_command(argv[2])) {
+            fputs(*find_command(argv[2])->usage, stdout);
+            return 0;
+        }
+        if (argc > 2) return usage_error(usage_main, "unknown command '%s'", argv[2]);
+        fputs(usage_main, stdout);
+        return 0;
+    }
+    const Command *c = find_command(cmd);
+    if (!c) return usage_error(usage_main, "unknown command '%s'", cmd);
+    Options o;
+    int rc = parse_args(c, argc - 2, argv + 2, &o);
+    if (rc) return rc < 0 ? 0 : rc;
+    return c->run(&o);
+}

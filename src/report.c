@@ -1,0 +1,375 @@
+/*
+ * report.c -- what the compiler decided, for people and for tools.
+ *
+ * `kiln explain` prints report_explain: the loop IR after inlining (with the
+ * reason each value was materialized or recomputed), the scheduler nodes,
+ * every fusion round as KILN_LOGS=fusion logs it (candidates, rejections with
+ * their reasons, fusions), the final kernels with their loop nests, the call
+ * sequence, memory traffic unfused vs fused and the planned peak memory.
+ * report_json writes the same facts in the schema of DESIGN.md; report_dot
+ * draws the decomposed graph with each op coloured by the kernel it landed
+ * in. The file also holds the configuration defaults, the KILN_LOGS switch
+ * and the Plan helper that runs decompose, lower and schedule in one call.
+ */
+#include "loop.h"
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ===== configuration and logs ========================================================== */
+
+KilnConfig kiln_config_default(void) {
+    KilnConfig c;
+    memset(&c, 0, sizeof c);
+    c.max_inline_users = 4;
+    c.max_inline_ops = 32;
+    c.max_fusion_size = 64;
+    c.max_rounds = 10;
+    c.vector_registers = 32;
+    c.proximity_window = 64;
+    c.peak_memory_slack = 0.0;
+    c.extern_epilogue = false;
+    c.logs = loop_logs_from_env();
+    c.log = NULL;
+    return c;
+}
+
+unsigned loop_logs_from_env(void) {
+    static const struct { const char *name; unsigned bit; } topics[] = {
+        {"fusion", LOG_FUSION}, {"schedule", LOG_SCHEDULE}, {"inline", LOG_INLINE},
+        {"loop_ir", LOG_LOOP_IR}, {"all", ~0u},
+    };
+    const char *env = getenv("KILN_LOGS");
+    unsigned bits = 0;
+    while (env && *env) {
+        size_t n = strcspn(env, ",");
+        for (size_t i = 0; i < sizeof topics / sizeof *topics; i++)
+            if (strlen(topics[i].name) == n && !strncmp(env, topics[i].name, n)) bits |= topics[i].bit;
+        env += n + (env[n] == ',');
+    }
+    return bits;
+}
+
+void loop_log(const KilnConfig *cfg, unsigned topic, const char *fmt, ...) {
+    if (!cfg || !(cfg->logs & topic)) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(cfg->log ? cfg->log : stderr, fmt, ap);
+    va_end(ap);
+}
+
+/* ===== the plan ============================================================================ */
+
+kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *err,
+                       size_t errlen) {
+    *out = NULL;
+    Plan *p = kcalloc(1, sizeof *p);
+    if (!p || !(p->dec = kiln_graph_new())) {
+        kfree(p);
+        if (errlen) snprintf(err, errlen, "out of memory");
+        return KILN_ERR_NOMEM;
+    }
+    kiln_status st = dec_run(g, p->dec);
+    if (st != KILN_OK && errlen) snprintf(err, errlen, "%s", kiln_error(p->dec));
+    if (st == KILN_OK) st = lower_run(p->dec, cfg, &p->prog, err, errlen);
+    if (st == KILN_OK) st = sched_run(p->prog, cfg, &p->sched, err, errlen);
+    if (st != KILN_OK) {
+        plan_free(p);
+        return st;
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+void plan_free(Plan *p) {
+    if (!p) return;
+    sched_free(p->sched);
+    lower_free(p->prog);
+    if (p->dec) kiln_graph_free(p->dec);
+    kfree(p);
+}
+
+void sched_summary(const Schedule *s, PlanSummary *o) {
+    memset(o, 0, sizeof *o);
+    o->nodes_before = s->nnodes;
+    o->nodes_after = s->nkernels;
+    o->nrounds = s->nrounds;
+    o->nkernels = s->nkernels;
+    o->ncalls = s->nkernels;
+    for (int i = 0; i < s->nkernels; i++) o->nextern += s->kernels[i].kind == KK_EXTERN;
+    o->unfused_bytes = s->unfused_bytes;
+    o->fused_bytes = s->fused_bytes;
+    o->peak_memory_bytes = s->peak_bytes;
+}
+
+/* ===== loop nests ======================================================================= */
+
+static void pad(FILE *f, const char *indent, int depth) {
+    fputs(indent, f);
+    for (int i = 0; i < depth; i++) fputs("  ", f);
+}
+
+static void print_loop(FILE *f, const char *indent, int depth, int var, int64_t size) {
+    pad(f, indent, depth);
+    fprintf(f, "for v%d in 0..%lld:\n", var, (long long)size);
+}
+
+/* One member: `buf1[index] = expr` (a reduction accumulates: rop(acc, expr)). */
+static void print_member(FILE *f, const Schedule *s, const Kernel *k, int i, const char *indent,
+                         int depth) {
+    const SNode *n = &s->nodes[k->members[i]];
+    const Buffer *b = s->prog->bufs[n->buf];
+    Pool tmp = {{0}, NULL};
+    Str e;
+    str_init(&e, &tmp);
+    const char *ix = n->deps[n->ndeps - 1].ix;
+    if (b->body == BODY_REDUCTION) {
+        str_putf(&e, "%s[%s] = %s(%s[%s], ", b->name, ix, rop_name[b->rop], b->name, ix);
+        ex_print(&e, s->prog, b->expr);
+        str_putf(&e, ")");
+    } else if (b->body == BODY_RAND) {
+        str_putf(&e, "%s[%s] = rand(seed=%llu, %s)", b->name, ix, (unsigned long long)b->seed, ix);
+    } else {
+        str_putf(&e, "%s[%s] = ", b->name, ix);
+        ex_print(&e, s->prog, b->expr);
+    }
+    pad(f, indent, depth);
+    fprintf(f, "%s    # %s\n", str_get(&e), store_name[k->store[i]]);
+    pool_free(&tmp);
+}
+
+static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char *indent) {
+    const Buffer *b = s->prog->bufs[s->nodes[k->members[0]].buf];
+    pad(f, indent, 0);
+    fprintf(f, "%s = %s(", b->name, k->kernel);
+    for (int i = 0; i < b->nopnds; i++) {
+        const BufView *v = &b->opnd[i];
+        fprintf(f, "%s%s[strides", i ? ", " : "", s->prog->bufs[v->buf]->name);
+        for (int d = 0; d < v->rank; d++) fprintf(f, " %lld", (long long)v->stride[d]);
+        fprintf(f, "]");
+    }
+    fprintf(f, ")\n");
+}
+
+void report_loop_nest(FILE *f, const Schedule *s, const Kernel *k, const char *indent) {
+    if (k->kind == KK_EXTERN) { print_extern(f, s, k, indent); return; }
+    for (int d = 0; d < k->np; d++) print_loop(f, indent, d, d, k->P[d]);
+    for (int st = 0; st < k->nstages; st++) {
+        int depth = k->np;
+        if (k->kind == KK_REDUCTION && k->stage_kind[st] == STAGE_INNER) {
+            pad(f, indent, depth);
+            fprintf(f, "# stage %d: inner loop\n", st);
+            for (int r = 0; r < k->nr; r++) print_loop(f, indent, depth++, k->np + r, k->R[r]);
+        } else if (k->kind == KK_REDUCTION) {
+            pad(f, indent, depth);
+            fprintf(f, "# stage %d: per row\n", st);
+        }
+        for (int i = 0; i < k->n; i++)
+            if (k->stage[i] == st) print_member(f, s, k, i, indent, depth);
+    }
+}
+
+/* ===== explain ============================================================================ */
+
+static void print_decisions(FILE *f, const LoopProgram *p) {
+    for (int i = 0; i < p->ndec; i++) {
+        const InlineDecision *d = &p->dec[i];
+        const Node *n = graph_node(p->g, d->node);
+        if (d->buf >= 0)
+            fprintf(f, "  %%%d %s -> %s: %s\n", d->node, op_info[n->op].name, p->bufs[d->buf]->name,
+                    d->reason);
+        else
+            fprintf(f, "  %%%d %s inlined: %s\n", d->node, op_info[n->op].name, d->reason);
+    }
+}
+
+static void print_kernel(FILE *f, const Schedule *s, int i) {
+    const Kernel *k = &s->kernels[i];
+    fprintf(f, "kernel %d: %s  (%s; nodes %s; group (%lld, %lld); %d loop nest%s",
+            i, k->kernel, kernel_kind_name[k->kind], k->name, (long long)k->numel,
+            (long long)k->rnumel, k->loop_nests, k->loop_nests == 1 ? "" : "s");
+    if (k->kind == KK_REDUCTION) fprintf(f, "; %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
+    if (k->kind != KK_EXTERN) fprintf(f, "; ~%d live vector values", k->regs);
+    fprintf(f, ")\n  origins: [");
+    for (int j = 0; j < k->norigins; j++) fprintf(f, "%s%s", j ? ", " : "", k->origins[j]);
+    fprintf(f, "]\n  traffic: loads %lld bytes, stores %lld bytes\n", (long long)k->load_bytes,
+            (long long)k->store_bytes);
+    report_loop_nest(f, s, k, "    ");
+}
+
+static void print_traffic(FILE *f, const Schedule *s) {
+    fprintf(f, "== memory traffic\n");
+    fprintf(f, "  unfused (each op reads its operands, writes its result): %lld bytes\n",
+            (long long)s->unfused_bytes);
+    fprintf(f, "  fused (each kernel loads its inputs, stores its outputs): %lld bytes\n",
+            (long long)s->fused_bytes);
+    if (s->fused_bytes > 0)
+        fprintf(f, "  ratio: %.2fx less traffic\n", (double)s->unfused_bytes / (double)s->fused_bytes);
+    fprintf(f, "== peak memory (planned, buffers reused after their last use): %lld bytes\n",
+            (long long)s->peak_bytes);
+}
+
+void report_explain(FILE *f, const Schedule *s) {
+    const LoopProgram *p = s->prog;
+    fprintf(f, "== loop IR after inlining (%d buffers, %d computed)\n", p->nbufs, p->ncomputed);
+    lower_print(f, p);
+    fprintf(f, "== inlining decisions\n");
+    print_decisions(f, p);
+    fprintf(f, "== scheduler nodes before fusion: %d\n", s->nnodes);
+    sched_print_nodes(f, s);
+    fprintf(f, "== fusion\n");
+    for (int i = 0; i < s->nevents; i++) sched_print_event(f, s, &s->events[i]);
+    fprintf(f, "== kernels: %d\n", s->nkernels);
+    for (int i = 0; i < s->nkernels; i++) print_kernel(f, s, i);
+    fprintf(f, "== call sequence: [");
+    for (int i = 0; i < s->nkernels; i++) fprintf(f, "%s'%s'", i ? ", " : "", s->kernels[i].kernel);
+    fprintf(f, "]\n");
+    print_traffic(f, s);
+}
+
+/* ===== JSON ================================================================================ */
+
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
+    fprintf(f, "{\"name\": ");
+    json_str(f, k->kernel);
+    fprintf(f, ", \"kind\": \"%s\", \"origins\": [", kernel_kind_name[k->kind]);
+    for (int j = 0; j < k->norigins; j++) {
+        if (j) fprintf(f, ", ");
+        json_str(f, k->origins[j]);
+    }
+    fprintf(f, "], \"loop_nests\": %d, \"nodes\": [", k->loop_nests);
+    for (int j = 0; j < k->n; j++) {
+        if (j) fprintf(f, ", ");
+        json_str(f, s->nodes[k->members[j]].name);
+    }
+    fprintf(f, "], \"group\": [%lld, %lld], \"stages\": %d, \"registers\": %d, "
+               "\"load_bytes\": %lld, \"store_bytes\": %lld}",
+            (long long)k->numel, (long long)k->rnumel, k->nstages, k->regs,
+            (long long)k->load_bytes, (long long)k->store_bytes);
+}
+
+static void json_rounds(FILE *f, const Schedule *s) {
+    fprintf(f, "\"rounds\": [");
+    for (int i = 0; i < s->nrounds; i++) {
+        const Round *r = &s->rounds[i];
+        fprintf(f, "%s{\"possible\": %d, \"fused\": [", i ? ", " : "", r->possible);
+        for (int j = 0; j < r->nfused; j++) {
+            fprintf(f, "%s[", j ? ", " : "");
+            json_str(f, r->fused_a[j]);
+            fprintf(f, ", ");
+            json_str(f, r->fused_b[j]);
+            fprintf(f, "]");
+        }
+        fprintf(f, "], \"nodes_before\": %d, \"nodes_after\": %d}", r->nodes_before, r->nodes_after);
+    }
+    fprintf(f, "]");
+}
+
+static void json_rejected(FILE *f, const Schedule *s) {
+    fprintf(f, "\"rejected\": [");
+    for (int i = 0; i < s->nrejected; i++) {
+        const Rejection *r = &s->rejected[i];
+        fprintf(f, "%s{\"node1\": ", i ? ", " : "");
+        json_str(f, r->node1);
+        fprintf(f, ", \"node2\": ");
+        json_str(f, r->node2);
+        fprintf(f, ", \"reason\": ");
+        json_str(f, r->reason);
+        fprintf(f, ", \"round\": %d}", r->round);
+    }
+    fprintf(f, "]");
+}
+
+void report_json(FILE *f, const Schedule *s, const ReportHooks *hooks) {
+    fprintf(f, "{\"kernels\": [");
+    for (int i = 0; i < s->nkernels; i++) {
+        fprintf(f, i ? ",\n  " : "\n  ");
+        json_kernel(f, s, &s->kernels[i]);
+    }
+    fprintf(f, "],\n \"calls\": [");
+    for (int i = 0; i < s->nkernels; i++) {
+        if (i) fprintf(f, ", ");
+        json_str(f, s->kernels[i].kernel);
+    }
+    fprintf(f, "],\n \"fusion\": {\"nodes_before\": %d, \"nodes_after\": %d, ", s->nnodes,
+            s->nkernels);
+    json_rounds(f, s);
+    fprintf(f, ",\n   ");
+    json_rejected(f, s);
+    fprintf(f, "},\n \"traffic\": {\"unfused_bytes\": %lld, \"fused_bytes\": %lld},\n"
+               " \"peak_memory_bytes\": %lld",
+            (long long)s->unfused_bytes, (long long)s->fused_bytes, (long long)s->peak_bytes);
+    if (hooks && hooks->fn) hooks->fn(f, hooks->ud);
+    fprintf(f, "}\n");
+}
+
+/* ===== Graphviz ============================================================================ */
+
+static const char *const palette[] = {
+    "#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462",
+    "#b3de69", "#fccde5", "#bc80bd", "#ccebc5", "#ffed6f", "#d9d9d9",
+};
+
+/* The kernels (by call index) whose buffers compute graph node id. */
+static int kernels_of(const Schedule *s, int id, int *out, int max) {
+    int n = 0;
+    for (int k = 0; k < s->nkernels && n < max; k++)
+        for (int i = 0; i < s->kernels[k].n; i++) {
+            const Buffer *b = s->prog->bufs[s->nodes[s->kernels[k].members[i]].buf];
+            bool hit = false;
+            for (int c = 0; c < b->ncover && !hit; c++) hit = b->cover[c] == id;
+            if (hit) { out[n++] = k; break; }
+        }
+    return n;
+}
+
+static void dot_node(FILE *f, const Schedule *s, int id) {
+    const Node *n = graph_node(s->g, id);
+    OpKind kind = op_info[n->op].kind;
+    if (n->op == OP_CONST) {
+        fprintf(f, "  n%d [label=\"%g\", shape=plaintext];\n", id, n->f[0]);
+        return;
+    }
+    if (kind == KIND_SOURCE) {
+        fprintf(f, "  n%d [label=\"%s\\n%s\", fillcolor=\"#eeeeee\"];\n", id, n->name ? n->name : "?",
+                op_info[n->op].name);
+        return;
+    }
+    int ks[8], nk = kernels_of(s, id, ks, 8);
+    fprintf(f, "  n%d [label=\"%%%d %s", id, id, op_info[n->op].name);
+    if (n->origin && strcmp(n->origin, op_info[n->op].name)) fprintf(f, " (%s)", n->origin);
+    for (int i = 0; i < nk; i++) fprintf(f, "\\n%s", s->kernels[ks[i]].kernel);
+    if (nk) fprintf(f, "\", fillcolor=\"%s\"", palette[ks[0] % 12]);
+    else fprintf(f, "\", style=dashed");
+    fprintf(f, "];\n");
+}
+
+void report_dot(FILE *f, const Schedule *s) {
+    const Graph *g = s->g;
+    fprintf(f, "digraph kiln {\n  rankdir=TB;\n"
+               "  node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\"];\n");
+    for (int i = 0; i < g->n; i++) {
+        if (!s->prog->live[i]) continue;
+        dot_node(f, s, i);
+        const Node *n = graph_node(g, i);
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j] >= 0) fprintf(f, "  n%d -> n%d;\n", n->in[j], i);
+    }
+    for (int i = 0; i < g->noutputs; i++) {
+        fprintf(f, "  out%d [label=", i);
+        json_str(f, g->outnames[i]);
+        fprintf(f, ", shape=ellipse, fillcolor=white];\n  n%d -> out%d;\n", g->outputs[i], i);
+    }
+    fprintf(f, "}\n");
+}

@@ -1,0 +1,227 @@
+/*
+ * util.c -- the small things every module needs: the op table, the one
+ * allocation hook, arenas, tensors, and the counter-based random generator.
+ *
+ * Allocation: every byte kiln allocates goes through `hook` (Lua-style
+ * alloc(ud, ptr, old, new)), so an embedder can account for memory and a test
+ * can make the n-th allocation fail. kmalloc keeps the block size in a small
+ * header so kfree needs no size from its caller.
+ *
+ * Randomness: Philox-4x32-10 (Salmon et al., "Parallel random numbers: as
+ * easy as 1, 2, 3", SC'11) maps (seed, counter) to four random words with no
+ * state, so element i of a random tensor is a function of the seed and i
+ * alone: results never depend on evaluation order or thread count, and the
+ * interpreter and generated kernels agree bit for bit.
+ */
+#include "kiln_int.h"
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the op table ---------------------------------------------------- */
+
+const OpInfo op_info[OP_COUNT] = {
+#define X(e, name, kind, arity, cform) {name, kind, arity, cform},
+#include "ops.def"
+#undef X
+};
+
+int op_lookup(const char *name) {
+    for (int i = 0; i < OP_COUNT; i++)
+        if (strcmp(op_info[i].name, name) == 0) return i;
+    return -1;
+}
+
+/* ---- allocation ------------------------------------------------------ */
+
+static void *default_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    (void)ud; (void)old;
+    if (n == 0) { free(ptr); return NULL; }
+    return realloc(ptr, n);
+}
+
+static kiln_alloc_fn hook = default_alloc;
+static void *hook_ud;
+
+void kiln_set_allocator(kiln_alloc_fn fn, void *ud) {
+    hook = fn ? fn : default_alloc;
+    hook_ud = fn ? ud : NULL;
+}
+
+/* The header keeps the user size; 16 bytes keep the block 16-aligned. */
+#define HDR 16
+
+void *krealloc(void *p, size_t n) {
+    if (n > SIZE_MAX - HDR) return NULL;
+    char *base = p ? (char *)p - HDR : NULL;
+    size_t old = p ? *(size_t *)base + HDR : 0;
+    char *nb = hook(hook_ud, base, old, n + HDR);
+    if (!nb) return NULL;
+    *(size_t *)nb = n;
+    return nb + HDR;
+}
+
+void *kmalloc(size_t n) { return krealloc(NULL, n); }
+
+void *kcalloc(size_t n, size_t size) {
+    if (size && n > SIZE_MAX / size) return NULL;
+    void *p = kmalloc(n * size);
+    if (p) memset(p, 0, n * size);
+    return p;
+}
+
+void kfree(void *p) {
+    if (!p) return;
+    char *base = (char *)p - HDR;
+    hook(hook_ud, base, *(size_t *)base + HDR, 0);
+}
+
+char *kstrdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = kmalloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+/* ---- arenas ----------------------------------------------------------- */
+
+struct ArenaChunk {
+    ArenaChunk *next;
+    size_t used, cap;
+    _Alignas(16) unsigned char data[];
+};
+
+void *arena_alloc(Arena *a, size_t n) {
+    n = (n + 15) & ~(size_t)15;
+    ArenaChunk *c = a->head;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > 16384 ? n : 16384;
+        c = kmalloc(sizeof(ArenaChunk) + cap);
+        if (!c) return NULL;
+        c->used = 0;
+        c->cap = cap;
+        c->next = a->head;
+        a->head = c;
+    }
+    void *p = c->data + c->used;
+    c->used += n;
+    memset(p, 0, n);
+    return p;
+}
+
+char *arena_strdup(Arena *a, const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = arena_alloc(a, n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+void arena_free(Arena *a) {
+    for (ArenaChunk *c = a->head, *next; c; c = next) {
+        next = c->next;
+        kfree(c);
+    }
+    a->head = NULL;
+}
+
+void util_fmt(char *buf, size_t len, const char *fmt, ...) {
+    if (!len) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, len, fmt, ap);
+    va_end(ap);
+}
+
+int64_t util_numel(int rank, const int64_t *shape) {
+    int64_t n = 1;
+    for (int i = 0; i < rank; i++) {
+        if (shape[i] < 0) return -1;
+        if (shape[i] && n > INT64_MAX / shape[i]) return -1;
+        n *= shape[i];
+    }
+    return n;
+}
+
+/* ---- tensors ----------------------------------------------------------- */
+
+size_t kiln_dtype_size(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_F32: case KILN_I32: return 4;
+    case KILN_F64: case KILN_I64: return 8;
+    case KILN_BOOL: return 1;
+    }
+    return 0;
+}
+
+const char *kiln_dtype_name(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_F32: return "f32";
+    case KILN_F64: return "f64";
+    case KILN_I32: return "i32";
+    case KILN_I64: return "i64";
+    case KILN_BOOL: return "bool";
+    }
+    return "?";
+}
+
+int64_t kiln_tensor_numel(const kiln_tensor *t) { return util_numel(t->rank, t->shape); }
+
+kiln_status kiln_tensor_alloc(kiln_tensor *t) {
+    int64_t n = kiln_tensor_numel(t);
+    size_t es = kiln_dtype_size(t->dtype);
+    t->data = NULL;
+    if (n < 0 || (uint64_t)n > SIZE_MAX / 2 / (es ? es : 1)) return KILN_ERR_NOMEM;
+    size_t bytes = (size_t)n * es;
+    t->data = kmalloc(bytes ? bytes : 1);
+    return t->data ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+void kiln_tensor_free(kiln_tensor *t) {
+    if (!t) return;
+    kfree(t->data);
+    t->data = NULL;
+}
+
+/* ---- Philox-4x32-10 ---------------------------------------------------- */
+
+void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) {
+    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    for (int r = 0; r < 10; r++) {
+        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
+        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c1 = (uint32_t)p1;
+        c3 = (uint32_t)p0;
+        c0 = n0;
+        c2 = n2;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
+}
+
+/* 24 random bits -> a float in [0, 1) with every value exactly representable. */
+static float u24(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
+
+float util_rand_uniform(uint64_t seed, uint64_t i) {
+    uint32_t w[4];
+    philox4x32(seed, i, w);
+    return u24(w[0]);
+}
+
+/* Box-Muller on two words of the element's own counter. */
+float util_rand_normal(uint64_t seed, uint64_t i) {
+    uint32_t w[4];
+    philox4x32(seed, i, w);
+    double u1 = ((double)(w[0] >> 8) + 1.0) / 16777217.0; /* (0, 1]: log is finite */
+    double u2 = (double)(w[1] >> 8) / 16777216.0;
+    return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+}
+
+void kiln_fill_randn(float *data, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) data[i] = util_rand_normal(seed, (uint64_t)i);
+}
+
+void kiln_fill_rand(float *data, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) data[i] = util_rand_uniform(seed, (uint64_t)i);
+}

@@ -1,0 +1,73 @@
+#!/bin/sh
+# CLI tests: exit statuses, messages, files written or not written.
+# usage: tests/cli.sh PATH/TO/kiln   -- prints PASS:/FAIL: lines
+kiln=$1
+[ -x "$kiln" ] || { echo "FAIL: cli: no kiln binary at $kiln"; exit 1; }
+t=$(mktemp -d)
+trap 'rm -rf "$t"' EXIT
+pass() { echo "PASS: cli_$1"; }
+fail() { echo "FAIL: cli_$1"; shift; for l in "$@"; do echo "  $l"; done; }
+
+# expect NAME STATUS PATTERN -- CMD...: exit status and a stderr/stdout pattern
+expect() {
+    name=$1 want=$2 pat=$3; shift 4
+    "$@" >"$t/out" 2>"$t/err"
+    rc=$?
+    if [ "$rc" -ne "$want" ]; then
+        fail "$name" "exit $rc, want $want" "$(head -5 "$t/err")"
+    elif [ "$rc" -ge 128 ]; then
+        fail "$name" "killed by a signal"
+    elif [ -n "$pat" ] && ! grep -q -- "$pat" "$t/out" "$t/err"; then
+        fail "$name" "output lacks '$pat'" "$(head -5 "$t/err" "$t/out")"
+    else
+        pass "$name"
+    fi
+}
+
+expect help 0 "usage: kiln COMMAND" -- "$kiln" --help
+expect help_run 0 "usage: kiln run" -- "$kiln" help run
+expect run_help 0 "usage: kiln run" -- "$kiln" run --help
+expect no_args 2 "usage" -- "$kiln"
+expect unknown_command 2 "unknown command 'frobnicate'" -- "$kiln" frobnicate
+expect unknown_option 2 "unknown option '--frob'" -- "$kiln" run examples/chain.kiln --frob
+expect missing_program 1 "cannot read" -- "$kiln" run "$t/nope.kiln"
+
+# a parse error: position and caret, exit 1
+printf 'input x: f32[4]\ny = relu(x) $ 2\noutput y\n' >"$t/bad.kiln"
+expect parse_error 1 "bad.kiln:2:13: error" -- "$kiln" run "$t/bad.kiln"
+
+# run prints a summary; the same seed gives the same numbers
+printf 'input x: f32[3, 4]\ny = relu(x) * 2\nm = amax(y, dim=1)\noutput y, m\n' >"$t/p.kiln"
+expect run_summary 0 "m: f32\[3\]" -- "$kiln" run "$t/p.kiln" --seed 3
+"$kiln" run "$t/p.kiln" --seed 3 >"$t/a" 2>&1
+"$kiln" run "$t/p.kiln" --seed 3 >"$t/b" 2>&1
+"$kiln" run "$t/p.kiln" --seed 4 >"$t/c" 2>&1
+if cmp -s "$t/a" "$t/b" && ! cmp -s "$t/a" "$t/c"; then pass seed_deterministic
+else fail seed_deterministic "same seed should repeat, another seed differ"; fi
+
+# -o writes NAME.npy files that read back as valid .npy
+mkdir "$t/out1"
+expect run_outdir 0 "" -- "$kiln" run "$t/p.kiln" -o "$t/out1"
+if [ -f "$t/out1/y.npy" ] && [ -f "$t/out1/m.npy" ] && head -c 6 "$t/out1/y.npy" | grep -q NUMPY \
+   && [ -z "$(ls "$t/out1" | grep -v '\.npy$')" ]; then pass outdir_files
+else fail outdir_files "expected y.npy and m.npy only: $(ls "$t/out1")"; fi
+
+# an output fed back as an input: -i binding; y = relu(x)*2 of y gives 2y
+printf 'input x: f32[3, 4]\nz = x\nw = relu(x) * 2\noutput w\n' >"$t/q.kiln"
+mkdir "$t/out2"
+expect bind_input 0 "" -- "$kiln" run "$t/q.kiln" -i "x=$t/out1/y.npy" -o "$t/out2"
+expect bind_unknown 1 "no input 'nope'" -- "$kiln" run "$t/q.kiln" -i "nope=$t/out1/y.npy"
+expect bind_missing_file 1 "cannot open" -- "$kiln" run "$t/q.kiln" -i "x=$t/missing.npy"
+expect bind_wrong_shape 1 "input 'x'" -- "$kiln" run "$t/q.kiln" -i "x=$t/out1/m.npy"
+expect bind_malformed 2 "NAME=FILE.npy" -- "$kiln" run "$t/q.kiln" -i "x"
+
+# a missing output directory: exit 3, nothing written
+expect outdir_missing 3 "does not exist" -- "$kiln" run "$t/p.kiln" -o "$t/nodir"
+if [ ! -e "$t/nodir" ]; then pass outdir_missing_nothing_written
+else fail outdir_missing_nothing_written "$t/nodir was created"; fi
+
+# every example parses and runs
+for f in examples/*.kiln; do
+    n=$(basename "$f" .kiln)
+    expect "example_$n" 0 "" -- "$kiln" run "$f"
+done

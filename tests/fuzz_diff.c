@@ -1,0 +1,201 @@
+/*
+ * fuzz_diff.c -- differential fuzzing: random programs (tests/randprog.c)
+ * run fused and interpreted until stopped; any disagreement is saved.
+ *
+ *   fuzz_diff [-o DIR] [-s SEED] [-n PROGRAMS] [-b BATCH]
+ *
+ * Seeds start at SEED (default: from the clock and pid, so every run
+ * explores new programs) and go up by one. BATCH programs (default 50) are
+ * compiled with one compiler run (rt_compile_many); when a batch does not
+ * compile, its programs are compiled one by one to find the culprit. A
+ * program whose fused result is outside rt_tolerance (src/runtime.c) of the
+ * interpreter's, or that fails to compile or run, is written to
+ * DIR/seed_<N>.kiln (default DIR fuzz-out) with the failure as comments:
+ * `kiln run --check DIR/seed_<N>.kiln` reproduces it. One line per batch goes
+ * to stdout. Stops after PROGRAMS programs (default: never); the exit
+ * status is 1 when anything failed.
+ *
+ * The JIT cache goes to DIR/cache unless KILN_CACHE_DIR is set: fuzzed
+ * programs never repeat, so they should not fill the user's cache.
+ */
+#include "codegen.h"
+#include "randprog.h"
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_BATCH 256
+#define MAX_IO 64
+#define PROG_CAP 8192
+
+typedef struct {
+    const char *dir;
+    uint64_t seed;
+    long long limit;          /* programs to run; < 0: until stopped */
+    int batch;
+    long long ran, failed;
+} Fuzz;
+
+typedef struct {
+    uint64_t seed;
+    char text[PROG_CAP];
+    kiln_graph *g;
+    RtProgram *p;
+    char why[2048];           /* empty: passed */
+} Prog;
+
+/* ===== saving a failure ================================================== */
+
+static void save(const Fuzz *f, const Prog *pr) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/seed_%llu.kiln", f->dir, (unsigned long long)pr->seed);
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        fprintf(stderr, "fuzz_diff: cannot write %s: %s\n", path, strerror(errno));
+        return;
+    }
+    fprintf(out, "# fuzz_diff: fused and interpreted results differ\n# ");
+    for (const char *c = pr->why; *c; c++) fputs(*c == '\n' ? "\n# " : (char[2]){*c, 0}, out);
+    fprintf(out, "\n%s", pr->text);
+    fclose(out);
+    printf("fuzz_diff: seed %llu FAILED (%s)\n", (unsigned long long)pr->seed, path);
+}
+
+/* ===== one program ========================================================= */
+
+static float value(const kiln_tensor *t, int64_t k) {
+    return t->dtype == KILN_BOOL ? ((const unsigned char *)t->data)[k] : ((const float *)t->data)[k];
+}
+
+/* Compare fused float outputs with the interpreter's tensors. */
+static void compare(Prog *pr, float **got, const kiln_tensor *want) {
+    RtTolerance tol = rt_tolerance(rt_graph(pr->p));
+    for (int i = 0; i < kiln_num_outputs(pr->g) && !pr->why[0]; i++) {
+        int64_t n = kiln_tensor_numel(&want[i]);
+        for (int64_t k = 0; k < n; k++) {
+            float w = value(&want[i], k), g = got[i][k];
+            double x = want[i].dtype == KILN_BOOL ? ((g != 0) != (w != 0)) * INFINITY
+                                                  : rt_excess(g, w, tol);
+            if (x <= 1.0) continue;
+            snprintf(pr->why, sizeof pr->why,
+                     "output %s[%lld]: fused %.9g, interpreter %.9g (%.3g x tolerance)",
+                     kiln_output_name(pr->g, i), (long long)k, g, w, x);
+            break;
+        }
+    }
+}
+
+/* Run a compiled program both ways on seeded inputs. */
+static void check(Prog *pr) {
+    int nin = kiln_num_inputs(pr->g), nout = kiln_num_outputs(pr->g);
+    kiln_tensor in[MAX_IO], want[MAX_IO];
+    float *fin[MAX_IO], *got[MAX_IO];
+    char err[512];
+    if (nin > MAX_IO || nout > MAX_IO) return;
+    for (int i = 0; i < nin; i++) {
+        in[i] = kiln_input_desc(pr->g, i);
+        kiln_tensor_alloc(&in[i]);
+        kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]), pr->seed + (uint64_t)i);
+        fin[i] = in[i].data;
+    }
+    for (int i = 0; i < nout; i++) {
+        kiln_tensor d = kiln_output_desc(pr->g, i);
+        got[i] = malloc(sizeof(float) * (size_t)kiln_tensor_numel(&d));
+    }
+    if (rt_run(pr->p, (const float *const *)fin, got, err, sizeof err) != KILN_OK)
+        snprintf(pr->why, sizeof pr->why, "fused run: %s", err);
+    else if (kiln_interpret(pr->g, in, want) != KILN_OK)
+        snprintf(pr->why, sizeof pr->why, "interpreter: %s", kiln_error(pr->g));
+    else {
+        compare(pr, got, want);
+        for (int i = 0; i < nout; i++) kiln_tensor_free(&want[i]);
+    }
+    for (int i = 0; i < nout; i++) free(got[i]);
+    for (int i = 0; i < nin; i++) kiln_tensor_free(&in[i]);
+}
+
+/* ===== a batch ============================================================== */
+
+/* Compile one by one, to blame the program that breaks a batch. */
+static void compile_each(Prog *ps, int n) {
+    for (int i = 0; i < n; i++) {
+        char err[sizeof ps[i].why];
+        if (rt_compile(ps[i].g, NULL, &ps[i].p, err, sizeof err) != KILN_OK)
+            snprintf(ps[i].why, sizeof ps[i].why, "compile: %.2000s", err);
+    }
+}
+
+static void run_batch(Fuzz *f, Prog *ps, int n) {
+    const Graph *gs[MAX_BATCH];
+    RtProgram *rps[MAX_BATCH];
+    JitLib *lib = NULL;
+    char err[4096];
+    for (int i = 0; i < n; i++) {
+        ps[i] = (Prog){.seed = f->seed++};
+        randprog(ps[i].seed, ps[i].text, sizeof ps[i].text);
+        ps[i].g = kiln_graph_new();
+        if (kiln_parse(ps[i].g, ps[i].text, "randprog") != KILN_OK)
+            snprintf(ps[i].why, sizeof ps[i].why, "parse: %s", kiln_error(ps[i].g));
+        gs[i] = ps[i].g;
+    }
+    if (rt_compile_many(gs, n, NULL, rps, &lib, err, sizeof err) == KILN_OK)
+        for (int i = 0; i < n; i++) ps[i].p = rps[i];
+    else
+        compile_each(ps, n);
+    for (int i = 0; i < n; i++) {
+        if (ps[i].p && !ps[i].why[0]) check(&ps[i]);
+        if (ps[i].why[0]) save(f, &ps[i]), f->failed++;
+        rt_free(ps[i].p);
+        kiln_graph_free(ps[i].g);
+    }
+    jit_close(lib);
+    f->ran += n;
+}
+
+/* ===== main ================================================================== */
+
+static int usage(void) {
+    fprintf(stderr, "usage: fuzz_diff [-o DIR] [-s SEED] [-n PROGRAMS] [-b BATCH]\n");
+    return 2;
+}
+
+static int parse_args(Fuzz *f, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 >= argc) return 0;
+        const char *v = argv[++i];
+        if (!strcmp(argv[i - 1], "-o")) f->dir = v;
+        else if (!strcmp(argv[i - 1], "-s")) f->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(argv[i - 1], "-n")) f->limit = atoll(v);
+        else if (!strcmp(argv[i - 1], "-b")) f->batch = atoi(v);
+        else return 0;
+    }
+    return f->batch >= 1 && f->batch <= MAX_BATCH;
+}
+
+int main(int argc, char **argv) {
+    Fuzz f = {.dir = "fuzz-out", .seed = (uint64_t)time(NULL) * 1000003u + (uint64_t)getpid() * 7919u,
+              .limit = -1, .batch = 50};
+    if (!parse_args(&f, argc, argv)) return usage();
+    if (mkdir(f.dir, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "fuzz_diff: cannot create %s: %s\n", f.dir, strerror(errno));
+        return 2;
+    }
+    char cache[1024];
+    snprintf(cache, sizeof cache, "%s/cache", f.dir);
+    setenv("KILN_CACHE_DIR", cache, 0);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    static Prog ps[MAX_BATCH];
+    printf("fuzz_diff: seeds from %llu, failures go to %s/\n", (unsigned long long)f.seed, f.dir);
+    while (f.limit < 0 || f.ran < f.limit) {
+        int n = f.limit < 0 || f.limit - f.ran >= f.batch ? f.batch : (int)(f.limit - f.ran);
+        time_t t0 = time(NULL);
+        run_batch(&f, ps, n);
+        printf("fuzz_diff: %lld programs, %lld failed (last batch %lds)\n", f.ran, f.failed,
+               (long)(time(NULL) - t0));
+    }
+    return f.failed != 0;
+}

@@ -1,0 +1,9 @@
+/* randprog.h -- random .kiln programs for differential tests (randprog.c). */
+#ifndef KILN_RANDPROG_H
+#define KILN_RANDPROG_H
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+/* Write the program for `seed` into buf (cap bytes); returns its length. */
+size_t randprog(uint64_t seed, char *buf, size_t cap);
+#endif

@@ -1,0 +1,26 @@
+#!/bin/sh
+# Run every test suite against each build directory given, then print one
+# summary line "N passed, N failed". Suites print "PASS: name" or
+# "FAIL: name" lines; a suite that crashes counts as a failure.
+[ $# -ge 1 ] || { echo "usage: tests/run.sh BUILD_DIR..." >&2; exit 2; }
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+for b in "$@"; do
+    echo "== tests in $b"
+    for suite in "$b/test_kiln" "sh tests/cli.sh $b/kiln"; do
+        out=$(mktemp)
+        $suite >"$out" 2>&1
+        rc=$?
+        grep -E '^(PASS|FAIL): ' "$out" | sed "s|^|[$b] |" >>"$log"
+        grep -E '^(FAIL: |  )' "$out"
+        if [ $rc -ne 0 ] && ! grep -q '^FAIL: ' "$out"; then
+            echo "FAIL: suite '$suite' exited with status $rc"; tail -20 "$out"
+            echo "[$b] FAIL: $suite" >>"$log"
+        fi
+        rm -f "$out"
+    done
+done
+p=$(grep -c '] PASS: ' "$log")
+f=$(grep -c '] FAIL: ' "$log")
+echo "$p passed, $f failed"
+[ "$f" -eq 0 ]

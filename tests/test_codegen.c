@@ -1,0 +1,404 @@
+/*
+ * test_codegen.c -- the generated C source and the runtime's memory plan.
+ *
+ * Structure: one function per generated kernel under the scheduler's name,
+ * kiln_entry calling kernels and extern kernels in the schedule's order, a
+ * softmax as one parallel row loop with its three inner loops, row values
+ * hoisted out of inner loops, the parallel threshold.
+ *
+ * Vectorization is proved, not hoped for: the sources of the seed programs
+ * (chain, rowsum, siblings, wall, softmax, layernorm, gelu + bias, dropout)
+ * and of every transcendental are compiled with the JIT's flags plus
+ * -fopt-info-vec-optimized, and GCC must report "loop vectorized" for every
+ * innermost loop (each carries CG_INNER_MARK on its `for` line; GCC reports
+ * a loop at its pragma, its `for` or its first body line, so any of the
+ * three counts), and no libm call may survive in the object.
+ *
+ * Memory planning: a chain of materialized intermediates reuses dead
+ * buffers' memory, no two buffers live at once overlap, and the peak is
+ * inputs + outputs + arena. Results are checked against the interpreter.
+ */
+#include "test.h"
+#include "codegen.h"
+#include <unistd.h>
+
+/* ===== helpers ========================================================== */
+
+/* Parse and plan a program; NULL (with a failure recorded) on error. */
+static Plan *plan_of(const char *src, kiln_graph **gout) {
+    kiln_graph *g = kiln_graph_new();
+    Plan *p = NULL;
+    char err[1024];
+    if (kiln_parse(g, src, "codegen") != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "parse: %s", kiln_error(g));
+    } else if (plan_build(g, NULL, &p, err, sizeof err) != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "plan: %s", err);
+        p = NULL;
+    }
+    if (gout && p) *gout = g;
+    else kiln_graph_free(g);
+    return p;
+}
+
+static char *read_text(const char *path) {
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n >= 0 && (buf = malloc((size_t)n + 1))) {
+        size_t got = fread(buf, 1, (size_t)n, f);
+        buf[got] = 0;
+    }
+    fclose(f);
+    return buf;
+}
+
+static char *read_example(const char *name) {
+    char path[256];
+    snprintf(path, sizeof path, "examples/%s.kiln", name);
+    return read_text(path);
+}
+
+static int count(const char *hay, const char *needle) {
+    int n = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle)) n++;
+    return n;
+}
+
+/* The text of function `name` (from its signature to the closing brace at
+ * column 0), malloc'd; NULL if absent. */
+static char *function_text(const char *src, const char *name) {
+    char sig[300];
+    snprintf(sig, sizeof sig, " %s(", name);
+    const char *p = strstr(src, sig);
+    while (p && strncmp(p - 6, "static", 6) && strncmp(p - 3, "int", 3) && strncmp(p - 4, "void", 4))
+        p = strstr(p + 1, sig);
+    if (!p) return NULL;
+    const char *end = strstr(p, "\n}\n");
+    if (!end) return NULL;
+    size_t n = (size_t)(end - p) + 3;
+    char *t = malloc(n + 1);
+    memcpy(t, p, n);
+    t[n] = 0;
+    return t;
+}
+
+/* ===== structure ========================================================== */
+
+TEST(codegen_one_function_per_kernel_in_call_order) {
+    char *src = read_example("extern");
+    CHECK(src);
+    Plan *p = plan_of(src, NULL);
+    free(src);
+    CHECK(p);
+    CgOutput out;
+    char err[512];
+    CHECKF(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK, "%s", err);
+    const Schedule *s = p->sched;
+    CHECK(s->nkernels == 3);
+    const char *entry = strstr(out.source, "int kiln_entry(");
+    CHECK(entry);
+    const char *at = entry;
+    for (int k = 0; k < s->nkernels; k++) {
+        const Kernel *K = &s->kernels[k];
+        char call[300];
+        if (K->kind == KK_EXTERN) {
+            snprintf(call, sizeof call, "%s(", K->kernel);   /* the call's comment */
+        } else {
+            char *fn = function_text(out.source, K->kernel);
+            EXPECT(fn != NULL, "no function %s", K->kernel);
+            free(fn);
+            EXPECT(count(out.source, K->kernel) >= 2, "%s defined and called", K->kernel);
+            snprintf(call, sizeof call, "    %s(bufs[", K->kernel);
+        }
+        const char *here = strstr(at, call);
+        EXPECT(here != NULL, "call %d (%s) missing or out of order in kiln_entry", k, K->kernel);
+        if (here) at = here + 1;
+        EXPECT(!strcmp(out.calls[k].name, K->kernel), "call %d is %s", k, out.calls[k].name);
+    }
+    EXPECT(strstr(entry, "rt->mm(") != NULL, "matmul goes through the runtime table");
+    EXPECT(!strcmp(s->kernels[0].kernel, "cpp_fused_add_0"), "%s", s->kernels[0].kernel);
+    EXPECT(!strcmp(s->kernels[1].kernel, "extern_kernels.mm"), "%s", s->kernels[1].kernel);
+    EXPECT(!strcmp(s->kernels[2].kernel, "cpp_fused_relu_1"), "%s", s->kernels[2].kernel);
+    cg_free(&out);
+    plan_free(p);
+}
+
+/* softmax: one kernel, one parallel loop over rows, three inner loops
+ * (max, exp + sum, div), the exp kept in a per-thread row. */
+TEST(codegen_softmax_is_one_row_loop) {
+    char *src = read_example("softmax");
+    CHECK(src);
+    Plan *p = plan_of(src, NULL);
+    free(src);
+    CHECK(p);
+    CgOutput out;
+    char err[512];
+    CHECKF(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK, "%s", err);
+    CHECK(p->sched->nkernels == 1);
+    char *fn = function_text(out.source, p->sched->kernels[0].kernel);
+    CHECK(fn);
+    EXPECT(count(fn, "#pragma omp for") + count(fn, "#pragma omp parallel for") == 1,
+           "one parallel loop:\n%s", fn);
+    EXPECT(count(fn, CG_INNER_MARK) == 3, "three inner loops:\n%s", fn);
+    EXPECT(count(fn, "reduction(max:") == 1 && count(fn, "reduction(+:") == 1, "%s", fn);
+    EXPECT(count(fn, "kiln_expf(") == 1, "exp computed once per element:\n%s", fn);
+    EXPECT(count(fn, "float row_") == 1, "one row-local scratch:\n%s", fn);
+    EXPECT(out.calls[0].inner_loops == 3 && out.calls[0].parallel, "call info");
+    free(fn);
+    cg_free(&out);
+    plan_free(p);
+}
+
+/* layer_norm: rsqrt(var + eps) depends only on the row, so it is computed
+ * between the inner loops, never inside one. */
+TEST(codegen_hoists_row_values) {
+    char *src = read_example("layernorm");
+    CHECK(src);
+    Plan *p = plan_of(src, NULL);
+    free(src);
+    CHECK(p);
+    CgOutput out;
+    char err[512];
+    CHECKF(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK, "%s", err);
+    char *fn = function_text(out.source, p->sched->kernels[0].kernel);
+    CHECK(fn);
+    const char *sq = strstr(fn, "sqrtf(");
+    CHECK(sq);
+    /* the line holding sqrtf is indented like the statements of the row loop
+     * (8 spaces inside `for (x0)` at 4), not like an inner loop's body */
+    const char *bol = sq;
+    while (bol > fn && bol[-1] != '\n') bol--;
+    int indent = 0;
+    while (bol[indent] == ' ') indent++;
+    EXPECT(indent == 8, "sqrtf at indent %d:\n%s", indent, fn);
+    EXPECT(count(fn, "sqrtf(") == 1, "%s", fn);
+    free(fn);
+    cg_free(&out);
+    plan_free(p);
+}
+
+TEST(codegen_parallel_only_when_big) {
+    Plan *small = plan_of("input x: f32[16, 16]\ny = sin(x)\ns = sum(x, dim=1)\noutput y, s\n", NULL);
+    Plan *big = plan_of("input x: f32[512, 512]\ny = sin(x)\ns = sum(x, dim=1)\noutput y, s\n", NULL);
+    CHECK(small && big);
+    CgOutput a, b;
+    char err[512];
+    CHECK(cg_generate(small->sched, &a, err, sizeof err) == KILN_OK);
+    CHECK(cg_generate(big->sched, &b, err, sizeof err) == KILN_OK);
+    EXPECT(!strstr(a.source, "#pragma omp parallel"), "16x16 runs serially");
+    EXPECT(strstr(b.source, "#pragma omp parallel"), "512x512 runs in parallel");
+    for (int i = 0; i < a.ncalls; i++) EXPECT(!a.calls[i].parallel, "call %d", i);
+    cg_free(&a);
+    cg_free(&b);
+    plan_free(small);
+    plan_free(big);
+}
+
+/* Transcendentals go to vecmath.h; pow by a small integer is multiplication. */
+TEST(codegen_math_forms) {
+    Plan *p = plan_of("input x: f32[64]\ny = exp(x) + log(x) + sin(x) + cos(x) + tanh(x) + erf(x)\n"
+                      "z = pow(x, 3) + pow(x, -2) + pow(x, 0.5)\noutput y, z\n", NULL);
+    CHECK(p);
+    CgOutput out;
+    char err[512];
+    CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
+    const char *k = strstr(out.source, "/* ===== kernels");
+    CHECK(k);
+    static const char *want[] = {"kiln_expf(", "kiln_logf(", "kiln_sinf(", "kiln_cosf(",
+                                 "kiln_tanhf(", "kiln_erff(", "kiln_powi(tmp0, 3)",
+                                 "kiln_powi(tmp0, -2)", "kiln_pow_half("};
+    for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+        EXPECT(strstr(k, want[i]), "%s missing:\n%s", want[i], k);
+    static const char *libm[] = {" expf(", " logf(", " sinf(", " cosf(", " tanhf(", " erff(", "powf("};
+    for (size_t i = 0; i < sizeof libm / sizeof *libm; i++)
+        EXPECT(!strstr(k, libm[i]), "libm call %s in:\n%s", libm[i], k);
+    cg_free(&out);
+    plan_free(p);
+}
+
+/* ===== vectorization proof ====================================================== */
+
+/* Lines of the report "FILE:LINE:COL: optimized: loop vectorized". */
+static int vectorized_at(const char *log, const char *file, int line) {
+    char pat[700];
+    for (int l = line - 1; l <= line + 1; l++) {
+        snprintf(pat, sizeof pat, "%s:%d:", file, l);
+        for (const char *p = strstr(log, pat); p; p = strstr(p + 1, pat)) {
+            if (p != log && p[-1] != '\n') continue;
+            const char *eol = strchr(p, '\n');
+            const char *hit = strstr(p, "optimized: loop vectorized");
+            if (hit && (!eol || hit < eol)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* Compile source with the JIT's flags and GCC's vectorization report; check
+ * every marked inner loop. Returns the number of marked loops (-1 on a
+ * compile failure). */
+static int check_vectorized(const char *name, const char *source, int *missed) {
+    char c[600], o[600], log[600], cmd[3000];
+    snprintf(c, sizeof c, "%s/vec_%s.c", test_tmpdir(), name);
+    snprintf(o, sizeof o, "%s/vec_%s.o", test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/vec_%s.log", test_tmpdir(), name);
+    FILE *f = fopen(c, "w");
+    if (!f) return -1;
+    fputs(source, f);
+    fclose(f);
+    const char *cc = getenv("CC") ? getenv("CC") : "cc";
+    snprintf(cmd, sizeof cmd,
+             "%s -std=c11 -O3 -march=native -fopenmp -fPIC %s -fopt-info-vec-optimized -c '%s' "
+             "-o '%s' > '%s' 2>&1",
+             cc, CG_EXTRA_FLAGS, c, o, log);
+    if (system(cmd) != 0) return -1;
+    char *report = read_text(log);
+    if (!report) return -1;
+    int marks = 0, line = 1;
+    *missed = 0;
+    for (const char *p = source; *p; p++) {
+        if (*p == '\n') { line++; continue; }
+        if (strncmp(p, CG_INNER_MARK, strlen(CG_INNER_MARK))) continue;
+        marks++;
+        if (!vectorized_at(report, c, line)) {
+            printf("  %s: inner loop at %s:%d not vectorized\n", name, c, line);
+            (*missed)++;
+        }
+    }
+    free(report);
+    /* no libm call may survive (sqrtf/floorf/... are instructions) */
+    snprintf(cmd, sizeof cmd, "nm -u '%s' | grep -E ' (expf|logf|sinf|cosf|tanhf|erff|sqrtf|floorf|"
+             "ceilf|fabsf)$' > '%s.libm'", o, o);
+    if (system(cmd) == 0) {
+        printf("  %s: libm calls left in the object (see %s.libm)\n", name, o);
+        (*missed)++;
+    }
+    return marks;
+}
+
+TEST(codegen_inner_loops_vectorized) {
+    static const char *examples[] = {"chain", "rowsum", "siblings", "wall", "softmax",
+                                     "layernorm", "gelu_bias", "dropout", "wall_chain"};
+    static const struct { const char *name, *src; } extra[] = {
+        {"unary", "input x: f32[1000]\ny = exp(x) + log(x) + sin(x) + cos(x) + tanh(x) + erf(x)"
+                  " + sigmoid(x) + sqrt(x) + floor(x) + ceil(x) + abs(x) + rsqrt(x)\noutput y\n"},
+        {"minmax", "input x: f32[300, 77]\na = amax(x, dim=1)\nb = amin(x, dim=1)\n"
+                   "c = prod(x, dim=1)\noutput a, b, c\n"},
+        {"bcast", "input x: f32[64, 100]\ninput b: f32[64, 1]\ny = where(x > b, x * b, -x)\n"
+                  "output y\n"},
+    };
+    int nex = (int)(sizeof examples / sizeof *examples), total = 0, missed_all = 0;
+    for (int i = 0; i < nex + (int)(sizeof extra / sizeof *extra); i++) {
+        const char *name = i < nex ? examples[i] : extra[i - nex].name;
+        char *text = i < nex ? read_example(name) : strdup(extra[i - nex].src);
+        EXPECT(text, "no program %s", name);
+        if (!text) continue;
+        Plan *p = plan_of(text, NULL);
+        free(text);
+        if (!p) continue;
+        CgOutput out;
+        char err[512];
+        int missed = 0, marks = -1;
+        if (cg_generate(p->sched, &out, err, sizeof err) == KILN_OK) {
+            marks = check_vectorized(name, out.source, &missed);
+            cg_free(&out);
+        }
+        EXPECT(marks > 0, "%s: no inner loops found or the compile failed", name);
+        total += marks > 0 ? marks : 0;
+        missed_all += missed;
+        plan_free(p);
+    }
+    EXPECT(missed_all == 0, "%d of %d inner loops not vectorized (or libm calls left)", missed_all,
+           total);
+}
+
+/* ===== memory planning ============================================================= */
+
+/* Each t_i is materialized (two users, one of them an expensive sin) and
+ * lives from its kernel to the next: t1 and t3 can share memory. */
+static const char *chain_prog =
+    "input x: f32[64, 100]\n"
+    "t1 = sin(x + mean(x))\n"
+    "t2 = sin(t1 + mean(t1))\n"
+    "t3 = sin(t2 + mean(t2))\n"
+    "t4 = sin(t3 + mean(t3))\n"
+    "t5 = sin(t4 + mean(t4))\n"
+    "y = t5 + mean(t5)\n"
+    "output y\n";
+
+/* No two arena buffers that are live at the same call overlap. */
+static int plan_is_sound(const RtProgram *p) {
+    const CgOutput *code = rt_code(p);
+    const LoopProgram *lp = rt_schedule(p)->prog;
+    int n = lp->nbufs, ok = 1;
+    int *first = malloc(sizeof(int) * (size_t)n), *last = malloc(sizeof(int) * (size_t)n);
+    for (int b = 0; b < n; b++) first[b] = last[b] = -1;
+    for (int c = 0; c < code->ncalls; c++)
+        for (int i = 0; i < code->calls[c].nbufs; i++) {
+            int b = code->calls[c].bufs[i];
+            if (first[b] < 0) first[b] = c;
+            last[b] = c;
+        }
+    for (int a = 0; a < n; a++)
+        for (int b = a + 1; b < n; b++) {
+            int64_t oa = rt_buffer_offset(p, a), ob = rt_buffer_offset(p, b);
+            if (oa < 0 || ob < 0 || first[a] > last[b] || first[b] > last[a]) continue;
+            int64_t sa = lp->bufs[a]->numel * 4, sb = lp->bufs[b]->numel * 4;
+            if (oa < ob + sb && ob < oa + sa) {
+                printf("  %s and %s overlap while both live\n", lp->bufs[a]->name, lp->bufs[b]->name);
+                ok = 0;
+            }
+            if (oa % 64 || ob % 64) ok = 0;
+        }
+    free(first);
+    free(last);
+    return ok;
+}
+
+TEST(codegen_memory_reuse) {
+    kiln_graph *g = kiln_graph_new();
+    CHECK(kiln_parse(g, chain_prog, "chain") == KILN_OK);
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/codegen-cache", test_tmpdir());
+    const char *old = getenv("KILN_CACHE_DIR");
+    char saved[600];
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    setenv("KILN_CACHE_DIR", dir, 1);
+    kiln_program *prog = NULL;
+    kiln_status st = kiln_compile(g, 0, &prog);
+    if (old) setenv("KILN_CACHE_DIR", saved, 1);
+    else unsetenv("KILN_CACHE_DIR");
+    CHECKF(st == KILN_OK, "%s", kiln_error(g));
+    RtProgram *p = kiln_program_rt(prog);
+    const RtStats *s = rt_stats(p);
+    int in_arena = 0;
+    for (int b = 0; b < rt_schedule(p)->prog->nbufs; b++) in_arena += rt_buffer_offset(p, b) >= 0;
+    EXPECT(in_arena >= 5, "only %d buffers in the arena", in_arena);
+    EXPECT(s->arena_bytes < s->intermediate_bytes, "arena %lld bytes, intermediates %lld: no reuse",
+           (long long)s->arena_bytes, (long long)s->intermediate_bytes);
+    EXPECT(s->arena_bytes <= 2 * 64 * 100 * 4 + 6 * 64, "arena %lld bytes",
+           (long long)s->arena_bytes);
+    EXPECT(s->peak_bytes == s->io_bytes + s->arena_bytes, "peak = io + arena");
+    EXPECT(s->io_bytes == 2 * 64 * 100 * 4, "io %lld", (long long)s->io_bytes);
+    EXPECT(plan_is_sound(p), "overlapping live buffers");
+    /* and the shared memory gives the interpreter's answer */
+    float *x = malloc(sizeof(float) * 6400);
+    kiln_fill_randn(x, 6400, 11);
+    kiln_tensor in = {KILN_F32, 2, {64, 100}, x}, got, want;
+    CHECK(kiln_program_run(prog, &in, &got) == KILN_OK);
+    CHECK(kiln_interpret(g, &in, &want) == KILN_OK);
+    RtTolerance tol = rt_tolerance(rt_graph(p));
+    double worst = 0;
+    for (int i = 0; i < 6400; i++) {
+        double e = rt_excess(((float *)got.data)[i], ((float *)want.data)[i], tol);
+        if (!(e <= worst)) worst = e;
+    }
+    EXPECT(worst <= 1.0, "fused differs: %g x tolerance", worst);
+    kiln_tensor_free(&got);
+    kiln_tensor_free(&want);
+    free(x);
+    kiln_program_free(prog);
+    kiln_graph_free(g);
+}

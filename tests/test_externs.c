@@ -1,0 +1,169 @@
+/*
+ * test_externs.c -- the library kernels (OpenBLAS matmul, im2col conv2d)
+ * against naive loops written here, over odd sizes, transposed views,
+ * batch broadcasting, and every conv2d parameter.
+ */
+#include "test.h"
+#include "externs.h"
+
+static float *randbuf(int64_t n, uint64_t seed) {
+    float *p = malloc(sizeof(float) * (size_t)n);
+    kiln_fill_randn(p, n, seed);
+    return p;
+}
+
+static ExtView dense(int rank, const int64_t *shape) {
+    ExtView v = {rank, {0}, {0}, 0};
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        v.shape[d] = shape[d];
+        v.stride[d] = s;
+        s *= shape[d];
+    }
+    return v;
+}
+
+static float at(const float *p, const ExtView *v, const int64_t *idx) {
+    int64_t off = v->offset;
+    for (int d = 0; d < v->rank; d++) off += (v->shape[d] == 1 ? 0 : idx[d]) * v->stride[d];
+    return p[off];
+}
+
+/* naive batched matmul over c's index space */
+static double naive_mm(const float *a, const ExtView *av, const float *b, const ExtView *bv,
+                       int crank, const int64_t *ci) {
+    int64_t ia[KILN_MAX_RANK] = {0}, ib[KILN_MAX_RANK] = {0};
+    int64_t K = av->shape[av->rank - 1];
+    for (int d = 0; d < av->rank - 2; d++) ia[d] = ci[d + crank - av->rank];
+    for (int d = 0; d < bv->rank - 2; d++) ib[d] = ci[d + crank - bv->rank];
+    double acc = 0;
+    for (int64_t k = 0; k < K; k++) {
+        ia[av->rank - 2] = ci[crank - 2];
+        ia[av->rank - 1] = k;
+        ib[bv->rank - 2] = k;
+        ib[bv->rank - 1] = ci[crank - 1];
+        acc += (double)at(a, av, ia) * at(b, bv, ib);
+    }
+    return acc;
+}
+
+static int check_mm(const float *a, const ExtView *av, const float *b, const ExtView *bv,
+                    int crank, const int64_t *cshape) {
+    int64_t n = 1;
+    for (int d = 0; d < crank; d++) n *= cshape[d];
+    float *c = malloc(sizeof(float) * (size_t)n);
+    int bad = ext_matmul(a, av, b, bv, c, crank, cshape) != 0;
+    for (int64_t i = 0; i < n && !bad; i++) {
+        int64_t ci[KILN_MAX_RANK], r = i;
+        for (int d = crank - 1; d >= 0; d--) { ci[d] = r % cshape[d]; r /= cshape[d]; }
+        double want = naive_mm(a, av, b, bv, crank, ci);
+        if (fabs(c[i] - want) > 1e-4 + 1e-4 * fabs(want)) {
+            printf("  element %lld: got %g want %g\n", (long long)i, c[i], want);
+            bad = 1;
+        }
+    }
+    free(c);
+    return bad;
+}
+
+TEST(externs_matmul_odd_sizes) {
+    int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {5, 1, 9}};
+    for (int t = 0; t < 5; t++) {
+        int64_t M = sizes[t][0], K = sizes[t][1], N = sizes[t][2];
+        int64_t as[2] = {M, K}, bs[2] = {K, N}, cs[2] = {M, N};
+        float *a = randbuf(M * K, 1), *b = randbuf(K * N, 2);
+        ExtView av = dense(2, as), bv = dense(2, bs);
+        EXPECT(!check_mm(a, &av, b, &bv, 2, cs), "matmul %lldx%lldx%lld", (long long)M,
+               (long long)K, (long long)N);
+        free(a);
+        free(b);
+    }
+}
+
+TEST(externs_matmul_transposed_views) {
+    /* a is stored [K, M] and read transposed; b stored [N, K] read transposed */
+    int64_t M = 9, K = 11, N = 6;
+    int64_t ast[2] = {K, M}, bst[2] = {N, K}, cs[2] = {M, N};
+    float *a = randbuf(M * K, 3), *b = randbuf(K * N, 4);
+    ExtView av = dense(2, ast), bv = dense(2, bst);
+    ExtView at_ = {2, {M, K}, {av.stride[1], av.stride[0]}, 0};
+    ExtView bt_ = {2, {K, N}, {bv.stride[1], bv.stride[0]}, 0};
+    CHECK(!check_mm(a, &at_, b, &bt_, 2, cs));
+    /* a strided view neither BLAS form covers: every other column */
+    int64_t wide[2] = {M, 2 * K};
+    float *w = randbuf(2 * M * K, 5);
+    ExtView sv = {2, {M, K}, {2 * K, 2}, 1};
+    ExtView bd = dense(2, (int64_t[]){K, N});
+    (void)wide;
+    CHECK(!check_mm(w, &sv, b, &bd, 2, cs));
+    free(a);
+    free(b);
+    free(w);
+}
+
+TEST(externs_matmul_batch_broadcast) {
+    /* [2,1,3,4] @ [5,4,6] -> [2,5,3,6] */
+    int64_t as[4] = {2, 1, 3, 4}, bs[3] = {5, 4, 6}, cs[4] = {2, 5, 3, 6};
+    float *a = randbuf(24, 6), *b = randbuf(120, 7);
+    ExtView av = dense(4, as), bv = dense(3, bs);
+    CHECK(!check_mm(a, &av, b, &bv, 4, cs));
+    free(a);
+    free(b);
+}
+
+/* naive conv2d, the definition */
+static void naive_conv(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                       const float *bias, float *y, const int64_t ys[4], const int64_t at_[7]) {
+    int64_t cg = xs[1] / at_[6], og = ws[0] / at_[6];
+    for (int64_t n = 0; n < ys[0]; n++)
+        for (int64_t o = 0; o < ys[1]; o++)
+            for (int64_t oh = 0; oh < ys[2]; oh++)
+                for (int64_t ow = 0; ow < ys[3]; ow++) {
+                    double acc = bias ? bias[o] : 0;
+                    int64_t g = o / og;
+                    for (int64_t c = 0; c < cg; c++)
+                        for (int64_t i = 0; i < ws[2]; i++)
+                            for (int64_t j = 0; j < ws[3]; j++) {
+                                int64_t ih = oh * at_[0] - at_[2] + i * at_[4];
+                                int64_t iw = ow * at_[1] - at_[3] + j * at_[5];
+                                if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
+                                acc += (double)x[((n * xs[1] + g * cg + c) * xs[2] + ih) * xs[3] + iw] *
+                                       w[((o * cg + c) * ws[2] + i) * ws[3] + j];
+                            }
+                    y[((n * ys[1] + o) * ys[2] + oh) * ys[3] + ow] = (float)acc;
+                }
+}
+
+TEST(externs_conv2d_params) {
+    /* N C H W | O KH KW | sh sw ph pw dh dw groups | bias */
+    int64_t cases[][15] = {
+        {1, 3, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 1x1 direct */
+        {2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 3x3 pad 1 */
+        {1, 4, 16, 16, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* 7x7 stride 2 */
+        {1, 2, 11, 10, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 1}, /* dilation 2 */
+        {2, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},   /* groups 2 */
+        {1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, 1},   /* depthwise */
+        {1, 3, 5, 5, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0},   /* 1x1 stride 2 */
+    };
+    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+        int64_t *c = cases[t];
+        int64_t xs[4] = {c[0], c[1], c[2], c[3]}, ws[4] = {c[4], c[1] / c[13], c[5], c[6]};
+        int64_t at_[7] = {c[7], c[8], c[9], c[10], c[11], c[12], c[13]};
+        int64_t ys[4] = {c[0], c[4], (c[2] + 2 * c[9] - c[11] * (c[5] - 1) - 1) / c[7] + 1,
+                         (c[3] + 2 * c[10] - c[12] * (c[6] - 1) - 1) / c[8] + 1};
+        int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+        int64_t ny = ys[0] * ys[1] * ys[2] * ys[3];
+        float *x = randbuf(nx, 10 + t), *w = randbuf(nw, 20 + t), *b = randbuf(ws[0], 30 + t);
+        float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
+        const float *bias = c[14] ? b : NULL;
+        EXPECT(ext_conv2d(x, xs, w, ws, bias, y, ys, at_) == 0, "case %zu failed", t);
+        naive_conv(x, xs, w, ws, bias, ref, ys, at_);
+        for (int64_t i = 0; i < ny; i++)
+            if (fabsf(y[i] - ref[i]) > 1e-4f + 1e-4f * fabsf(ref[i])) {
+                test_failf(__FILE__, __LINE__, "conv case %zu element %lld: %g vs %g", t,
+                           (long long)i, y[i], ref[i]);
+                break;
+            }
+        free(x); free(w); free(b); free(y); free(ref);
+    }
+}

@@ -1,0 +1,535 @@
+/*
+ * test_fused.c -- the fused path (kiln_compile / kiln_program_run, the JIT,
+ * the generated kernels) against the reference interpreter.
+ *
+ * Every example in examples/, every golden case in tests/golden/cases and
+ * RAND_PROGRAMS random programs from tests/randprog.c (a fixed seed range)
+ * run both ways on the same inputs, and every output must agree within the
+ * per-op-class tolerance of rt_tolerance (src/runtime.c): pointwise programs
+ * 1e-5 absolute + 1e-5 relative (vecmath.h is a few ulp from libm); programs
+ * with a reduction or an extern over n elements 1e-5 sqrt(n) absolute +
+ * 1e-4 relative (float sums in another order against the interpreter's
+ * double accumulation). bool outputs must match exactly; NaN must meet NaN.
+ *
+ * Compile time: golden cases and random programs are compiled RAND_BATCH at
+ * a time into one shared object (rt_compile_many), one compiler run per
+ * batch instead of one per program, with up to four batches compiling at
+ * once on separate threads. Examples go through the public kiln_compile one
+ * by one. The JIT cache lives in this run's test_tmpdir(), so every run
+ * compiles from scratch and a stale cache cannot hide a bug; set
+ * KILN_TEST_CACHE_DIR to share one cache between runs (make test's normal
+ * and ASan builds generate the same sources, so the second run then
+ * compiles nothing).
+ *
+ * Set KILN_TEST_VERBOSE=1 to see per-program numbers (compile time, worst
+ * error in units of the tolerance).
+ */
+#include "test.h"
+#include "codegen.h"
+#include "randprog.h"
+#include <ctype.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RAND_PROGRAMS 500
+#define RAND_BATCH 50
+#define RAND_SEED0 1000     /* seeds RAND_SEED0 .. RAND_SEED0 + RAND_PROGRAMS - 1 */
+#define MAX_IO 256
+
+/* ===== environment ==================================================== */
+
+static char saved_cache[1024];
+static int had_cache;
+
+/* Point the JIT cache at this run's scratch directory (restored by
+ * leave_cache so other tests see the environment they expect). */
+static void enter_cache(void) {
+    const char *c = getenv("KILN_CACHE_DIR");
+    had_cache = c != NULL;
+    if (c) snprintf(saved_cache, sizeof saved_cache, "%s", c);
+    char dir[600];
+    const char *shared = getenv("KILN_TEST_CACHE_DIR");
+    if (shared) snprintf(dir, sizeof dir, "%s", shared);
+    else snprintf(dir, sizeof dir, "%s/fused-cache", test_tmpdir());
+    setenv("KILN_CACHE_DIR", dir, 1);
+}
+
+static void leave_cache(void) {
+    if (had_cache) setenv("KILN_CACHE_DIR", saved_cache, 1);
+    else unsetenv("KILN_CACHE_DIR");
+}
+
+static int verbose(void) { return getenv("KILN_TEST_VERBOSE") != NULL; }
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* ===== inputs and outputs ================================================= */
+
+/* Deterministic inputs: standard normal floats, bools from a uniform draw. */
+static int fill_inputs(const kiln_graph *g, kiln_tensor *in, uint64_t seed) {
+    for (int i = 0; i < kiln_num_inputs(g); i++) {
+        in[i] = kiln_input_desc(g, i);
+        if (kiln_tensor_alloc(&in[i]) != KILN_OK) return 0;
+        int64_t n = kiln_tensor_numel(&in[i]);
+        if (in[i].dtype == KILN_F32) {
+            kiln_fill_randn(in[i].data, n, seed + (uint64_t)i);
+            continue;
+        }
+        for (int64_t k = 0; k < n; k++)
+            ((unsigned char *)in[i].data)[k] = ((k * 2654435761u + seed) >> 7) & 1;
+    }
+    return 1;
+}
+
+static void free_tensors(kiln_tensor *t, int n) {
+    for (int i = 0; i < n; i++) kiln_tensor_free(&t[i]);
+}
+
+static double value_at(const kiln_tensor *t, int64_t k) {
+    if (t->dtype == KILN_BOOL) return ((const unsigned char *)t->data)[k];
+    return ((const float *)t->data)[k];
+}
+
+/* Worst excess of got over want (1 = at the tolerance); *at its index. */
+static double worst_excess(const kiln_tensor *got, const kiln_tensor *want, RtTolerance tol,
+                           int64_t *at) {
+    double worst = 0.0;
+    int64_t n = kiln_tensor_numel(want);
+    *at = 0;
+    for (int64_t k = 0; k < n; k++) {
+        double g = value_at(got, k), w = value_at(want, k), x;
+        if (want->dtype == KILN_BOOL) x = (g != 0.0) != (w != 0.0) ? INFINITY : 0.0;
+        else x = rt_excess((float)g, (float)w, tol);
+        if (!(x <= worst)) worst = x, *at = k;
+    }
+    return worst;
+}
+
+/* Compare every output; report the worst one. Returns the worst excess. */
+static double compare_all(const char *what, const kiln_graph *g, RtTolerance tol,
+                          const kiln_tensor *got, const kiln_tensor *want) {
+    double worst = 0.0;
+    for (int i = 0; i < kiln_num_outputs(g); i++) {
+        int64_t at;
+        double x = worst_excess(&got[i], &want[i], tol, &at);
+        if (x > 1.0)
+            printf("  %s: output %s[%lld]: fused %.9g, interpreter %.9g (%.3g x tolerance: atol "
+                   "%.2g rtol %.2g)\n",
+                   what, kiln_output_name(g, i), (long long)at, value_at(&got[i], at),
+                   value_at(&want[i], at), x, tol.atol, tol.rtol);
+        if (!(x <= worst)) worst = x;
+    }
+    return worst;
+}
+
+/* Run an RtProgram on tensors: bool inputs become 0/1 floats; outputs are
+ * float tensors (bool outputs stay 0/1 floats). */
+static int run_rt(RtProgram *p, const kiln_tensor *in, kiln_tensor *out, char *err, size_t errlen) {
+    const Graph *dec = rt_graph(p);
+    int nin = kiln_num_inputs(dec), nout = kiln_num_outputs(dec), ok = 0;
+    const float *fin[MAX_IO] = {0};
+    float *fout[MAX_IO] = {0}, *owned[MAX_IO] = {0};
+    for (int i = 0; i < nin; i++) {
+        if (in[i].dtype == KILN_F32) { fin[i] = in[i].data; continue; }
+        int64_t n = kiln_tensor_numel(&in[i]);
+        owned[i] = malloc(sizeof(float) * (size_t)n);
+        for (int64_t k = 0; owned[i] && k < n; k++) owned[i][k] = ((unsigned char *)in[i].data)[k];
+        fin[i] = owned[i];
+    }
+    for (int i = 0; i < nout; i++) {
+        out[i] = kiln_output_desc(dec, i);
+        out[i].dtype = KILN_F32;
+        if (kiln_tensor_alloc(&out[i]) != KILN_OK) goto done;
+        fout[i] = out[i].data;
+    }
+    ok = rt_run(p, fin, fout, err, errlen) == KILN_OK;
+done:
+    for (int i = 0; i < nin; i++) free(owned[i]);
+    return ok;
+}
+
+/* ===== one program, the public way ========================================= */
+
+/* Compile and run g fused and interpreted on the same inputs; 1 if they agree. */
+static int check_graph(const char *what, kiln_graph *g, kiln_tensor *in) {
+    kiln_program *p = NULL;
+    kiln_tensor got[MAX_IO], want[MAX_IO];
+    int nout = kiln_num_outputs(g), ok = 0;
+    if (nout > MAX_IO) nout = MAX_IO;
+    double t0 = now_ms();
+    if (kiln_compile(g, 0, &p) != KILN_OK) {
+        printf("  %s: compile: %s\n", what, kiln_error(g));
+        return 0;
+    }
+    double ms = now_ms() - t0;
+    if (kiln_program_run(p, in, got) != KILN_OK) {
+        printf("  %s: run: %s\n", what, kiln_program_error(p));
+        kiln_program_free(p);
+        return 0;
+    }
+    if (kiln_interpret(g, in, want) == KILN_OK) {
+        RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(p)));
+        double x = compare_all(what, g, tol, got, want);
+        ok = x <= 1.0;
+        if (verbose())
+            printf("%s: compile %.0f ms (%s), worst %.3g x tolerance\n", what, ms,
+                   rt_stats(kiln_program_rt(p))->cache_hit ? "cached" : "cc", x);
+        free_tensors(want, nout);
+    } else {
+        printf("  %s: interpret: %s\n", what, kiln_error(g));
+    }
+    free_tensors(got, nout);
+    kiln_program_free(p);
+    return ok;
+}
+
+/* ===== examples ================================================================ */
+
+static int is_kiln_file(const char *name) {
+    size_t n = strlen(name);
+    return n > 5 && strcmp(name + n - 5, ".kiln") == 0;
+}
+
+TEST(fused_examples) {
+    DIR *d = opendir("examples");
+    CHECKF(d, "cannot open examples/ (run from the source root)");
+    enter_cache();
+    int ran = 0, failed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (!is_kiln_file(e->d_name)) continue;
+        char path[600];
+        snprintf(path, sizeof path, "examples/%s", e->d_name);
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor in[MAX_IO];
+        if (kiln_parse_file(g, path) != KILN_OK) {
+            printf("  %s: %s\n", path, kiln_error(g));
+            failed++;
+        } else if (kiln_num_inputs(g) <= MAX_IO && fill_inputs(g, in, 42)) {
+            ran++;
+            failed += !check_graph(e->d_name, g, in);
+            free_tensors(in, kiln_num_inputs(g));
+        }
+        kiln_graph_free(g);
+    }
+    closedir(d);
+    leave_cache();
+    EXPECT(ran >= 10, "only %d examples ran", ran);
+    EXPECT(failed == 0, "%d of %d examples differ from the interpreter", failed, ran);
+}
+
+/* ===== batches: many programs, one compiler run each, on parallel threads ===== */
+
+/* One program of a suite: its graph, inputs and compiled form. */
+typedef struct {
+    char name[300];
+    const char *text;         /* the program, printed when it fails (may be NULL) */
+    kiln_graph *g;
+    kiln_tensor in[MAX_IO];
+    int nin;
+    RtProgram *p;
+} Case;
+
+typedef struct {
+    Case *cases;
+    int n;
+    int nbatches;
+    JitLib **libs;            /* one per batch */
+    char (*err)[2048];        /* per batch: why it failed to compile */
+    int next;                 /* the next batch to compile (atomic) */
+} Suite;
+
+static void *compile_worker(void *arg) {
+    Suite *s = arg;
+    for (int b; (b = __atomic_fetch_add(&s->next, 1, __ATOMIC_RELAXED)) < s->nbatches;) {
+        int first = b * RAND_BATCH, n = s->n - first < RAND_BATCH ? s->n - first : RAND_BATCH;
+        const Graph *gs[RAND_BATCH];
+        RtProgram *ps[RAND_BATCH];
+        for (int i = 0; i < n; i++) gs[i] = s->cases[first + i].g;
+        if (rt_compile_many(gs, n, NULL, ps, &s->libs[b], s->err[b], sizeof s->err[b]) != KILN_OK)
+            continue;
+        for (int i = 0; i < n; i++) s->cases[first + i].p = ps[i];
+    }
+    return NULL;
+}
+
+/* Compile every case, RAND_BATCH programs per compiler run, on up to four
+ * threads (the compiler runs are separate processes). Returns the number of
+ * batches that failed (each reported). */
+static int suite_compile(Suite *s) {
+    s->nbatches = (s->n + RAND_BATCH - 1) / RAND_BATCH;
+    s->libs = calloc((size_t)s->nbatches + 1, sizeof(JitLib *));
+    s->err = calloc((size_t)s->nbatches + 1, sizeof *s->err);
+    s->next = 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int nt = cpus < 1 ? 1 : cpus > 4 ? 4 : (int)cpus, failed = 0;
+    pthread_t th[4];
+    int started = 0;
+    for (int t = 0; t < nt; t++) started += pthread_create(&th[started], NULL, compile_worker, s) == 0;
+    if (!started) compile_worker(s);
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    for (int b = 0; b < s->nbatches; b++)
+        if (s->err[b][0]) {
+            printf("  batch %d (%s...): compile: %s\n", b, s->cases[b * RAND_BATCH].name, s->err[b]);
+            failed++;
+        }
+    return failed;
+}
+
+static void suite_free(Suite *s) {
+    for (int i = 0; i < s->n; i++) {
+        rt_free(s->cases[i].p);
+        free_tensors(s->cases[i].in, s->cases[i].nin);
+        kiln_graph_free(s->cases[i].g);
+    }
+    for (int b = 0; s->libs && b < s->nbatches; b++) jit_close(s->libs[b]);
+    free(s->libs);
+    free(s->err);
+    free(s->cases);
+}
+
+/* Fused vs interpreted for one compiled case; 1 when they agree. */
+static int case_check(Case *c) {
+    kiln_tensor got[MAX_IO], want[MAX_IO];
+    char err[512];
+    int nout = kiln_num_outputs(c->g), ok = 0;
+    if (!c->p) return 0;   /* its batch failed to compile (reported) */
+    if (!run_rt(c->p, c->in, got, err, sizeof err)) printf("  %s: run: %s\n", c->name, err);
+    else if (kiln_interpret(c->g, c->in, want) != KILN_OK)
+        printf("  %s: interpret: %s\n", c->name, kiln_error(c->g));
+    else {
+        double x = compare_all(c->name, c->g, rt_tolerance(rt_graph(c->p)), got, want);
+        ok = x <= 1.0;
+        free_tensors(want, nout);
+        if (verbose()) printf("%s: worst %.3g x tolerance\n", c->name, x);
+    }
+    if (!ok && c->text) printf("  program:\n%s", c->text);
+    free_tensors(got, nout);
+    return ok;
+}
+
+/* Compile and check a whole suite; returns the number of failures. */
+static int suite_run(Suite *s, const char *what) {
+    double t0 = now_ms();
+    int failed = suite_compile(s);
+    double t1 = now_ms();
+    for (int i = 0; i < s->n; i++) failed += s->cases[i].p && !case_check(&s->cases[i]);
+    if (verbose())
+        printf("%s: %d programs, compile %.1f s, check %.1f s\n", what, s->n, (t1 - t0) / 1e3,
+               (now_ms() - t1) / 1e3);
+    return failed;
+}
+
+/* ===== golden cases ================================================================ */
+
+static char *trim(char *s) {
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = 0;
+    return s;
+}
+
+/* The golden case's inputs from its .npy files (as test_golden.c reads them). */
+static int read_inputs(const char *dir, Case *c) {
+    for (int i = 0; i < kiln_num_inputs(c->g); i++) {
+        char path[1024], err[512];
+        snprintf(path, sizeof path, "%s/%s.npy", dir, kiln_input_name(c->g, i));
+        if (kiln_npy_read(path, &c->in[i], err, sizeof err) != KILN_OK) {
+            printf("  %s: %s\n", c->name, err);
+            return 0;
+        }
+        c->nin = i + 1;
+    }
+    return 1;
+}
+
+/* Parse case `name` into c; 0 (reported) when its files are broken. */
+static int golden_load(const char *root, const char *name, Case *c) {
+    char dir[800], prog[900];
+    snprintf(c->name, sizeof c->name, "%s", name);
+    snprintf(dir, sizeof dir, "%s/%s", root, name);
+    snprintf(prog, sizeof prog, "%s/prog.kiln", dir);
+    c->g = kiln_graph_new();
+    if (kiln_parse_file(c->g, prog) != KILN_OK) {
+        printf("  %s: %s\n", name, kiln_error(c->g));
+        return 0;
+    }
+    return kiln_num_inputs(c->g) <= MAX_IO && read_inputs(dir, c);
+}
+
+TEST(fused_golden_cases) {
+    char root[512], index[600], line[256];
+    snprintf(root, sizeof root, "%s/golden/cases", test_srcdir());
+    snprintf(index, sizeof index, "%s/index.txt", root);
+    FILE *f = fopen(index, "r");
+    CHECKF(f, "cannot open %s", index);
+    Suite s = {.cases = calloc(1024, sizeof(Case))};
+    int bad = 0;
+    while (s.n < 1024 && fgets(line, sizeof line, f)) {
+        char *name = trim(line);
+        if (!*name || *name == '#') continue;
+        if (golden_load(root, name, &s.cases[s.n])) s.n++;
+        else bad++, kiln_graph_free(s.cases[s.n].g), free_tensors(s.cases[s.n].in, s.cases[s.n].nin),
+             memset(&s.cases[s.n], 0, sizeof(Case));
+    }
+    fclose(f);
+    enter_cache();
+    int failed = suite_run(&s, "golden cases");
+    leave_cache();
+    EXPECT(s.n >= 50, "only %d golden cases", s.n);
+    EXPECT(failed + bad == 0, "%d of %d golden cases differ fused vs interpreted", failed + bad,
+           s.n + bad);
+    suite_free(&s);
+}
+
+/* ===== random programs ================================================================ */
+
+TEST(fused_random_programs) {
+    Suite s = {.cases = calloc(RAND_PROGRAMS, sizeof(Case))};
+    static char text[RAND_PROGRAMS][4096];
+    int bad = 0;
+    for (int i = 0; i < RAND_PROGRAMS; i++) {
+        Case *c = &s.cases[s.n];
+        uint64_t seed = RAND_SEED0 + (uint64_t)i;
+        randprog(seed, text[i], sizeof text[i]);
+        snprintf(c->name, sizeof c->name, "seed %llu", (unsigned long long)seed);
+        c->text = text[i];
+        c->g = kiln_graph_new();
+        if (kiln_parse(c->g, text[i], "randprog") != KILN_OK) {
+            printf("  %s: %s\n%s", c->name, kiln_error(c->g), text[i]);
+            kiln_graph_free(c->g);
+            bad++;
+            continue;
+        }
+        c->nin = kiln_num_inputs(c->g);
+        fill_inputs(c->g, c->in, seed);
+        s.n++;
+    }
+    enter_cache();
+    int failed = suite_run(&s, "random programs");
+    leave_cache();
+    EXPECT(s.n == RAND_PROGRAMS, "only %d of %d random programs parsed", s.n, RAND_PROGRAMS);
+    EXPECT(failed == 0, "%d random programs differ fused vs interpreted", failed);
+    suite_free(&s);
+}
+
+/* ===== threads ============================================================================ */
+
+/* Run p with n threads into fresh float outputs. */
+static int run_threads(RtProgram *p, int n, const kiln_tensor *in, kiln_tensor *out) {
+    char err[256];
+    rt_set_threads(n);
+    int ok = run_rt(p, in, out, err, sizeof err);
+    if (!ok) printf("  %d threads: %s\n", n, err);
+    return ok;
+}
+
+static int bit_identical(const kiln_tensor *a, const kiln_tensor *b) {
+    return memcmp(a->data, b->data, sizeof(float) * (size_t)kiln_tensor_numel(a)) == 0;
+}
+
+/* One program at 1 and 2 threads: within tolerance (sums may split
+ * differently); random values bit for bit. */
+static int thread_case(const char *src, int exact) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor in[MAX_IO], a[MAX_IO], b[MAX_IO];
+    RtProgram *p = NULL;
+    char err[1024];
+    int ok = 0;
+    if (kiln_parse(g, src, "threads") != KILN_OK || !fill_inputs(g, in, 7)) {
+        printf("  %s\n", kiln_error(g));
+        kiln_graph_free(g);
+        return 0;
+    }
+    int nout = kiln_num_outputs(g);
+    if (rt_compile(g, NULL, &p, err, sizeof err) != KILN_OK) printf("  compile: %s\n", err);
+    else if (run_threads(p, 1, in, a)) {
+        if (run_threads(p, 2, in, b)) {
+            RtTolerance tol = rt_tolerance(rt_graph(p));
+            ok = compare_all("1 vs 2 threads", g, tol, b, a) <= 1.0;
+            for (int i = 0; exact && i < nout; i++) ok &= bit_identical(&a[i], &b[i]);
+            free_tensors(b, nout);
+        }
+        free_tensors(a, nout);
+    }
+    rt_free(p);
+    free_tensors(in, kiln_num_inputs(g));
+    kiln_graph_free(g);
+    return ok;
+}
+
+TEST(fused_thread_count_independent) {
+    enter_cache();
+    EXPECT(thread_case("input x: f32[256, 1000]\ny = softmax(x, dim=1)\nz = sum(x)\noutput y, z\n", 0),
+           "softmax / full sum differ across thread counts");
+    EXPECT(thread_case("input x: f32[300, 517]\ny = layer_norm(x, [517])\noutput y\n", 0),
+           "layer_norm differs across thread counts");
+    EXPECT(thread_case("input x: f32[512, 513]\nu = rand_like(x, seed=3)\n"
+                       "d = dropout(x, p=0.5, seed=9)\noutput u, d\n", 1),
+           "random values differ across thread counts");
+    EXPECT(thread_case("input x: f32[1024, 64]\ny = sin(relu(x + 1) * 2)\noutput y\n", 1),
+           "a pointwise chain differs across thread counts");
+    rt_set_threads(0);
+    leave_cache();
+}
+
+/* ===== edge cases of the runtime ============================================================= */
+
+/* Outputs that are inputs, repeated names for one value, scalars, bools. */
+TEST(fused_outputs_copied_and_converted) {
+    enter_cache();
+    static const char *progs[] = {
+        "input x: f32[3, 5]\noutput x\n",
+        "input x: f32[3, 5]\ny = x * 2\nz = y\noutput y, z, x\n",
+        "input x: f32[7]\ny = sum(x)\noutput y\n",
+        "input x: f32[4, 6]\nb = x > 0\nc = logical_not(b)\noutput b, c\n",
+        "input m: bool[4, 6]\ninput x: f32[4, 6]\ny = where(m, x, -x)\noutput y, m\n",
+        "input x: f32[2, 3]\nweight w: f32[2, 3] = randn(5)\ny = x + w\noutput y, w\n",
+        "input x: f32[1, 1, 1]\ny = exp(x)\noutput y\n",
+        /* conv operands the library cannot take as they are: packed */
+        "input x: f32[1, 3, 8, 9]\ninput w: f32[4, 3, 3, 3]\ninput bb: f32[8]\n"
+        "y = conv2d(transpose(x, 2, 3), w, slice(bb, 0, 0, 8, step=2), padding=1)\noutput y\n",
+        /* matmul of a transposed input and a broadcast batch */
+        "input a: f32[3, 5]\ninput b: f32[2, 3, 4]\ny = transpose(a, 0, 1) @ b\noutput y\n",
+        /* a whole-tensor reduction big enough to run in parallel, then its consumer */
+        "input x: f32[300, 301]\nm = amax(x)\ns = sum(x)\ny = x * s - m\noutput y, m, s\n",
+    };
+    for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor in[MAX_IO];
+        char what[32];
+        snprintf(what, sizeof what, "program %zu", i);
+        if (kiln_parse(g, progs[i], what) != KILN_OK) EXPECT(0, "%s: %s", what, kiln_error(g));
+        else if (fill_inputs(g, in, 3)) {
+            EXPECT(check_graph(what, g, in), "%s differs", what);
+            free_tensors(in, kiln_num_inputs(g));
+        }
+        kiln_graph_free(g);
+    }
+    leave_cache();
+}
+
+TEST(fused_rejects_bad_inputs) {
+    enter_cache();
+    kiln_graph *g = kiln_graph_new();
+    kiln_program *p = NULL;
+    CHECK(kiln_parse(g, "input x: f32[2, 3]\ny = x + 1\noutput y\n", "bad") == KILN_OK);
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    float data[6] = {0};
+    kiln_tensor in = {KILN_F32, 2, {3, 2}, data}, out[1];
+    EXPECT(kiln_program_run(p, &in, out) == KILN_ERR_INPUT, "a wrong shape was accepted");
+    EXPECT(strstr(kiln_program_error(p), "expected f32[2, 3], got f32[3, 2]") != NULL, "message: %s",
+           kiln_program_error(p));
+    in.shape[0] = 2, in.shape[1] = 3;
+    EXPECT(kiln_program_run(p, &in, out) == KILN_OK, "%s", kiln_program_error(p));
+    EXPECT(((float *)out[0].data)[5] == 1.0f, "x + 1 of zeros");
+    kiln_tensor_free(&out[0]);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+    leave_cache();
+}
