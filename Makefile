@@ -5,6 +5,9 @@
 #   make demo       builds and runs the showcase in examples/
 #   make asan       the test suite under ASan+UBSan only
 #   make install PREFIX=/usr/local
+#   make fuzz-parse, make fuzz-npy   libFuzzer (clang) on the parser and the
+#                   .npy reader; FUZZ_ARGS (default -runs=1000000) is passed on
+#   make valgrind   memcheck over test_kiln (VALGRIND_FILTER picks the tests)
 CC      ?= cc
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
@@ -16,7 +19,7 @@ SAN     ?=
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BLAS_DIR  = /usr/lib/$(MULTIARCH)/openblas-openmp
 BLAS_INC  = -I/usr/include/$(MULTIARCH)/openblas-openmp
-KCFLAGS  = -std=c11 -Wall -Wextra -Iinclude -Isrc -D_GNU_SOURCE -fopenmp $(BLAS_INC) $(CFLAGS) $(SAN)
+KCFLAGS  = -std=c11 -Wall -Wextra -Iinclude -Isrc -I$(BUILD)/gen -D_GNU_SOURCE -fopenmp $(BLAS_INC) $(CFLAGS) $(SAN)
 LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -ldl
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
@@ -26,7 +29,7 @@ TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/kiln_int.h src/ops.def $(wildcard src/*.h)
 
-.PHONY: all test asan demo install deps clean check-tests
+.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-deps valgrind
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -36,6 +39,13 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 $(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c $< -o $@
+
+# vecmath.h as a C string literal, pasted into every generated source so a
+# cached or installed kiln needs no source tree ('?' escaped: trigraphs).
+$(BUILD)/gen/vecmath_src.inc: src/vecmath.h
+	@mkdir -p $(dir $@)
+	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
+$(BUILD)/obj/codegen.o: $(BUILD)/gen/vecmath_src.inc
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
 	@rm -f $@
@@ -47,6 +57,14 @@ $(BUILD)/kiln: $(BUILD)/obj/main.o $(BUILD)/libkiln.a
 $(BUILD)/test_kiln: $(TESTOBJ) $(BUILD)/libkiln.a
 	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
 
+# Random programs, fused vs interpreter, fresh seeds until stopped (Ctrl-C);
+# a failing program is saved under fuzz-out/.
+fuzz-diff: $(BUILD)/fuzz_diff
+	$(BUILD)/fuzz_diff -o fuzz-out
+
+$(BUILD)/fuzz_diff: $(BUILD)/tobj/fuzz_diff.o $(BUILD)/tobj/randprog.o $(BUILD)/libkiln.a
+	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
+
 deps:
 	@sh scripts/deps.sh
 
@@ -54,7 +72,7 @@ deps:
 test: deps
 	@$(MAKE) --no-print-directory $(BUILD)/kiln $(BUILD)/test_kiln
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN="$(ASAN_FLAGS)" CFLAGS="-O1 -g" $(BUILD)/asan/kiln $(BUILD)/asan/test_kiln
-	@sh tests/run.sh $(BUILD) $(BUILD)/asan
+	@KILN_TEST_CACHE_DIR=$(CURDIR)/$(BUILD)/test-jit-cache sh tests/run.sh $(BUILD) $(BUILD)/asan
 
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN="$(ASAN_FLAGS)" CFLAGS="-O1 -g" $(BUILD)/asan/kiln $(BUILD)/asan/test_kiln
@@ -73,3 +91,78 @@ install: all
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- fuzzing (issue 6) ----------------------------------------------------
+# libFuzzer harnesses in fuzz/, built with clang under ASan+UBSan into
+# $(BUILD)/fuzz with the whole library (the harnesses reach the parser, the
+# .npy reader and the interpreter; the rest is linked, never run). The seed
+# corpus is every example, golden program, .npy fixture and tests/regress
+# file; new inputs go to $(BUILD)/fuzz/corpus-*, crashes to
+# $(BUILD)/fuzz/crash-*. Example: make fuzz-parse FUZZ_ARGS=-max_total_time=60
+FUZZ_CC    ?= clang
+FUZZ_ARGS  ?= -runs=1000000
+FUZZ_DIR    = $(BUILD)/fuzz
+FUZZ_CFLAGS = -std=c11 -g -O1 -Iinclude -Isrc -D_GNU_SOURCE -fopenmp $(BLAS_INC) \
+              -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
+FUZZ_LIB    = $(LIBSRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
+.SECONDARY: $(FUZZ_LIB)
+
+$(FUZZ_DIR)/obj/%.o: src/%.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB) $(HDRS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS)
+
+fuzz-deps:
+	@sh scripts/deps.sh clang
+
+$(FUZZ_LIB) $(FUZZ_DIR)/fuzz_parse $(FUZZ_DIR)/fuzz_npy: | fuzz-deps
+
+fuzz-parse: $(FUZZ_DIR)/fuzz_parse
+	@rm -rf $(FUZZ_DIR)/seed-parse && mkdir -p $(FUZZ_DIR)/seed-parse $(FUZZ_DIR)/corpus-parse
+	@for f in examples/*.kiln tests/golden/cases/*/prog.kiln tests/regress/*.kiln; do \
+	    [ -f "$$f" ] && cp "$$f" "$(FUZZ_DIR)/seed-parse/$$(echo "$$f" | tr / _)"; done; true
+	cd $(FUZZ_DIR) && ./fuzz_parse -dict=$(CURDIR)/fuzz/kiln.dict -artifact_prefix=crash-parse- \
+	    $(FUZZ_ARGS) corpus-parse seed-parse
+
+fuzz-npy: $(FUZZ_DIR)/fuzz_npy
+	@rm -rf $(FUZZ_DIR)/seed-npy && mkdir -p $(FUZZ_DIR)/seed-npy $(FUZZ_DIR)/corpus-npy
+	@cp tests/npy/*.npy $(FUZZ_DIR)/seed-npy/
+	@for f in tests/regress/*.npy; do [ -f "$$f" ] && cp "$$f" $(FUZZ_DIR)/seed-npy/; done; true
+	cd $(FUZZ_DIR) && ./fuzz_npy -dict=$(CURDIR)/fuzz/npy.dict -artifact_prefix=crash-npy- \
+	    $(FUZZ_ARGS) corpus-npy seed-npy
+
+# ---- benchmarks (issue 5; not tests) ---------------------------------------
+# make bench-conv: ext_conv2d (im2col + sgemm, 1x1, depthwise) on ResNet-18
+# layer shapes at 1 and 2 threads, in GFLOP/s; with oneDNN beside it when
+# Debian's libdnnl-dev is installed. BENCH_ARGS is passed on, e.g.
+# make bench-conv BENCH_ARGS="--batch 1 --threads 1 --only layer1"
+DNNL_H := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
+.PHONY: bench-conv
+$(BUILD)/bench/conv_bench: bench/conv_bench.c $(BUILD)/libkiln.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) $(if $(DNNL_H),-DKILN_BENCH_DNNL) -o $@ $< $(BUILD)/libkiln.a $(LDLIBS) $(if $(DNNL_H),-ldnnl)
+
+bench-conv: $(BUILD)/bench/conv_bench
+	$(BUILD)/bench/conv_bench $(BENCH_ARGS)
+
+# ---- valgrind (issue 6) ---------------------------------------------------
+# memcheck over the normal build's test_kiln: no invalid access, no definite
+# leak. VALGRIND_FILTER picks the tests (substrings of their names, or
+# prefixes with a leading ^). The default covers the library's own code:
+# parser, .npy, interpreter (and golden data), lowering, scheduler,
+# rewrites, the regression inputs and the allocation-failure test (about
+# 70 s on 2 cores). It leaves out the tests that run JIT-compiled kernels
+# (fused, codegen, jit, externs, vecmath, the compiled alloc tests): those
+# are built with -march=native, valgrind does not decode AVX-512 (SIGILL),
+# and they are slow under it.
+VALGRIND_FILTER ?= ^parse_ ^npy_ ^interp_ ^golden_ ^lower_ ^sched_ ^rewrite_ \
+                   ^regress_ ^alloc_fail_each_interpret
+VALGRIND = valgrind -q --leak-check=full --errors-for-leak-kinds=definite \
+           --show-leak-kinds=definite --error-exitcode=1
+
+valgrind:
+	@sh scripts/deps.sh valgrind
+	@$(MAKE) --no-print-directory $(BUILD)/test_kiln
+	$(VALGRIND) $(BUILD)/test_kiln $(VALGRIND_FILTER)

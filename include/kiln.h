@@ -14,11 +14,15 @@
  *     if (y < 0 || kiln_output(g, y, "y") != KILN_OK)
  *         fprintf(stderr, "%s\n", kiln_error(g));
  *
+ *     kiln_program *p;                                  // fuse, generate C,
+ *     if (kiln_compile(g, 0, &p) != KILN_OK) ...        // compile, load
  *     kiln_tensor in = {KILN_F32, 2, {1024, 1024}, data};
  *     kiln_tensor out[1];
- *     if (kiln_interpret(g, &in, out) != KILN_OK) ...   // reference interpreter
- *     ...
+ *     if (kiln_program_run(p, &in, out) != KILN_OK)     // the fused kernels
+ *         fprintf(stderr, "%s\n", kiln_program_error(p));
+ *     // kiln_interpret(g, &in, ref) runs the unfused reference interpreter
  *     kiln_tensor_free(&out[0]);
+ *     kiln_program_free(p);
  *     kiln_graph_free(g);
  *
  * Conventions
@@ -180,6 +184,32 @@ kiln_status kiln_parse_file(kiln_graph *g, const char *path);
  * to free with kiln_tensor_free. */
 kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
                            kiln_tensor *outputs);
+
+/* ---- compiling: fused kernels ------------------------------------------ */
+
+/* A compiled program: the fused kernels of a graph, generated as C,
+ * compiled with the system compiler (cached) and loaded. It does not refer
+ * to the graph after compiling. */
+typedef struct kiln_program kiln_program;
+
+typedef struct {
+    int threads;   /* <= 0: $KILN_NUM_THREADS, else every core */
+    int fuse;      /* 1: fuse (default); 0: one kernel per op, every value in
+                    * memory -- the eager baseline kiln bench compares with */
+} kiln_options;
+kiln_options kiln_default_options(void);
+
+/* Compile g. On failure the message is kiln_error(g), and the graph stays
+ * usable (the interpreter can still run it). kiln_compile(g, threads, out)
+ * is kiln_compile_with default options and that thread count. */
+kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out);
+kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out);
+/* Same contract as kiln_interpret: inputs in declaration order, checked;
+ * outputs receive new tensors (kiln_tensor_free). */
+kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs);
+const char *kiln_program_error(const kiln_program *p);   /* "" if none */
+const char *kiln_program_source(const kiln_program *p);  /* the generated C */
+void kiln_program_free(kiln_program *p);
 
 /* ---- tensors and .npy files ------------------------------------------ */
 

@@ -26,12 +26,17 @@
  * (with reduction clauses for sums, products, max and min; max/min keep a
  * NaN flag so that NaN propagates like torch.amax), loads are plain array
  * reads with affine indices, and transcendentals use vecmath.h's branch-free
- * functions instead of libm. Adjacent dims are merged into one loop when every
- * index in the kernel walks them as one (a contiguous [64, 1024] is one loop
- * of 65536). The outermost loops run under `#pragma omp parallel for` when the
- * kernel is big enough (CG_PARALLEL_MIN). Every innermost loop's `for` line
- * carries CG_INNER_MARK so a test can match it with GCC's vectorization
- * report.
+ * functions instead of libm, behind `declare simd` wrappers so each body is
+ * compiled once. Adjacent dims are merged into one loop when every index in
+ * the kernel walks them as one (a contiguous [64, 1024] is one loop of
+ * 65536). Two loop orders keep the innermost loop contiguous where the
+ * natural one would stride: a reduction over a strided dim (sum(x, dim=0))
+ * moves the contiguous parallel loop inside the reduced loops, over blocks
+ * with an accumulator per element ("outer reduction"); a pointwise kernel
+ * with a transposed read walks its last two loops in tiles. The outermost
+ * loops run under `#pragma omp parallel for` when the kernel is big enough
+ * (CG_PARALLEL_MIN). Every innermost loop's `for` line carries
+ * CG_INNER_MARK so a test can match it with GCC's vectorization report.
  *
  * Errors: internal limits and pool exhaustion longjmp to cg_generate, which
  * returns a status and a message; nothing is printed.
@@ -47,6 +52,14 @@
  * elements: an OpenMP fork/join costs a few microseconds, about what one core
  * needs to stream 32K floats (128 KB) from cache. */
 #define CG_PARALLEL_MIN 32768
+/* Outer reduction (see KGen): the block of the innermost parallel dim that
+ * one pass over the reduced dims accumulates: 128 floats are 8 cache lines
+ * per reduced row, enough for the prefetcher, and the accumulators of a
+ * few reductions stay in L1. */
+#define CG_OUTER_BLOCK 128
+/* Transposing pointwise kernels walk tiles of this many elements square:
+ * 32 rows of 32 floats are 64 cache lines, well inside L1. */
+#define CG_TILE 32
 /* Outer parallel loops are collapsed (OpenMP collapse) until they give at
  * least this many iterations to share, so a [4, 100000] nest still spreads. */
 #define CG_PARALLEL_ITERS 256
@@ -75,34 +88,49 @@ static const char vecmath_text[] =
 #endif
 
 #ifndef CG_VECMATH_EMBEDDED
-/* src/vecmath.h next to this file, as the compiler saw it. */
-static char *read_vecmath(char *err, size_t errlen) {
+/* src/vecmath.h next to this file, as the compiler saw it, into *text
+ * (kmalloc'd). */
+static kiln_status read_vecmath(char **text, char *err, size_t errlen) {
     char path[1024];
     const char *env = getenv("KILN_VECMATH_H");
     const char *file = __FILE__, *slash = strrchr(file, '/');
     if (env) util_fmt(path, sizeof path, "%s", env);
     else util_fmt(path, sizeof path, "%.*svecmath.h", slash ? (int)(slash - file + 1) : 0, file);
     FILE *f = fopen(path, "rb");
-    if (!f) {
+    long n = -1;
+    if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
+    if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        if (f) fclose(f);
         util_fmt(err, errlen, "codegen: cannot read %s (build with the Makefile's vecmath_src.inc)",
                  path);
-        return NULL;
+        return KILN_ERR_ENV;
     }
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = n >= 0 ? kmalloc((size_t)n + 1) : NULL;
-    size_t got = text ? fread(text, 1, (size_t)n, f) : 0;
+    *text = kmalloc((size_t)n + 1);
+    size_t got = *text ? fread(*text, 1, (size_t)n, f) : 0;
     fclose(f);
-    if (!text || got != (size_t)n) {
-        kfree(text);
-        util_fmt(err, errlen, "codegen: cannot read %s", path);
-        return NULL;
+    if (!*text) {
+        util_fmt(err, errlen, "out of memory");
+        return KILN_ERR_NOMEM;
     }
-    text[n] = 0;
-    return text;
+    (*text)[got] = 0;
+    return KILN_OK;
 }
 #endif
+
+/* vecmath.h's text: the embedded copy, or read from the source tree into
+ * *owned (the caller kfrees it). */
+static kiln_status vecmath_source(const char **text, char **owned, char *err, size_t errlen) {
+    *owned = NULL;
+#ifdef CG_VECMATH_EMBEDDED
+    (void)err, (void)errlen;
+    *text = vecmath_text;
+    return KILN_OK;
+#else
+    kiln_status st = read_vecmath(owned, err, errlen);
+    *text = *owned;
+    return st;
+#endif
+}
 
 /* ===== the prelude ============================================================ */
 
@@ -118,8 +146,21 @@ static const char prelude_head[] =
     "\n"
     "/* ===== vecmath.h: float math that vectorizes ===== */\n";
 
+/* `kiln_<f>_v`: vecmath's kiln_<f> behind a declare-simd wrapper. */
+#define KILN_SIMD_FN(f)                                                        \
+    "#pragma omp declare simd notinbranch\n"                                    \
+    "__attribute__((noinline, unused)) static float kiln_" #f "_v(float x) { return kiln_" #f "(x); }\n"
+
 /* Mirrors KilnRT and ExtView in codegen.h / externs.h. */
 static const char prelude_tail[] =
+    "\n/* ===== vector functions =====\n"
+    " * The expensive functions out of line, with OpenMP SIMD clones: GCC\n"
+    " * compiles each body once (a vector clone that vectorized loops call once\n"
+    " * per vector, as fast as inlining it) instead of inlining a copy at every\n"
+    " * use, which made a kernel of 50 sines take seconds to compile. Unused ones\n"
+    " * cost nothing. */\n"
+    KILN_SIMD_FN(expf) KILN_SIMD_FN(logf) KILN_SIMD_FN(sinf) KILN_SIMD_FN(cosf)
+    KILN_SIMD_FN(tanhf) KILN_SIMD_FN(erff) KILN_SIMD_FN(sigmoid)
     "\n/* ===== the runtime interface ===== */\n"
     "\n"
     "/* A strided view: element (i0..ik) at data[offset + sum i_d*stride_d]. */\n"
@@ -196,26 +237,18 @@ static const char prelude_tail[] =
     "    }\n"
     "}\n";
 
-char *cg_prelude(char *err, size_t errlen) {
-#ifdef CG_VECMATH_EMBEDDED
-    const char *vm = vecmath_text;
-    char *owned = NULL;
-#else
-    char *owned = read_vecmath(err, errlen);
-    const char *vm = owned;
-    if (!vm) return NULL;
-#endif
-    char rank[64];
+kiln_status cg_prelude(char **out, char *err, size_t errlen) {
+    const char *vm;
+    char *owned, rank[64];
+    *out = NULL;
+    kiln_status st = vecmath_source(&vm, &owned, err, errlen);
+    if (st != KILN_OK) return st;
     util_fmt(rank, sizeof rank, "\n#define KILN_RT_MAX_RANK %d\n", KILN_MAX_RANK);
     size_t n = strlen(prelude_head) + strlen(vm) + strlen(rank) + strlen(prelude_tail) + 1;
-    char *out = kmalloc(n);
-    if (out) {
-        util_fmt(out, n, "%s%s%s%s", prelude_head, vm, rank, prelude_tail);
-    } else {
-        util_fmt(err, errlen, "out of memory");
-    }
+    if ((*out = kmalloc(n))) util_fmt(*out, n, "%s%s%s%s", prelude_head, vm, rank, prelude_tail);
+    else util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
     kfree(owned);
-    return out;
+    return st;
 }
 
 /* ===== generator state ========================================================== */
@@ -242,6 +275,8 @@ typedef struct {
     size_t errlen;
     const Schedule *s;
     const LoopProgram *p;
+    kiln_status status;       /* of a failure other than the pool's (cg_fail: INPUT) */
+    char *owned_vm;           /* vecmath.h's text while it is read from a file */
     const char *prefix;
     bool no_prelude;
     bool double_acc;
@@ -258,20 +293,41 @@ typedef struct {
     int64_t n;
 } Scratch;
 
-/* One kernel. Levels: 0 is the function body; loop L's body is level L + 1.
- * Loops 0..npl-1 run the parallel dims (the row), npl..nloops-1 the reduced
- * dims of the current stage (re-opened for every inner stage). */
+/* A loop: `for (int64_t name = lo; name < hi; name += step)`. */
+typedef struct {
+    const char *name;
+    int64_t extent;              /* the range of the dims it runs: [0, extent) */
+    const char *lo, *hi;         /* NULL: 0 and extent */
+    int64_t step;                /* 1, or the block size of a block loop */
+} Loop;
+
+/* One kernel. The loops form the row nest (pnest: the parallel dims, shared
+ * by every stage) and, below it, the current stage's nest (snest: the
+ * reduced dims of an inner stage; nothing for a row step). Levels: 0 is
+ * the function body, the body of the j-th loop of the row nest is level
+ * j + 1 (npl, the row level, is the innermost), the body of the j-th loop of
+ * the stage nest is level npl + 1 + j.
+ *
+ * Outer reduction (xin >= 0): when the reduced dims are strided in memory
+ * and the innermost parallel dim is contiguous (sum(x, dim=0)), that dim's
+ * loop (xin) moves below the reduced loops and runs over blocks of
+ * CG_OUTER_BLOCK elements; the row nest ends in the loop over blocks, and
+ * accumulators are arrays of a block. */
 typedef struct {
     Gen *g;
     const Kernel *k;
-    int kidx;
     int ndims, npd;              /* dims: P then R; npd P dims */
     int64_t size[MAXL];
     int loop_of[MAXL];           /* dim -> loop running it */
     int64_t div[MAXL];           /* dim value = (loop var / div) % size */
-    int nloops, npl;
-    int64_t extent[MAXL];
-    const char *lname[MAXL];
+    Loop loop[MAXL + 1];
+    int nloops;
+    int pnest[MAXL + 1], npl;    /* the row nest */
+    int rl[MAXL], nrl;           /* the reduced dims' loops */
+    int xin;                     /* outer reduction: the moved loop; -1: none */
+    int snest[MAXL + 1], nsn;    /* the current stage's nest */
+    int level_of[MAXL + 1];      /* loop -> level while it is open, else -1 */
+    int innermost;               /* the loop of the innermost open level, or -1 */
     int collapse;                /* parallel loops collapsed by OpenMP; 0: serial */
     bool full_par;               /* np == 0: the reduced loop runs in parallel */
     Str block[MAXL + 1];         /* code at each level, relative indentation */
@@ -287,6 +343,8 @@ typedef struct {
     int nscratch, capscratch;
     int inner_loops;
     bool has_red;                /* the current stage has a reduction */
+    int *outer_red;              /* outer reduction: members whose results the row nest stores */
+    int nouter_red;
 } KGen;
 
 typedef struct {
@@ -398,8 +456,12 @@ static int clamp_level(const KGen *K, int level) {
 
 static int dims_level(const KGen *K, uint32_t vars) {
     int level = 0;
-    for (int d = 0; d < K->ndims; d++)
-        if ((vars >> d) & 1u && K->loop_of[d] + 1 > level) level = K->loop_of[d] + 1;
+    for (int d = 0; d < K->ndims; d++) {
+        if (!((vars >> d) & 1u)) continue;
+        int l = K->level_of[K->loop_of[d]];
+        if (l < 0) cg_fail(K->g, "codegen: %s: dim %d used outside its loop", K->k->kernel, d);
+        if (l > level) level = l;
+    }
     return clamp_level(K, level);
 }
 
@@ -468,8 +530,8 @@ static bool ix_nonneg(const KGen *K, const Index *ix) {
 /* The C value of dim d. */
 static const char *dim_text(const KGen *K, int d) {
     int L = K->loop_of[d];
-    const char *n = K->lname[L];
-    bool whole = K->div[d] * K->size[d] == K->extent[L];
+    const char *n = K->loop[L].name;
+    bool whole = K->div[d] * K->size[d] == K->loop[L].extent;
     if (K->div[d] == 1) return whole ? n : pool_printf(K->g->pool, "(%s %% %lld)", n, (long long)K->size[d]);
     if (whole) return pool_printf(K->g->pool, "(%s / %lld)", n, (long long)K->div[d]);
     return pool_printf(K->g->pool, "(%s / %lld %% %lld)", n, (long long)K->div[d],
@@ -533,8 +595,8 @@ static void print_affine(const KGen *K, Str *o, const int64_t *lc, int64_t off) 
         if (!first) str_putf(o, c < 0 ? " - " : " + ");
         else if (c < 0) str_putf(o, "-");
         if (c < 0) c = -c;
-        if (c == 1) str_putf(o, "%s", K->lname[L]);
-        else str_putf(o, "%lld*%s", (long long)c, K->lname[L]);
+        if (c == 1) str_putf(o, "%s", K->loop[L].name);
+        else str_putf(o, "%lld*%s", (long long)c, K->loop[L].name);
         first = false;
     }
     if (first) str_putf(o, "%lld", (long long)off);
@@ -547,7 +609,7 @@ static IxText print_index(const KGen *K, const Index *ix, int nvars) {
     str_init(&o, K->g->pool);
     int64_t coef[MAXL], off, lc[MAXL];
     IxText t = {NULL, dims_level(K, ix_vars(ix)), true};
-    int innermost = K->inner - 1;    /* the loop of the current innermost level */
+    int innermost = K->innermost;
     if (ix_affine(ix, nvars, coef, &off) && loop_coefs(K, coef, nvars, lc)) {
         print_affine(K, &o, lc, off);
         if (innermost >= 0) t.unit = lc[innermost] == 0 || lc[innermost] == 1;
@@ -602,15 +664,17 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
     return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
 }
 
-/* vecmath.h's vectorizable versions of ops.def's libm forms. */
+/* vecmath.h's vectorizable versions of ops.def's libm forms, through the
+ * prelude's SIMD-clone wrappers. */
 static const char *op_form(Op op) {
     switch (op) {
-    case OP_EXP: return "kiln_expf(%s)";
-    case OP_LOG: return "kiln_logf(%s)";
-    case OP_SIN: return "kiln_sinf(%s)";
-    case OP_COS: return "kiln_cosf(%s)";
-    case OP_TANH: return "kiln_tanhf(%s)";
-    case OP_ERF: return "kiln_erff(%s)";
+    case OP_EXP: return "kiln_expf_v(%s)";
+    case OP_LOG: return "kiln_logf_v(%s)";
+    case OP_SIN: return "kiln_sinf_v(%s)";
+    case OP_COS: return "kiln_cosf_v(%s)";
+    case OP_TANH: return "kiln_tanhf_v(%s)";
+    case OP_ERF: return "kiln_erff_v(%s)";
+    case OP_SIGMOID: return "kiln_sigmoid_v(%s)";
     default: return op_info[op].cform;
     }
 }
@@ -655,7 +719,7 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
     const char *form = op_form(e->op), *rhs;
     if (!form || !*form) cg_fail(K->g, "codegen: %s is not a pointwise op", op_info[e->op].name);
     if (e->op == OP_POW && !(form = pow_form(e)))
-        rhs = pool_printf(K->g->pool, "kiln_powi(%s, %d)", args[0].c, (int)e->args[1]->value);
+        rhs = pool_printf(K->g->pool, "kiln_powi(%s, %d)", args[0].c, (int)(float)e->args[1]->value);
     else
         rhs = apply_form(K->g->pool, form, args, e->nargs);
     return temp(K, level, rhs);
@@ -736,6 +800,52 @@ static const char *rop_identity(ReduceOp op) {
     return "0.0f";
 }
 
+/* acc[x - block] = acc[x - block] op v, for an outer reduction. */
+static const char *outer_acc(KGen *K, const char *acc) {
+    const Loop *x = &K->loop[K->xin], *blk = &K->loop[K->pnest[K->npl - 1]];
+    return pool_printf(K->g->pool, "%s[%s - %s]", acc, x->name, blk->name);
+}
+
+/* Outer reduction: one accumulator per element of the block, so the lanes
+ * never combine and max/min need no NaN flag (kiln_max keeps a NaN). */
+static void gen_outer_reduction_member(KGen *K, int i) {
+    const SNode *n = snode(K->g, K->k->members[i]);
+    const Buffer *b = member_buf(K, i);
+    Pool *P = K->g->pool;
+    bool minmax = b->rop == ROP_AMAX || b->rop == ROP_AMIN, wide = K->g->double_acc && !minmax;
+    const char *acc = pool_printf(P, "acc_%s", K->g->bufname[b->id]), *el = outer_acc(K, acc);
+    int64_t block = K->loop[K->pnest[K->npl - 1]].step;
+    line(K, K->npl, "%s %s[%lld];", wide ? "double" : "float", acc, (long long)block);
+    line(K, K->npl, "for (int64_t i = 0; i < %lld; i++) %s[i] = %s;", (long long)block, acc,
+         rop_identity(b->rop));
+    Val v = emit_expr(K, b->expr, n->np + n->nr);
+    switch (b->rop) {
+    case ROP_SUM: line(K, K->inner, "%s += %s%s;", el, wide ? "(double)" : "", v.c); break;
+    case ROP_PROD: line(K, K->inner, "%s *= %s%s;", el, wide ? "(double)" : "", v.c); break;
+    case ROP_AMAX: line(K, K->inner, "%s = kiln_max(%s, %s);", el, el, v.c); break;
+    case ROP_AMIN: line(K, K->inner, "%s = kiln_min(%s, %s);", el, el, v.c); break;
+    }
+    K->outer_red[K->nouter_red++] = i;
+    K->has_red = true;
+}
+
+/* In the loop over the block after the reduced loops: store the result and
+ * hand it to the row steps. */
+static void finish_outer_reduction(KGen *K, int i) {
+    const SNode *n = snode(K->g, K->k->members[i]);
+    const Buffer *b = member_buf(K, i);
+    Pool *P = K->g->pool;
+    bool wide = K->g->double_acc && b->rop != ROP_AMAX && b->rop != ROP_AMIN;
+    const char *el = outer_acc(K, pool_printf(P, "acc_%s", K->g->bufname[b->id]));
+    if (wide) el = pool_printf(P, "(float)%s", el);
+    IxText ix = print_index(K, store_index(K, n->np, n->P), n->np);
+    if (K->k->store[i] == STORE_GLOBAL) {
+        note_access(K, b->id, ix, USE_WRITE);
+        line(K, K->inner, "%s[%s] = %s;", K->g->bufname[b->id], ix.c, el);
+    }
+    table_add(P, &K->regs, reg_key(P, b->id, ix.c), el, K->inner, K->epoch[K->inner]);
+}
+
 /* acc = acc op v, inside the stage's innermost loop, with the clause that
  * lets the loop run in SIMD lanes. Sums and products accumulate in float
  * (CgOptions.double_acc: in double, like the interpreter; that costs about
@@ -744,6 +854,10 @@ static const char *rop_identity(ReduceOp op) {
  * and min are exact and raise a NaN flag, because OpenMP combines the lanes
  * with a max that may drop a NaN. After the loop the row's value is a float. */
 static void gen_reduction_member(KGen *K, int i) {
+    if (K->xin >= 0) {
+        gen_outer_reduction_member(K, i);
+        return;
+    }
     const SNode *n = snode(K->g, K->k->members[i]);
     const Buffer *b = member_buf(K, i);
     Pool *P = K->g->pool;
@@ -753,8 +867,8 @@ static void gen_reduction_member(KGen *K, int i) {
     const char *val = minmax || !K->g->double_acc ? acc : pool_printf(P, "red_%s", nm);
     const char *wide = K->g->double_acc ? "(double)" : "";
     if (minmax) line(K, K->npl, "float %s = %s;\nint %s = 0;", acc, rop_identity(b->rop), nan);
-    else line(K, K->npl, "%s %s = %s;", K->g->double_acc ? "double" : "float", acc,
-              b->rop == ROP_SUM ? "0.0" : "1.0");
+    else if (K->g->double_acc) line(K, K->npl, "double %s = %s;", acc, b->rop == ROP_SUM ? "0.0" : "1.0");
+    else line(K, K->npl, "float %s = %s;", acc, rop_identity(b->rop));
     Val v = emit_expr(K, b->expr, n->np + n->nr);
     switch (b->rop) {
     case ROP_SUM: line(K, K->inner, "%s += %s%s;", acc, wide, v.c); break;
@@ -816,24 +930,121 @@ static void plan_merges(KGen *K, bool *ok) {
         ok[d] = m.ok[d] && d + 1 != K->npd;   /* never merge across P / R */
 }
 
+static int new_loop(KGen *K, const char *name, int64_t extent) {
+    K->loop[K->nloops] = (Loop){name, extent, NULL, NULL, 1};
+    return K->nloops++;
+}
+
+/* One loop per group of merged dims: the row nest runs the P groups, rl
+ * the R groups. */
 static void build_loops(KGen *K) {
     bool ok[MAXL] = {false};
     plan_merges(K, ok);
-    K->nloops = 0;
     for (int d = 0; d < K->ndims; d++) {
-        bool joins = d > 0 && ok[d - 1];
-        if (!joins) {
+        if (!(d > 0 && ok[d - 1])) {
             bool red = d >= K->npd;
-            K->lname[K->nloops] = pool_printf(K->g->pool, "%s%d", red ? "r" : "x",
-                                              red ? K->nloops - K->npl : K->nloops);
-            K->extent[K->nloops++] = 1;
-            if (!red) K->npl = K->nloops;
+            int L = new_loop(K, pool_printf(K->g->pool, "%s%d", red ? "r" : "x", red ? K->nrl : K->npl), 1);
+            if (red) K->rl[K->nrl++] = L;
+            else K->pnest[K->npl++] = L;
         }
         K->loop_of[d] = K->nloops - 1;
-        K->extent[K->nloops - 1] *= K->size[d];
+        K->loop[K->nloops - 1].extent *= K->size[d];
     }
     for (int d = K->ndims - 1; d >= 0; d--)
         K->div[d] = d + 1 < K->ndims && K->loop_of[d + 1] == K->loop_of[d] ? K->div[d + 1] * K->size[d + 1] : 1;
+}
+
+/* ---- the outer-reduction order ------------------------------------------------------ */
+
+/* How the loads of the inner stage walk the innermost reduced loop (lr) and
+ * the innermost parallel loop (lp). */
+typedef struct {
+    KGen *K;
+    int nvars, lr, lp;
+    bool r_strided, r_unit, p_unit;
+} Walk;
+
+static void walk_load(const Expr *e, void *ud) {
+    Walk *w = ud;
+    int64_t coef[MAXL], off, lc[MAXL];
+    if (!ix_affine(e->index, w->nvars, coef, &off) || !loop_coefs(w->K, coef, w->nvars, lc)) {
+        w->r_strided = true;   /* div/mod: treat as scattered */
+        return;
+    }
+    if (lc[w->lr] == 1 || lc[w->lr] == -1) w->r_unit = true;
+    else if (lc[w->lr]) w->r_strided = true;
+    if (lc[w->lp] == 1) w->p_unit = true;
+}
+
+/* Worth it (and possible): one inner stage followed by row steps, nothing
+ * kept per row across inner loops, every load that moves with the reduced
+ * loop strided, some load contiguous along the parallel loop, and that
+ * loop long enough to fill vectors. */
+static bool want_outer(KGen *K) {
+    const Kernel *k = K->k;
+    if (k->kind != KK_REDUCTION || !K->npl || !K->nrl || k->nstages < 1) return false;
+    if (k->stage_kind[0] != STAGE_INNER) return false;
+    for (int s = 1; s < k->nstages; s++)
+        if (k->stage_kind[s] != STAGE_ROW) return false;
+    Walk w = {K, 0, K->rl[K->nrl - 1], K->pnest[K->npl - 1], false, false, false};
+    if (K->loop[w.lp].extent < 16) return false;
+    for (int i = 0; i < k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        if (k->stage[i] != 0) continue;
+        if (b->body != BODY_REDUCTION && k->store[i] == STORE_ROW_LOCAL) return false;
+        w.nvars = member_vars(snode(K->g, k->members[i]));
+        if (b->expr) ex_loads(b->expr, walk_load, &w);
+    }
+    return w.r_strided && !w.r_unit && w.p_unit;
+}
+
+/* Split loop L into a loop over blocks of `block` (returned) and L over one
+ * block: `for (xb = 0; xb < n; xb += block)` around
+ * `for (x = xb; x < min(xb + block, n); x++)`. */
+static int split_loop(KGen *K, int L, int64_t block) {
+    int64_t n = K->loop[L].extent;
+    if (block > n) block = n;
+    int b = new_loop(K, pool_printf(K->g->pool, "%sb", K->loop[L].name), n);
+    K->loop[b].step = block;
+    const char *bn = K->loop[b].name;
+    K->loop[L].lo = bn;
+    K->loop[L].hi = block == n ? pool_printf(K->g->pool, "%lld", (long long)n)
+                               : pool_printf(K->g->pool, "(%s + %lld < %lld ? %s + %lld : %lld)", bn,
+                                             (long long)block, (long long)n, bn, (long long)block,
+                                             (long long)n);
+    return b;
+}
+
+/* The innermost parallel loop becomes xin, running one block; a loop over
+ * blocks takes its place at the end of the row nest. */
+static void make_outer(KGen *K) {
+    int xin = K->pnest[K->npl - 1];
+    K->pnest[K->npl - 1] = split_loop(K, xin, CG_OUTER_BLOCK);
+    K->xin = xin;
+}
+
+/* ---- tiles for transposes -------------------------------------------------------------- */
+
+/* A pointwise kernel whose innermost loop reads some buffer across rows
+ * (a transpose) walks the last two loops in square tiles: the input rows a
+ * tile touches stay in L1 while the tile is written row by row. */
+static bool want_tiles(KGen *K) {
+    if (K->k->kind != KK_POINTWISE || K->npl < 2) return false;
+    Walk w = {K, K->ndims, K->pnest[K->npl - 1], K->pnest[K->npl - 2], false, false, false};
+    if (K->loop[w.lr].extent < 16 || K->loop[w.lp].extent < 16) return false;
+    for (int i = 0; i < K->k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        if (b->expr) ex_loads(b->expr, walk_load, &w);
+    }
+    return w.r_strided && w.p_unit;
+}
+
+static void make_tiles(KGen *K) {
+    int a = K->pnest[K->npl - 2], b = K->pnest[K->npl - 1];
+    K->pnest[K->npl - 2] = split_loop(K, a, CG_TILE);
+    K->pnest[K->npl - 1] = split_loop(K, b, CG_TILE);
+    K->pnest[K->npl++] = a;
+    K->pnest[K->npl++] = b;
 }
 
 /* How many outer loops OpenMP shares out (0: the kernel runs serially). */
@@ -842,20 +1053,55 @@ static void plan_parallel(KGen *K) {
     if (work < CG_PARALLEL_MIN) return;
     int avail = K->k->kind == KK_POINTWISE && K->npl > 1 ? K->npl - 1 : K->npl;
     int64_t iters = 1;
-    for (int L = 0; L < avail && iters < CG_PARALLEL_ITERS; L++) {
-        iters *= K->extent[L];
-        K->collapse = L + 1;
+    for (int j = 0; j < avail && iters < CG_PARALLEL_ITERS; j++) {
+        const Loop *L = &K->loop[K->pnest[j]];
+        if (L->lo) break;   /* inside a block: not a rectangular nest */
+        iters *= (L->extent + L->step - 1) / L->step;
+        K->collapse = j + 1;
     }
     if (iters < 2) K->collapse = 0;
     /* a whole-tensor reduction has no row loop: its reduced loop is shared
      * out instead, each thread with partial accumulators */
-    if (K->k->kind == KK_REDUCTION && K->npl == 0 && K->nloops > 0) K->full_par = true;
+    if (K->k->kind == KK_REDUCTION && K->npl == 0 && K->nrl > 0) K->full_par = true;
+}
+
+static bool sizes_are(int n, const int64_t *a, int m, const int64_t *b) {
+    return n == m && !memcmp(a, b, sizeof(int64_t) * (size_t)n);
+}
+
+/* Every member iterates the kernel's dims, as the scheduler guarantees: a
+ * reduction P x R, a pointwise member P ++ R (inner) or P (row step). Member
+ * variable v_i is then kernel dim i. */
+static void check_members(KGen *K) {
+    const Kernel *k = K->k;
+    for (int i = 0; i < k->n; i++) {
+        const SNode *n = snode(K->g, k->members[i]);
+        bool same = n->body == BODY_REDUCTION
+                        ? sizes_are(n->np, n->P, k->np, k->P) && sizes_are(n->nr, n->R, k->nr, k->R)
+                        : sizes_are(n->np, n->P, K->ndims, K->size) ||
+                              (k->kind == KK_REDUCTION && sizes_are(n->np, n->P, k->np, k->P));
+        if (!same) cg_fail(K->g, "codegen: member %s of %s has other loops", n->name, k->kernel);
+    }
+}
+
+/* Open the row nest and a stage nest: set each open loop's level. */
+static void open_nest(KGen *K, const int *ids, int n) {
+    for (int L = 0; L < K->nloops; L++) K->level_of[L] = -1;
+    for (int j = 0; j < K->npl; j++) K->level_of[K->pnest[j]] = j + 1;
+    K->nsn = n;
+    for (int j = 0; j < n; j++) {
+        K->snest[j] = ids[j];
+        K->level_of[ids[j]] = K->npl + 1 + j;
+    }
+    K->inner = K->npl + n;
+    K->innermost = n ? ids[n - 1] : K->npl ? K->pnest[K->npl - 1] : -1;
 }
 
 static void setup_kernel(KGen *K) {
     const Kernel *k = K->k;
     K->npd = k->np;
     K->ndims = k->np + k->nr;
+    K->xin = -1;
     if (K->ndims > MAXL) cg_fail(K->g, "codegen: %s has %d dims", k->kernel, K->ndims);
     memcpy(K->size, k->P, sizeof(int64_t) * (size_t)k->np);
     memcpy(K->size + k->np, k->R, sizeof(int64_t) * (size_t)k->nr);
@@ -863,15 +1109,14 @@ static void setup_kernel(KGen *K) {
     str_init(&K->clauses, K->g->pool);
     str_init(&K->post, K->g->pool);
     K->use = pool_alloc(K->g->pool, (size_t)K->g->p->nbufs + 1);
+    K->outer_red = pool_alloc(K->g->pool, sizeof(int) * (size_t)(k->n + 1));
+    check_members(K);
     build_loops(K);
+    open_nest(K, NULL, 0);
+    if (want_outer(K)) make_outer(K);
+    else if (want_tiles(K)) make_tiles(K);
     plan_parallel(K);
-    for (int i = 0; i < k->n; i++) {   /* the scheduler guarantees these shapes */
-        const SNode *n = snode(K->g, k->members[i]);
-        bool red = n->body == BODY_REDUCTION;
-        bool same = red ? n->np == k->np && n->nr == k->nr
-                        : n->np == k->np + k->nr || (k->kind == KK_REDUCTION && n->np == k->np);
-        if (!same) cg_fail(K->g, "codegen: member %s of %s has other loops", n->name, k->kernel);
-    }
+    open_nest(K, NULL, 0);
 }
 
 /* ===== assembling the text ============================================================ */
@@ -879,51 +1124,70 @@ static void setup_kernel(KGen *K) {
 static bool is_parallel(const KGen *K) { return K->collapse > 0 || K->full_par; }
 static bool has_scratch_region(const KGen *K) { return K->nscratch > 0 && K->collapse > 0; }
 
-static void loop_pragmas(KGen *K, Str *o, int L, int last, bool innermost, int ind) {
+/* Pragmas of loop j of a nest (row nest or stage nest) of n loops. */
+static void loop_pragmas(KGen *K, Str *o, bool row_nest, int j, int n, bool innermost, int ind) {
     bool simd = innermost && (K->has_red || !K->strided);
     const char *cl = str_get(&K->clauses);
-    if (L == 0 && K->collapse > 0) {
-        bool with_simd = simd && K->collapse == 1 && L == last - 1;
+    if (row_nest && j == 0 && K->collapse > 0) {
+        bool with_simd = simd && K->collapse == 1 && j == n - 1;
         str_putf(o, "%*s#pragma omp %sfor", ind, "", has_scratch_region(K) ? "" : "parallel ");
         if (K->collapse > 1) str_putf(o, " collapse(%d)", K->collapse);
         str_putf(o, "%s\n", with_simd ? " simd" : "");
         if (with_simd) return;
     }
-    if (K->full_par && L == K->npl) {
+    if (!row_nest && j == 0 && K->full_par) {
         str_putf(o, "%*s#pragma omp parallel for%s%s\n", ind, "", innermost ? " simd" : "", cl);
         return;
     }
     if (simd) str_putf(o, "%*s#pragma omp simd%s\n", ind, "", cl);
 }
 
-/* Loops first..last-1 around their bodies (block L + 1), at indentation ind. */
-static void loops_text(KGen *K, Str *o, int first, int last, int ind, const char *row_guard) {
-    if (first == last) return;
-    bool innermost = first == last - 1 && (last > K->npl || K->k->kind == KK_POINTWISE);
-    loop_pragmas(K, o, first, last, innermost, ind);
-    str_putf(o, "%*sfor (int64_t %s = 0; %s < %lld; %s++) {%s%s\n", ind, "", K->lname[first],
-             K->lname[first], (long long)K->extent[first], K->lname[first], innermost ? "  " : "",
-             innermost ? CG_INNER_MARK : "");
+static void loop_header(KGen *K, Str *o, int L, bool innermost, int ind) {
+    const Loop *l = &K->loop[L];
+    str_putf(o, "%*sfor (int64_t %s = %s; %s < ", ind, "", l->name, l->lo ? l->lo : "0", l->name);
+    if (l->hi) str_putf(o, "%s", l->hi);
+    else str_putf(o, "%lld", (long long)l->extent);
+    if (l->step == 1) str_putf(o, "; %s++) {", l->name);
+    else str_putf(o, "; %s += %lld) {", l->name, (long long)l->step);
+    str_putf(o, "%s\n", innermost ? "  " CG_INNER_MARK : "");
     K->inner_loops += innermost;
-    if (first + 1 == K->npl && row_guard) put_indented(o, row_guard, ind + 4);
-    put_indented(o, str_get(&K->block[first + 1]), ind + 4);
-    loops_text(K, o, first + 1, last, ind + 4, row_guard);
+}
+
+/* Loops ids[j..n-1] of a nest whose first body is level level0 + 1, around
+ * their bodies, at indentation ind. row_guard opens the row level's body. */
+static void nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0,
+                      int ind, const char *row_guard) {
+    if (j == n) return;
+    bool innermost = j == n - 1 && (!row_nest || K->k->kind == KK_POINTWISE);
+    int level = level0 + j + 1;
+    loop_pragmas(K, o, row_nest, j, n, innermost, ind);
+    loop_header(K, o, ids[j], innermost, ind);
+    if (row_nest && level == K->npl && row_guard) put_indented(o, row_guard, ind + 4);
+    put_indented(o, str_get(&K->block[level]), ind + 4);
+    nest_text(K, o, row_nest, ids, j + 1, n, level0, ind + 4, row_guard);
     str_putf(o, "%*s}\n", ind, "");
 }
 
 /* ===== stages ============================================================================ */
 
+/* An inner stage runs the reduced loops (and, in an outer reduction, the
+ * moved parallel loop below them); a row step runs nothing, or the moved
+ * loop. */
 static void begin_stage(KGen *K, StageKind kind) {
-    K->inner = kind == STAGE_INNER ? K->nloops : K->npl;
+    int ids[MAXL + 1], n = 0;
+    if (kind == STAGE_INNER && K->k->kind == KK_REDUCTION)
+        for (int j = 0; j < K->nrl; j++) ids[n++] = K->rl[j];
+    if (K->xin >= 0) ids[n++] = K->xin;
+    open_nest(K, ids, n);
     K->strided = false;
     K->has_red = false;
 }
 
-/* Close an inner stage: its loops go into the row body, its values die. */
+/* Close a stage: its loops go into the row body, its values die. */
 static void end_stage(KGen *K) {
-    if (K->inner > K->npl) {
-        loops_text(K, &K->block[K->npl], K->npl, K->nloops, 0, NULL);
-        for (int l = K->npl + 1; l <= K->nloops; l++) {
+    if (K->nsn > 0) {
+        nest_text(K, &K->block[K->npl], false, K->snest, 0, K->nsn, K->npl, 0, NULL);
+        for (int l = K->npl + 1; l <= K->npl + K->nsn; l++) {
             str_init(&K->block[l], K->g->pool);
             K->epoch[l]++;
         }
@@ -931,11 +1195,27 @@ static void end_stage(KGen *K) {
     put_indented(&K->block[K->npl], str_get(&K->post), 0);
     str_init(&K->post, K->g->pool);
     str_init(&K->clauses, K->g->pool);
+    open_nest(K, NULL, 0);
 }
 
 static void gen_member(KGen *K, int i) {
     if (member_buf(K, i)->body == BODY_REDUCTION) gen_reduction_member(K, i);
     else gen_pointwise_member(K, i);
+}
+
+/* Outer reduction: the inner stage, then one loop over the block holding
+ * the reductions' stores and every row step. */
+static void gen_outer_stages(KGen *K) {
+    const Kernel *k = K->k;
+    begin_stage(K, STAGE_INNER);
+    for (int i = 0; i < k->n; i++)
+        if (k->stage[i] == 0) gen_member(K, i);
+    end_stage(K);
+    begin_stage(K, STAGE_ROW);
+    for (int j = 0; j < K->nouter_red; j++) finish_outer_reduction(K, K->outer_red[j]);
+    for (int i = 0; i < k->n; i++)
+        if (k->stage[i] > 0) gen_member(K, i);
+    end_stage(K);
 }
 
 static void gen_stages(KGen *K) {
@@ -944,6 +1224,10 @@ static void gen_stages(KGen *K) {
         begin_stage(K, STAGE_INNER);
         for (int i = 0; i < k->n; i++) gen_member(K, i);
         return;   /* the loops are assembled with the function */
+    }
+    if (K->xin >= 0) {
+        gen_outer_stages(K);
+        return;
     }
     for (int st = 0; st < k->nstages; st++) {
         begin_stage(K, k->stage_kind[st]);
@@ -966,6 +1250,8 @@ static void kernel_comment(KGen *K, Str *o) {
         for (int d = 0; d < k->nr; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)k->R[d]);
         str_putf(o, "], %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
     }
+    if (K->xin >= 0)
+        str_putf(o, ", outer reduction (blocks of %lld)", (long long)K->loop[K->pnest[K->npl - 1]].step);
     str_putf(o, "%s\n * origins:", is_parallel(K) ? ", parallel" : "");
     for (int i = 0; i < k->norigins; i++) str_putf(o, " %s", k->origins[i]);
     str_putf(o, "\n");
@@ -1003,31 +1289,41 @@ static bool needs_malloc(const KGen *K) {
     return false;
 }
 
-static void scratch_decls(KGen *K, Str *o, int ind, bool in_region) {
-    for (int i = 0; i < K->nscratch; i++) {
-        const Scratch *s = &K->scratch[i];
-        if (scratch_on_stack(s))
-            str_putf(o, "%*sfloat %s[%lld];\n", ind, "", s->name, (long long)s->n);
-        else
-            str_putf(o, "%*sfloat *%s = malloc(%lld * sizeof(float));\n", ind, "", s->name,
-                     (long long)s->n);
-        if (!scratch_on_stack(s) && in_region)
-            str_putf(o, "%*sif (!%s) {\n%*s#pragma omp atomic write\n%*sfailed = 1;\n%*s}\n", ind, "",
-                     s->name, ind + 4, "", ind + 4, "", ind, "");
-        else if (!scratch_on_stack(s))
-            str_putf(o, "%*sif (!%s) return 1;\n", ind, "", s->name);
-    }
-}
-
 static void scratch_frees(KGen *K, Str *o, int ind) {
     for (int i = 0; i < K->nscratch; i++)
         if (!scratch_on_stack(&K->scratch[i])) str_putf(o, "%*sfree(%s);\n", ind, "", K->scratch[i].name);
 }
 
+/* Scratch rows: on the stack, or malloc'd; all allocations are made before
+ * any is checked, so a failure frees what it got. */
+static void scratch_decls(KGen *K, Str *o, int ind, bool in_region) {
+    Str any;
+    str_init(&any, K->g->pool);
+    for (int i = 0; i < K->nscratch; i++) {
+        const Scratch *s = &K->scratch[i];
+        if (scratch_on_stack(s)) {
+            str_putf(o, "%*sfloat %s[%lld];\n", ind, "", s->name, (long long)s->n);
+            continue;
+        }
+        str_putf(o, "%*sfloat *%s = malloc(%lld * sizeof(float));\n", ind, "", s->name, (long long)s->n);
+        str_putf(&any, "%s!%s", any.n ? " || " : "", s->name);
+    }
+    if (!any.n) return;
+    str_putf(o, "%*sif (%s) {\n", ind, "", str_get(&any));
+    if (in_region) {
+        str_putf(o, "%*s#pragma omp atomic write\n%*sfailed = 1;\n", ind + 4, "", ind + 4, "");
+    } else {
+        scratch_frees(K, o, ind + 4);
+        str_putf(o, "%*sreturn 1;\n", ind + 4, "");
+    }
+    str_putf(o, "%*s}\n", ind, "");
+}
+
+
 /* The row loop nest inside an explicit parallel region: each thread
  * allocates its scratch rows once; a thread without them skips its rows and
  * the kernel reports the failure. */
-static void region_text(KGen *K, Str *o, int last) {
+static void region_text(KGen *K, Str *o) {
     bool mal = needs_malloc(K);
     if (mal) str_putf(o, "    int failed = 0;\n");
     str_putf(o, "    #pragma omp parallel\n    {\n");
@@ -1035,24 +1331,25 @@ static void region_text(KGen *K, Str *o, int last) {
     Str guard;
     str_init(&guard, K->g->pool);
     for (int i = 0; i < K->nscratch; i++)
-        if (!scratch_on_stack(&K->scratch[i])) str_putf(&guard, "if (!%s) continue;\n", K->scratch[i].name);
-    loops_text(K, o, 0, last, 8, mal ? str_get(&guard) : NULL);
+        if (!scratch_on_stack(&K->scratch[i]))
+            str_putf(&guard, "if (!%s) continue;   /* this thread has no scratch (reported) */\n",
+                     K->scratch[i].name);
+    nest_text(K, o, true, K->pnest, 0, K->npl, 0, 8, mal ? str_get(&guard) : NULL);
     scratch_frees(K, o, 8);
     str_putf(o, "    }\n");
     if (mal) str_putf(o, "    return failed;\n");
 }
 
 static void function_text(KGen *K, Str *o) {
-    int last = K->k->kind == KK_POINTWISE ? K->nloops : K->npl;
     Str body;
     str_init(&body, K->g->pool);
     put_indented(&body, str_get(&K->block[0]), 4);
     bool returns_int = needs_malloc(K);
     if (has_scratch_region(K)) {
-        region_text(K, &body, last);
+        region_text(K, &body);
     } else {
         scratch_decls(K, &body, 4, false);
-        loops_text(K, &body, 0, last, 4, NULL);
+        nest_text(K, &body, true, K->pnest, 0, K->npl, 0, 4, NULL);
         scratch_frees(K, &body, 4);
         if (returns_int) str_putf(&body, "    return 0;\n");
     }
@@ -1080,7 +1377,6 @@ static bool gen_kernel(Gen *g, int kidx) {
     KGen *K = pool_alloc(g->pool, sizeof *K);
     K->g = g;
     K->k = &g->s->kernels[kidx];
-    K->kidx = kidx;
     setup_kernel(K);
     gen_stages(K);
     function_text(K, &g->out);
@@ -1220,10 +1516,14 @@ static void generate(Gen *g) {
     g->calls = pool_alloc(g->pool, sizeof(CgCall) * (size_t)(g->s->nkernels + 1));
     bool *returns_int = pool_alloc(g->pool, sizeof(bool) * (size_t)(g->s->nkernels + 1));
     if (!g->no_prelude) {
-        char *pre = cg_prelude(g->err, g->errlen);
-        if (!pre) longjmp(g->jb, 2);
-        str_putf(&g->out, "%s\n", pre);
-        kfree(pre);
+        const char *vm;
+        if ((g->status = vecmath_source(&vm, &g->owned_vm, g->err, g->errlen)) != KILN_OK)
+            longjmp(g->jb, 2);
+        str_putf(&g->out, "%s%s\n#define KILN_RT_MAX_RANK %d\n%s\n", prelude_head, vm, KILN_MAX_RANK,
+                 prelude_tail);
+        kfree(g->owned_vm);
+        g->owned_vm = NULL;
+        g->status = KILN_ERR_INPUT;
     }
     str_putf(&g->out, "/* ===== kernels%s%s ===== */\n\n", *g->prefix ? ": " : "", g->prefix);
     for (int k = 0; k < g->s->nkernels; k++) {
@@ -1252,14 +1552,17 @@ kiln_status cg_generate_opts(const Schedule *s, const CgOptions *opt, CgOutput *
     g->prefix = o->prefix ? o->prefix : "";
     g->no_prelude = o->no_prelude;
     g->double_acc = o->double_acc;
+    g->status = KILN_ERR_INPUT;
     str_init(&g->out, g->pool);
     out->pool.oom = &g->jb;
     int r = setjmp(g->jb);
     if (r) {
+        kiln_status st = r == 1 ? KILN_ERR_NOMEM : g->status;
         if (r == 1) util_fmt(err, errlen, "out of memory");
+        kfree(g->owned_vm);
         kfree(g);
         cg_free(out);
-        return r == 1 ? KILN_ERR_NOMEM : KILN_ERR_INPUT;
+        return st;
     }
     generate(g);
     out->source = str_get(&g->out);

@@ -84,8 +84,10 @@ kiln_status cg_generate(const Schedule *s, CgOutput *out, char *err, size_t errl
 kiln_status cg_generate_opts(const Schedule *s, const CgOptions *opt, CgOutput *out, char *err,
                              size_t errlen);
 void cg_free(CgOutput *out);
-/* The prelude alone, kmalloc'd (for sources built with no_prelude). */
-char *cg_prelude(char *err, size_t errlen);
+/* The prelude alone into *out, kmalloc'd (for sources built with
+ * no_prelude). KILN_ERR_NOMEM, or KILN_ERR_ENV when vecmath.h is not
+ * embedded and cannot be read. */
+kiln_status cg_prelude(char **out, char *err, size_t errlen);
 
 /* ===== runtime.c =========================================================== */
 
@@ -143,23 +145,11 @@ RtTolerance rt_tolerance(const Graph *dec);
  * and an infinity the same infinity; anything else non-finite fails. */
 double rt_excess(float got, float want, RtTolerance t);
 
-/* ===== public API (provisional: the lead moves this into kiln.h) ========== */
+/* The lowering and scheduling configuration for public options (fuse 0:
+ * nothing inlined, no fusion rounds: one kernel per op). */
+KilnConfig rt_config(const kiln_options *o);
 
-/* A compiled program: the fused kernels of a graph, ready to run. It does
- * not refer to the graph after kiln_compile returns. */
-typedef struct kiln_program kiln_program;
-
-/* Compile g with `threads` threads (<= 0: $KILN_NUM_THREADS or every core).
- * On failure the message is kiln_error(g); the graph is left usable (the
- * failure is not sticky, so the interpreter can still run it). */
-kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out);
-/* Same contract as kiln_interpret: inputs in declaration order, checked;
- * outputs receive new tensors (kiln_tensor_free). */
-kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs);
-const char *kiln_program_error(const kiln_program *p);     /* "" if none */
-const char *kiln_program_source(const kiln_program *p);
-void kiln_program_free(kiln_program *p);
-/* The runtime object behind a program (CLI: stats, schedule). */
+/* The runtime object behind a public kiln_program (CLI: stats, schedule). */
 RtProgram *kiln_program_rt(kiln_program *p);
 
 #endif

@@ -9,6 +9,10 @@
  * graph's `origin` set to the composite's name: every primitive remembers the
  * op the user wrote, and kernel names and logs show it (a fused softmax is
  * `cpp_fused_softmax_0`, not `cpp_fused_amax_div_exp_sub_sum_0`).
+ *
+ * Pattern rewrites (rewrite.c: Conv-BN folding) are planned over the source
+ * graph first and applied in the same walk: a folded pair's batch_norm node
+ * becomes the folded conv, and the nodes the fold replaces are not copied.
  */
 #include "kiln_int.h"
 #include <math.h>
@@ -117,10 +121,22 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
         graph_fail(dst, src->status, "%s", src->err);
         return src->status;
     }
+    RwPlan rw;
     int *map = kcalloc((size_t)(src->n ? src->n : 1), sizeof(int));
-    if (!map) return (graph_fail(dst, KILN_ERR_NOMEM, "out of memory"), KILN_ERR_NOMEM);
+    if (!map || rw_plan(src, dst, &rw) != KILN_OK) {
+        kfree(map);
+        return (graph_fail(dst, KILN_ERR_NOMEM, "out of memory"), KILN_ERR_NOMEM);
+    }
     for (int i = 0; i < src->n && dst->status == KILN_OK; i++) {
         const Node *n = &src->nodes[i];
+        if (rw.drop[i]) {
+            map[i] = KILN_NONE;   /* replaced by a rewrite: nothing refers to it */
+            continue;
+        }
+        if (rw.bn_conv[i] >= 0) {
+            map[i] = rw_fold_conv_bn(dst, src, i, map);
+            continue;
+        }
         if (op_info[n->op].kind != KIND_COMPOSITE) {
             map[i] = graph_copy_node(dst, src, i, map);
             continue;
@@ -132,6 +148,7 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
     }
     for (int i = 0; i < src->noutputs && dst->status == KILN_OK; i++)
         kiln_output(dst, map[src->outputs[i]], src->outnames[i]);
+    rw_plan_free(&rw);
     kfree(map);
     return dst->status;
 }

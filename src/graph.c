@@ -49,6 +49,21 @@ void graph_clear_error(Graph *g) {
 
 static int nomem(Graph *g) { return graph_fail(g, KILN_ERR_NOMEM, "out of memory"); }
 
+bool graph_note(Graph *g, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    GraphNote *n = arena_alloc(&g->arena, sizeof *n);
+    if (!n || !(n->text = arena_strdup(&g->arena, buf))) return false;
+    GraphNote **tail = &g->notes;
+    while (*tail) tail = &(*tail)->next;
+    *tail = n;
+    g->nnotes++;
+    return true;
+}
+
 /* Grow an int array by one slot; false when out of memory. */
 static bool push_int(int **arr, int *n, int *cap, int v) {
     if (*n == *cap) {

@@ -15,8 +15,10 @@
  * readers never see partial files, and two processes compiling the same
  * key both succeed: the last rename wins, with identical content. The
  * source gets a marker symbol kiln_jit_marker_<key> (holding the key)
- * appended; a cached .so counts as a hit only if it has the ELF magic,
- * dlopen(RTLD_NOW | RTLD_LOCAL) accepts it and the marker resolves to the
+ * appended; a cached .so counts as a hit only if it is a whole ELF file
+ * (every table its header names lies inside the file: dlopen would map a
+ * truncated one and fault on first touch), dlopen(RTLD_NOW | RTLD_LOCAL)
+ * accepts it and the marker resolves to the
  * key. Anything else is a broken entry: deleted and rebuilt once.
  *
  * The compiler runs through posix_spawnp with an argv (never a shell), its
@@ -26,6 +28,8 @@
 #include "jit.h"
 #include "kiln_int.h"
 #include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -370,15 +374,43 @@ static void make_key(Job *j, const char *source, const char *ver, const char *cp
     j->key[JIT_KEY_HEX] = '\0';
 }
 
+/* Does the ELF file fd (of size bytes) hold every table its header points
+ * at? dlopen maps a file without checking that, and touching a mapped page
+ * past the end of a truncated file is SIGBUS, not an error. The program
+ * headers are checked one by one (each loaded segment lies in the file);
+ * the section headers sit at the end of a linker's output, so any
+ * truncation cuts them off. NULL when whole, else what is wrong. */
+static const char *elf_incomplete(int fd, uint64_t size) {
+    ElfW(Ehdr) eh;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh ||
+        memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0)
+        return "not an ELF file";
+    if (eh.e_ident[EI_CLASS] != (sizeof(void *) == 8 ? ELFCLASS64 : ELFCLASS32) ||
+        eh.e_phentsize != sizeof(ElfW(Phdr)) || eh.e_phnum == 0)
+        return "not an ELF object for this machine";
+    uint64_t ph_end = (uint64_t)eh.e_phoff + (uint64_t)eh.e_phnum * sizeof(ElfW(Phdr));
+    uint64_t sh_end = (uint64_t)eh.e_shoff + (uint64_t)eh.e_shnum * eh.e_shentsize;
+    if (eh.e_phoff > size || ph_end > size || eh.e_shoff > size || sh_end > size)
+        return "truncated ELF file";
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        ElfW(Phdr) ph;
+        off_t at = (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph);
+        if (pread(fd, &ph, sizeof ph, at) != (ssize_t)sizeof ph) return "truncated ELF file";
+        if (ph.p_type == PT_LOAD && (ph.p_offset > size || ph.p_filesz > size - ph.p_offset))
+            return "truncated ELF file";
+    }
+    return NULL;
+}
+
 /* Is this a loadable entry of our key? The handle, or NULL with why. */
 static void *load_verified(const char *path, const char *key, char *why, size_t len) {
-    char magic[4] = {0};
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) { util_fmt(why, len, "%s", strerror(errno)); return NULL; }
-    ssize_t r = read(fd, magic, sizeof magic);
+    struct stat st;
+    const char *bad = fstat(fd, &st) != 0 ? "cannot stat" : elf_incomplete(fd, (uint64_t)st.st_size);
     close(fd);
-    if (r != 4 || memcmp(magic, "\177ELF", 4) != 0) {
-        util_fmt(why, len, "not an ELF file");
+    if (bad) {
+        util_fmt(why, len, "%s", bad);
         return NULL;
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -464,7 +496,12 @@ static kiln_status compile_to_cache(Job *j) {
     }
     if (rename(tmp, j->stats->path) != 0) {
         int e = errno;
+        bool no_object = e == ENOENT && access(tmp, F_OK) != 0;
         unlink(tmp);
+        if (no_object)
+            return fail(j->err, j->errlen, KILN_ERR_ENV,
+                        "C compiler '%s' exited 0 but wrote no object compiling %s%s%s",
+                        j->cc, j->stats->src_path, *output ? ":\n" : "", output);
         return fail(j->err, j->errlen, KILN_ERR_ENV, "cannot write %s: %s", j->stats->path,
                     strerror(e));
     }

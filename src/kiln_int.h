@@ -8,11 +8,12 @@
  *   graph.c     the graph IR: nodes, shape inference, the public builders
  *   parse.c     the .kiln text format -> graph (through the builders)
  *   npy.c       numpy .npy files <-> kiln_tensor
+ *   rewrite.c   pattern rewrites applied while decomposing (Conv-BN folding)
  *   decompose.c composite ops -> primitives, keeping each one's origin
  *   interp.c    the reference interpreter (unfused, op by op): the oracle
  *
  * Names: functions exported across files carry their module's prefix
- * (graph_, dec_, interp_, npy_, util); static helpers have none.
+ * (graph_, rw_, dec_, interp_, npy_, util); static helpers have none.
  */
 #ifndef KILN_INT_H
 #define KILN_INT_H
@@ -59,6 +60,9 @@ void *kcalloc(size_t n, size_t size);
 void *krealloc(void *p, size_t n);
 void kfree(void *p);
 char *kstrdup(const char *s);
+/* Bytes the default allocator will hold at most: physical memory plus
+ * swap, the cgroup limit, or $KILN_MEM_LIMIT (see util.c). */
+int64_t util_mem_budget(void);
 
 /* An arena: many small allocations freed at once. */
 typedef struct ArenaChunk ArenaChunk;
@@ -125,6 +129,14 @@ typedef struct {
 
 enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
 
+/* One line on a rewrite dec_run applied or declined ("folded batch_norm %7
+ * into conv2d %6 ..."), kept in the rewritten graph for logs and explain. */
+typedef struct GraphNote GraphNote;
+struct GraphNote {
+    const char *text;            /* arena-owned */
+    GraphNote *next;
+};
+
 struct kiln_graph {
     Arena arena;                 /* owns node names, weight data, arrays */
     Node *nodes;                 /* kmalloc'd, grows */
@@ -133,6 +145,8 @@ struct kiln_graph {
     int *outputs; int noutputs, capoutputs;  /* output node ids */
     const char **outnames;                   /* parallel to outputs */
     const char *origin;          /* when set, new nodes take this origin */
+    GraphNote *notes;            /* rewrites applied or declined, in order (arena) */
+    int nnotes;
     char err[1024];
     kiln_status status;          /* sticky: the first failure */
 };
@@ -157,11 +171,42 @@ void graph_dump_node(FILE *f, const Graph *g, int id);
 /* Copy a node into another graph with operands remapped by map[]. */
 int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map);
 
+/* Append a note (printf-style) to g->notes; false when out of memory. */
+bool graph_note(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ===== rewrite.c ======================================================== */
+
+/* Pattern rewrites, planned over the source graph and applied by dec_run
+ * while it copies nodes into the decomposed graph.
+ *
+ * Conv-BN folding: a BATCH_NORM whose input is a CONV2D that nothing else
+ * uses (not another op, not an output), where the conv's weight and bias and
+ * all of BN's parameters are WEIGHT nodes, becomes one conv with weight
+ * w * gamma/sqrt(var+eps) per output channel and bias
+ * (b - mean) * gamma/sqrt(var+eps) + beta. */
+typedef struct {
+    int *bn_conv;    /* per node: for a BATCH_NORM that folds, its conv; else -1 */
+    bool *drop;      /* per node: not copied (the folded conv, weights read only
+                      * by folded pairs) */
+    int nfolds;
+} RwPlan;
+
+/* Plan the rewrites of src; notes on declined folds go to notes_to (may be
+ * NULL). KILN_ERR_NOMEM or KILN_OK; free with rw_plan_free. */
+kiln_status rw_plan(const Graph *src, Graph *notes_to, RwPlan *plan);
+void rw_plan_free(RwPlan *plan);
+/* Emit the folded conv of BATCH_NORM node bn (plan->bn_conv[bn] >= 0) into
+ * dst, operands mapped by map[]; returns its id, or KILN_NONE with dst's
+ * error set. */
+int rw_fold_conv_bn(Graph *dst, const Graph *src, int bn, const int *map);
+
 /* ===== decompose.c ===================================================== */
 
 /* Rewrite composites into primitives: dst (new, empty) receives the
  * primitive graph with the same inputs (same order) and outputs (same
- * order and names). Each primitive's origin is the composite's name. */
+ * order and names). Each primitive's origin is the composite's name.
+ * The pattern rewrites of rewrite.c are applied first (they change no
+ * input or output), and dst->notes says which were applied or declined. */
 kiln_status dec_run(const Graph *src, Graph *dst);
 
 /* ===== interp.c ======================================================== */

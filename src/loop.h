@@ -34,12 +34,14 @@
 
 /* ===== configuration ================================================== */
 
-/* Topics of KILN_LOGS (a comma list: fusion,schedule,inline,loop_ir; "all"). */
+/* Topics of KILN_LOGS (a comma list: fusion,schedule,inline,loop_ir,rewrite;
+ * "all"). */
 enum {
     LOG_FUSION = 1 << 0,    /* rounds: candidates, rejections, fusions */
     LOG_SCHEDULE = 1 << 1,  /* the scheduler nodes before fusion, final kernels */
     LOG_INLINE = 1 << 2,    /* each pointwise value: inlined or materialized, why */
     LOG_LOOP_IR = 1 << 3,   /* the loop IR after lowering */
+    LOG_REWRITE = 1 << 4,   /* graph rewrites applied or declined (Conv-BN folding) */
 };
 
 /* Every threshold of lowering and fusion, with where its default comes from. */

@@ -47,7 +47,7 @@ static const char *usage_main =
     "  dot PROG       Graphviz of the program, ops coloured by kernel\n"
     "  help [CMD]     show help for a command\n"
     "\n"
-    "KILN_LOGS=fusion,schedule,inline,loop_ir (or all) logs each stage on stderr.\n"
+    "KILN_LOGS=rewrite,fusion,schedule,inline,loop_ir (or all) logs each stage on stderr.\n"
     "\n"
     "Run 'kiln help run' for the options of a command.\n";
 
@@ -84,10 +84,13 @@ static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
     "                       [--repeat N] [--report FILE.json]\n"
     "\n"
-    "Time PROG unfused (the reference interpreter, every intermediate in\n"
-    "memory) and fused (the compiled kernels) with the same threads: the\n"
+    "Time PROG three ways: the reference interpreter (one thread, every op by\n"
+    "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
+    "in memory: the eager baseline, same threads), and the fused kernels: the\n"
     "median of --repeat runs (default 10) after a warm-up run, the bytes each\n"
-    "moves and the bandwidth that amounts to. Compile time is measured apart.\n";
+    "moves and the bandwidth that amounts to. Compile time is measured apart.\n"
+    "--report writes fused_ms, unfused_ms (the unfused kernels), interp_ms,\n"
+    "compile_ms, bytes_fused, bytes_unfused and threads.\n";
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json]\n"
@@ -114,6 +117,7 @@ static const char *usage_dot =
 enum {
     OPT_INPUTS = 1 << 0, OPT_SEED = 1 << 1, OPT_OUT = 1 << 2, OPT_REPORT = 1 << 3,
     OPT_THREADS = 1 << 4, OPT_CHECK = 1 << 5, OPT_INTERPRET = 1 << 6, OPT_REPEAT = 1 << 7,
+    OPT_NOFUSE = 1 << 8,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
@@ -122,6 +126,7 @@ static const struct { const char *name; unsigned bit; bool value; } option_table
     {"-o", OPT_OUT, true},          {"--report", OPT_REPORT, true},
     {"--threads", OPT_THREADS, true}, {"--check", OPT_CHECK, false},
     {"--interpret", OPT_INTERPRET, false}, {"--repeat", OPT_REPEAT, true},
+    {"--no-fuse", OPT_NOFUSE, false},
 };
 
 typedef struct {
@@ -134,7 +139,7 @@ typedef struct {
     const char *report;
     int threads;                 /* 0: $KILN_NUM_THREADS or every core */
     int repeat;                  /* bench */
-    bool check, interpret;
+    bool check, interpret, nofuse;
 } Options;
 
 typedef struct {
@@ -177,6 +182,7 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
     unsigned bit = option_table[k].bit;
     if (bit == OPT_CHECK) { o->check = true; return 0; }
     if (bit == OPT_INTERPRET) { o->interpret = true; return 0; }
+    if (bit == OPT_NOFUSE) { o->nofuse = true; return 0; }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
     const char *val = argv[++*i];
     if (bit == OPT_INPUTS) {
@@ -274,7 +280,10 @@ static int load_inputs(const kiln_graph *g, const Options *o, kiln_tensor **out)
         } else {
             t[i] = kiln_input_desc(g, i);
             st = generate_input(&t[i], o->seed, i);
-            if (st) util_fmt(err, sizeof err, "out of memory for input '%s'", kiln_input_name(g, i));
+            if (st)
+                util_fmt(err, sizeof err, "out of memory: %.3g bytes for input '%s'",
+                         (double)kiln_tensor_numel(&t[i]) * (double)kiln_dtype_size(t[i].dtype),
+                         kiln_input_name(g, i));
         }
         if (st != KILN_OK) {
             fprintf(stderr, "kiln: %s\n", err);
@@ -302,8 +311,43 @@ static void print_summary(const char *name, const kiln_tensor *t) {
     printf("%s]\n", n > 6 ? ", ..." : "");
 }
 
-/* Write every output, or nothing: the directory is checked first and each
- * file is written under a temporary name and renamed. */
+/* An output's file and the temporary name it is written under first. */
+typedef struct {
+    char path[4096], tmp[4200];
+} OutFile;
+
+/* Write output i to its temporary name; 0 or an exit status. A message
+ * from the writer names the target, not the temporary. */
+static int stage_output(const kiln_graph *g, const Options *o, const kiln_tensor *t, int i,
+                        OutFile *f) {
+    char err[1024];
+    util_fmt(f->path, sizeof f->path, "%s/%s.npy", o->outdir, kiln_output_name(g, i));
+    util_fmt(f->tmp, sizeof f->tmp, "%s.tmp.%d.all", f->path, (int)getpid());
+    kiln_status s = kiln_npy_write(f->tmp, t, err, sizeof err);
+    if (s == KILN_OK) return 0;
+    size_t k = strlen(f->tmp);
+    const char *rest = strncmp(err, f->tmp, k) ? NULL : err + k;
+    if (rest) fprintf(stderr, "kiln: %s%s\n", f->path, rest);
+    else fprintf(stderr, "kiln: %s\n", err);
+    return exit_for(s);
+}
+
+/* Rename every staged file into place. When one fails, those already in
+ * place are removed too, so a run leaves all of its outputs or none. */
+static int commit_outputs(OutFile *f, int n) {
+    for (int i = 0; i < n; i++) {
+        if (rename(f[i].tmp, f[i].path) == 0) continue;
+        fprintf(stderr, "kiln: cannot write %s: %s\n", f[i].path, strerror(errno));
+        for (int j = 0; j < i; j++) remove(f[j].path);
+        for (int j = i; j < n; j++) remove(f[j].tmp);
+        return EXIT_ENV;
+    }
+    return 0;
+}
+
+/* Write every output, or nothing: the directory is checked first, each
+ * file is written under a temporary name, and only when all are written
+ * are they renamed into place. */
 static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *outs) {
     int n = kiln_num_outputs(g);
     if (!o->outdir) {
@@ -311,8 +355,13 @@ static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *out
         return 0;
     }
     struct stat st;
-    if (stat(o->outdir, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        fprintf(stderr, "kiln: output directory '%s' does not exist\n", o->outdir);
+    if (stat(o->outdir, &st) != 0) {
+        fprintf(stderr, "kiln: output directory '%s' %s\n", o->outdir,
+                errno == ENOENT ? "does not exist" : strerror(errno));
+        return EXIT_ENV;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "kiln: output directory '%s' is not a directory\n", o->outdir);
         return EXIT_ENV;
     }
     if (access(o->outdir, W_OK) != 0) {
@@ -320,16 +369,20 @@ static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *out
                 strerror(errno));
         return EXIT_ENV;
     }
-    for (int i = 0; i < n; i++) {
-        char path[4096], err[1024];
-        util_fmt(path, sizeof path, "%s/%s.npy", o->outdir, kiln_output_name(g, i));
-        kiln_status s = kiln_npy_write(path, &outs[i], err, sizeof err);
-        if (s != KILN_OK) {
-            fprintf(stderr, "kiln: %s\n", err);
-            return exit_for(s);
-        }
+    OutFile *f = kcalloc((size_t)(n ? n : 1), sizeof *f);
+    if (!f) return EXIT_NOMEM;
+    int rc = 0, staged = 0;
+    while (!rc && staged < n) {
+        rc = stage_output(g, o, &outs[staged], staged, &f[staged]);
+        if (!rc) staged++;
     }
-    return 0;
+    if (rc) {
+        for (int j = 0; j < staged; j++) remove(f[j].tmp);
+    } else {
+        rc = commit_outputs(f, n);
+    }
+    kfree(f);
+    return rc;
 }
 
 /* ---- commands ------------------------------------------------------------ */
@@ -454,8 +507,16 @@ static int check_against_interpreter(kiln_graph *g, kiln_program *p, const kiln_
     return EXIT_CHECK;
 }
 
+static kiln_options compile_options(const Options *o, bool fuse) {
+    kiln_options k = kiln_default_options();
+    k.threads = o->threads;
+    k.fuse = fuse && !o->nofuse;
+    return k;
+}
+
 static int compile_program(kiln_graph *g, const Options *o, kiln_program **p) {
-    kiln_status st = kiln_compile(g, o->threads, p);
+    kiln_options k = compile_options(o, true);
+    kiln_status st = kiln_compile_with(g, &k, p);
     if (st == KILN_OK) return 0;
     fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(g));
     return exit_for(st);
@@ -560,37 +621,69 @@ static kiln_status bench_interp(void *ud) {
     return kiln_interpret(b->g, b->in, b->out);
 }
 
-static kiln_status bench_fused(void *ud) {
+static kiln_status bench_compiled(void *ud) {
     BenchRun *b = ud;
     for (int i = 0; i < b->nout; i++) kiln_tensor_free(&b->out[i]);
-    return kiln_program_run(b->p, b->in, b->out);
+    kiln_status st = kiln_program_run(b->p, b->in, b->out);
+    if (st != KILN_OK) fprintf(stderr, "kiln: %s\n", kiln_program_error(b->p));
+    return st;
 }
 
 typedef struct {
-    double unfused_ms, fused_ms, compile_ms;
+    double interp_ms, unfused_ms, fused_ms, compile_ms;
     int64_t bytes_unfused, bytes_fused;
     int threads;
 } BenchReport;
 
 static void bench_report_fn(FILE *f, void *ud) {
     const BenchReport *r = ud;
-    fprintf(f, ",\n \"fused_ms\": %.4f, \"unfused_ms\": %.4f, \"compile_ms\": %.3f, "
-               "\"bytes_fused\": %lld, \"bytes_unfused\": %lld, \"threads\": %d",
-            r->fused_ms, r->unfused_ms, r->compile_ms, (long long)r->bytes_fused,
+    fprintf(f, ",\n \"fused_ms\": %.4f, \"unfused_ms\": %.4f, \"interp_ms\": %.4f, "
+               "\"compile_ms\": %.3f, \"bytes_fused\": %lld, \"bytes_unfused\": %lld, "
+               "\"threads\": %d",
+            r->fused_ms, r->unfused_ms, r->interp_ms, r->compile_ms, (long long)r->bytes_fused,
             (long long)r->bytes_unfused, r->threads);
+}
+
+static void bench_row(const char *what, double ms, int64_t bytes) {
+    printf("%-26s %12.3f %14lld %10.2f\n", what, ms, (long long)bytes, (double)bytes / (ms * 1e6));
 }
 
 static void print_bench(const Options *o, const BenchReport *r, int repeat, bool hit) {
     printf("program: %s\nthreads: %d, median of %d runs after a warm-up\n", o->prog, r->threads,
            repeat);
     printf("compile: %.1f ms%s\n\n", r->compile_ms, hit ? " (cache hit: no compiler ran)" : "");
-    printf("%-10s %12s %14s %10s\n", "", "time (ms)", "bytes moved", "GB/s");
-    printf("%-10s %12.3f %14lld %10.2f\n", "unfused", r->unfused_ms, (long long)r->bytes_unfused,
-           (double)r->bytes_unfused / (r->unfused_ms * 1e6));
-    printf("%-10s %12.3f %14lld %10.2f\n", "fused", r->fused_ms, (long long)r->bytes_fused,
-           (double)r->bytes_fused / (r->fused_ms * 1e6));
-    printf("\nspeedup: %.2fx   traffic: %.2fx less\n", r->unfused_ms / r->fused_ms,
+    printf("%-26s %12s %14s %10s\n", "", "time (ms)", "bytes moved", "GB/s");
+    bench_row("interpreter (1 thread)", r->interp_ms, r->bytes_unfused);
+    bench_row("unfused (a kernel per op)", r->unfused_ms, r->bytes_unfused);
+    bench_row("fused", r->fused_ms, r->bytes_fused);
+    printf("\nspeedup over unfused kernels: %.2fx   traffic: %.2fx less\n",
+           r->unfused_ms / r->fused_ms,
            r->bytes_fused ? (double)r->bytes_unfused / (double)r->bytes_fused : 0.0);
+}
+
+/* Compile unfused and fused, then time the interpreter and both. */
+static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, bool *hit) {
+    kiln_program *unfused = NULL;
+    kiln_options k = compile_options(o, false);
+    kiln_status st = kiln_compile_with(b->g, &k, &unfused);
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(b->g));
+        return exit_for(st);
+    }
+    const RtStats *fs = rt_stats(kiln_program_rt(b->p));
+    const Schedule *s = rt_schedule(kiln_program_rt(b->p));
+    *r = (BenchReport){0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes,
+                       ext_get_threads()};
+    *hit = fs->cache_hit;
+    kiln_program *fused = b->p;
+    st = time_median(bench_compiled, b, repeat, &r->fused_ms);
+    b->p = unfused;
+    if (st == KILN_OK) st = time_median(bench_compiled, b, repeat, &r->unfused_ms);
+    b->p = fused;
+    kiln_program_free(unfused);
+    if (st == KILN_OK) st = time_median(bench_interp, b, repeat > 3 ? 3 : repeat, &r->interp_ms);
+    if (st != KILN_OK) return exit_for(st);
+    return 0;
 }
 
 static int cmd_bench(const Options *o) {
@@ -600,22 +693,15 @@ static int cmd_bench(const Options *o) {
     int nout = kiln_num_outputs(g), repeat = o->repeat ? o->repeat : 10;
     BenchRun b = {g, NULL, NULL, kcalloc((size_t)(nout ? nout : 1), sizeof(kiln_tensor)), nout};
     kiln_tensor *in = NULL;
+    BenchReport r;
+    bool hit = false;
     if (!b.out) { rc = EXIT_NOMEM; goto done; }
     if ((rc = load_inputs(g, o, &in)) || (rc = compile_program(g, o, &b.p))) goto done;
     b.in = in;
-    const RtStats *st = rt_stats(kiln_program_rt(b.p));
-    const Schedule *s = rt_schedule(kiln_program_rt(b.p));
-    BenchReport r = {0, 0, st->compile_ms, s->unfused_bytes, s->fused_bytes, ext_get_threads()};
-    kiln_status ks = time_median(bench_fused, &b, repeat, &r.fused_ms);
-    if (ks == KILN_OK) ks = time_median(bench_interp, &b, repeat, &r.unfused_ms);
-    if (ks != KILN_OK) {
-        fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(g));
-        rc = exit_for(ks);
-        goto done;
-    }
-    print_bench(o, &r, repeat, st->cache_hit);
+    if ((rc = bench_all(o, &b, &r, repeat, &hit))) goto done;
+    print_bench(o, &r, repeat, hit);
     if (o->report) {
-        JsonArgs a = {s, {bench_report_fn, &r}};
+        JsonArgs a = {rt_schedule(kiln_program_rt(b.p)), {bench_report_fn, &r}};
         rc = write_file_atomic(o->report, json_fn, &a);
     }
 done:
@@ -627,11 +713,13 @@ done:
 }
 
 /* Parse, decompose, lower and schedule: what explain and dot show. */
-static int load_plan(const char *path, kiln_graph **g, Plan **plan) {
+static int load_plan(const Options *o, kiln_graph **g, Plan **plan) {
+    const char *path = o->prog;
     int rc = load_program(path, g);
     if (rc) return rc;
     char err[1024];
-    KilnConfig cfg = kiln_config_default();
+    kiln_options k = compile_options(o, true);
+    KilnConfig cfg = rt_config(&k);
     kiln_status st = plan_build(*g, &cfg, plan, err, sizeof err);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s: %s\n", path, err);
@@ -667,7 +755,7 @@ static void dot_fn(FILE *f, void *ud) { report_dot(f, ud); }
 static int cmd_explain(const Options *o) {
     kiln_graph *g = NULL;
     Plan *plan = NULL;
-    int rc = load_plan(o->prog, &g, &plan);
+    int rc = load_plan(o, &g, &plan);
     if (rc) return rc;
     report_explain(stdout, plan->sched);
     JsonArgs a = {plan->sched, {NULL, NULL}};
@@ -704,7 +792,7 @@ static int render_dot(const char *dotfile, const char *path) {
 static int cmd_dot(const Options *o) {
     kiln_graph *g = NULL;
     Plan *plan = NULL;
-    int rc = load_plan(o->prog, &g, &plan);
+    int rc = load_plan(o, &g, &plan);
     if (rc) return rc;
     const char *out = o->outdir;
     if (!out) {
@@ -723,13 +811,24 @@ static int cmd_dot(const Options *o) {
     return rc;
 }
 
+/* After an out-of-memory error: the budget the allocation ran into. */
+static void nomem_note(void) {
+    double b = (double)util_mem_budget();
+    const char *unit = "MiB";
+    b /= 1024.0 * 1024.0;
+    if (b >= 1024) { b /= 1024; unit = "GiB"; }
+    fprintf(stderr, "kiln: note: kiln holds at most %.1f %s (physical memory plus swap, "
+            "or $KILN_MEM_LIMIT)\n", b, unit);
+}
+
 static const Command commands[] = {
     {"run", cmd_run, &usage_run,
-     OPT_INPUTS | OPT_SEED | OPT_OUT | OPT_THREADS | OPT_CHECK | OPT_INTERPRET | OPT_REPORT},
-    {"code", cmd_code, &usage_code, 0},
+     OPT_INPUTS | OPT_SEED | OPT_OUT | OPT_THREADS | OPT_CHECK | OPT_INTERPRET | OPT_REPORT |
+         OPT_NOFUSE},
+    {"code", cmd_code, &usage_code, OPT_NOFUSE},
     {"bench", cmd_bench, &usage_bench,
      OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT},
-    {"explain", cmd_explain, &usage_explain, OPT_REPORT},
+    {"explain", cmd_explain, &usage_explain, OPT_REPORT | OPT_NOFUSE},
     {"dot", cmd_dot, &usage_dot, OPT_OUT},
 };
 
@@ -759,5 +858,7 @@ int main(int argc, char **argv) {
     Options o;
     int rc = parse_args(c, argc - 2, argv + 2, &o);
     if (rc) return rc < 0 ? 0 : rc;
-    return c->run(&o);
+    rc = c->run(&o);
+    if (rc == EXIT_NOMEM) nomem_note();
+    return rc;
 }

@@ -1,7 +1,8 @@
 /*
  * report.c -- what the compiler decided, for people and for tools.
  *
- * `kiln explain` prints report_explain: the loop IR after inlining (with the
+ * `kiln explain` prints report_explain: the graph rewrites applied (Conv-BN
+ * folding) or declined, the loop IR after inlining (with the
  * reason each value was materialized or recomputed), the scheduler nodes,
  * every fusion round as KILN_LOGS=fusion logs it (candidates, rejections with
  * their reasons, fusions), the final kernels with their loop nests, the call
@@ -37,7 +38,7 @@ KilnConfig kiln_config_default(void) {
 unsigned loop_logs_from_env(void) {
     static const struct { const char *name; unsigned bit; } topics[] = {
         {"fusion", LOG_FUSION}, {"schedule", LOG_SCHEDULE}, {"inline", LOG_INLINE},
-        {"loop_ir", LOG_LOOP_IR}, {"all", ~0u},
+        {"loop_ir", LOG_LOOP_IR}, {"rewrite", LOG_REWRITE}, {"all", ~0u},
     };
     const char *env = getenv("KILN_LOGS");
     unsigned bits = 0;
@@ -71,6 +72,8 @@ kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *
     }
     kiln_status st = dec_run(g, p->dec);
     if (st != KILN_OK && errlen) snprintf(err, errlen, "%s", kiln_error(p->dec));
+    for (const GraphNote *n = p->dec->notes; st == KILN_OK && n; n = n->next)
+        loop_log(cfg, LOG_REWRITE, "rewrite: %s\n", n->text);
     if (st == KILN_OK) st = lower_run(p->dec, cfg, &p->prog, err, errlen);
     if (st == KILN_OK) st = sched_run(p->prog, cfg, &p->sched, err, errlen);
     if (st != KILN_OK) {
@@ -211,6 +214,8 @@ static void print_traffic(FILE *f, const Schedule *s) {
 
 void report_explain(FILE *f, const Schedule *s) {
     const LoopProgram *p = s->prog;
+    if (s->g->nnotes) fprintf(f, "== rewrites\n");
+    for (const GraphNote *n = s->g->notes; n; n = n->next) fprintf(f, "  %s\n", n->text);
     fprintf(f, "== loop IR after inlining (%d buffers, %d computed)\n", p->nbufs, p->ncomputed);
     lower_print(f, p);
     fprintf(f, "== inlining decisions\n");
@@ -310,6 +315,12 @@ void report_json(FILE *f, const Schedule *s, const ReportHooks *hooks) {
     fprintf(f, "},\n \"traffic\": {\"unfused_bytes\": %lld, \"fused_bytes\": %lld},\n"
                " \"peak_memory_bytes\": %lld",
             (long long)s->unfused_bytes, (long long)s->fused_bytes, (long long)s->peak_bytes);
+    fprintf(f, ",\n \"rewrites\": [");
+    for (const GraphNote *n = s->g->notes; n; n = n->next) {
+        json_str(f, n->text);
+        if (n->next) fprintf(f, ", ");
+    }
+    fprintf(f, "]");
     if (hooks && hooks->fn) hooks->fn(f, hooks->ud);
     fprintf(f, "}\n");
 }

@@ -262,26 +262,27 @@ kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, c
 
 /* One source: the prelude once, then each program's kernels under its own
  * prefix. */
-static char *batch_source(RtProgram **ps, int n, char *err, size_t errlen) {
-    char *pre = cg_prelude(err, errlen);
-    if (!pre) return NULL;
+static kiln_status batch_source(RtProgram **ps, int n, char **src, char *err, size_t errlen) {
+    char *pre;
+    kiln_status st = cg_prelude(&pre, err, errlen);
+    if (st != KILN_OK) return st;
     size_t len = strlen(pre) + 1;
     for (int i = 0; i < n; i++) len += ps[i]->code.len + 1;
-    char *src = kmalloc(len);
-    if (!src) {
+    if (!(*src = kmalloc(len))) {
         kfree(pre);
         util_fmt(err, errlen, "out of memory");
-        return NULL;
+        return KILN_ERR_NOMEM;
     }
-    size_t at = (size_t)snprintf(src, len, "%s", pre);
-    for (int i = 0; i < n; i++) at += (size_t)snprintf(src + at, len - at, "\n%s", ps[i]->code.source);
+    size_t at = (size_t)snprintf(*src, len, "%s", pre);
+    for (int i = 0; i < n; i++) at += (size_t)snprintf(*src + at, len - at, "\n%s", ps[i]->code.source);
     kfree(pre);
-    return src;
+    return KILN_OK;
 }
 
 static kiln_status compile_batch(RtProgram **ps, int n, JitLib **lib, char *err, size_t errlen) {
-    char *src = batch_source(ps, n, err, errlen);
-    if (!src) return KILN_ERR_NOMEM;
+    char *src;
+    kiln_status st0 = batch_source(ps, n, &src, err, errlen);
+    if (st0 != KILN_OK) return st0;
     JitStats js;
     double t0 = now_ms();
     kiln_status st = jit_compile(src, CG_EXTRA_FLAGS, lib, err, errlen, &js);
@@ -437,7 +438,31 @@ struct kiln_program {
     char err[1024];
 };
 
+kiln_options kiln_default_options(void) {
+    kiln_options o = {0, 1};
+    return o;
+}
+
 kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out) {
+    kiln_options o = kiln_default_options();
+    o.threads = threads;
+    return kiln_compile_with(g, &o, out);
+}
+
+/* Unfused: every value materialized (no inlining) and no fusion rounds, so
+ * each op is its own kernel: the eager baseline, with the same codegen. */
+KilnConfig rt_config(const kiln_options *o) {
+    KilnConfig cfg = kiln_config_default();
+    if (!o->fuse) {
+        cfg.max_inline_users = 0;
+        cfg.max_rounds = 0;
+    }
+    return cfg;
+}
+
+kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out) {
+    kiln_options o = opt ? *opt : kiln_default_options();
+    int threads = o.threads;
     *out = NULL;
     if (g->status != KILN_OK) return g->status;
     kiln_program *p = kcalloc(1, sizeof *p);
@@ -446,7 +471,7 @@ kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out) {
         return KILN_ERR_NOMEM;
     }
     p->threads = rt_set_threads(threads);
-    KilnConfig cfg = kiln_config_default();
+    KilnConfig cfg = rt_config(&o);
     kiln_status st = rt_compile(g, &cfg, &p->rt, p->err, sizeof p->err);
     if (st != KILN_OK) {
         /* the message, but not a sticky failure: the graph stays usable */
@@ -507,9 +532,9 @@ typedef struct {
 } Io;
 
 static void io_free(Io *io) {
-    for (int i = 0; io->in && i < io->nin; i++)
+    for (int i = 0; io->in && io->in_owned && i < io->nin; i++)
         if (io->in_owned[i]) kfree((void *)io->in[i]);
-    for (int i = 0; io->out && i < io->nout; i++)
+    for (int i = 0; io->out && io->out_owned && i < io->nout; i++)
         if (io->out_owned[i]) kfree(io->out[i]);
     kfree(io->in), kfree(io->out), kfree(io->in_owned), kfree(io->out_owned);
 }

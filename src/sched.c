@@ -1131,6 +1131,7 @@ static void build_kernels(Sched *S) {
     }
     s->nkernels = S->ncur;
     s->peak_bytes = sched_peak_memory(s);
+    if (s->peak_bytes < 0) longjmp(S->jb, 1);   /* its tables: out of memory */
 }
 
 /* ===== entry points =========================================================================== */

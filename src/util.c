@@ -14,9 +14,12 @@
  * interpreter and generated kernels agree bit for bit.
  */
 #include "kiln_int.h"
+#include <ctype.h>
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 /* ---- the op table ---------------------------------------------------- */
 
@@ -34,10 +37,88 @@ int op_lookup(const char *name) {
 
 /* ---- allocation ------------------------------------------------------ */
 
+/* The default allocator's budget. Linux commits memory lazily: malloc of a
+ * tensor larger than the machine usually succeeds, and the process is then
+ * killed (SIGKILL, no message) by the OOM killer when the pages are first
+ * written. So the default allocator keeps count of the bytes it holds and
+ * refuses to go past what the machine can back: physical memory plus swap,
+ * or the cgroup's memory limit when lower, or $KILN_MEM_LIMIT (bytes, with
+ * an optional K, M, G or T suffix, powers of 1024) when set. A refusal is an ordinary
+ * allocation failure, reported as out of memory with the size asked for.
+ * It cannot see other processes' memory; it turns "too large for this
+ * machine" into a clean error, not every shortage. A custom hook does its
+ * own accounting. */
+static int64_t mem_budget;   /* 0: not computed yet */
+static int64_t mem_held;     /* bytes the default allocator holds (may dip
+                              * below 0 if a block moves between hooks) */
+
+/* "512M" -> bytes; -1 when malformed. */
+static int64_t parse_bytes(const char *s) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    const char *units = "KMGT";
+    const char *u = *end ? strchr(units, toupper((unsigned char)*end)) : NULL;
+    if (errno || end == s || v <= 0 || (*end && (!u || end[1]))) return -1;
+    for (const char *k = units; u && k <= u; k++) v *= 1024;
+    return v >= 9.2e18 ? INT64_MAX : (int64_t)v;
+}
+
+/* A number from the first line of a file (cgroup limits); -1 if none. */
+static int64_t read_limit_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[64] = "";
+    bool ok = fgets(line, sizeof line, f) != NULL;
+    fclose(f);
+    char *end;
+    long long v = ok ? strtoll(line, &end, 10) : -1;
+    return ok && end != line && v > 0 ? (int64_t)v : -1;
+}
+
+static int64_t machine_budget(void) {
+    const char *env = getenv("KILN_MEM_LIMIT");
+    int64_t v = env && *env ? parse_bytes(env) : -1;
+    if (v > 0) return v;
+    struct sysinfo si;
+    int64_t b = INT64_MAX;
+    if (sysinfo(&si) == 0 && si.totalram)
+        b = (int64_t)((double)(si.totalram + (double)si.totalswap) * si.mem_unit);
+    static const char *const cgroup[] = {"/sys/fs/cgroup/memory.max",
+                                         "/sys/fs/cgroup/memory/memory.limit_in_bytes"};
+    for (int i = 0; i < 2; i++)
+        if ((v = read_limit_file(cgroup[i])) > 0 && v < b) b = v;
+    return b;
+}
+
+int64_t util_mem_budget(void) {
+    int64_t b = __atomic_load_n(&mem_budget, __ATOMIC_RELAXED);
+    if (!b) {
+        b = machine_budget();
+        __atomic_store_n(&mem_budget, b, __ATOMIC_RELAXED);
+    }
+    return b;
+}
+
+static void held_add(int64_t d) { __atomic_add_fetch(&mem_held, d, __ATOMIC_RELAXED); }
+
 static void *default_alloc(void *ud, void *ptr, size_t old, size_t n) {
-    (void)ud; (void)old;
-    if (n == 0) { free(ptr); return NULL; }
-    return realloc(ptr, n);
+    (void)ud;
+    if (n == 0) {
+        free(ptr);
+        held_add(-(int64_t)old);
+        return NULL;
+    }
+    if (n > (size_t)INT64_MAX) return NULL;
+    int64_t grow = (int64_t)n - (int64_t)old;
+    if (grow > 0 && __atomic_add_fetch(&mem_held, grow, __ATOMIC_RELAXED) > util_mem_budget()) {
+        held_add(-grow);
+        return NULL;
+    }
+    void *p = realloc(ptr, n);
+    if (!p && grow > 0) held_add(-grow);
+    if (p && grow < 0) held_add(grow);
+    return p;
 }
 
 static kiln_alloc_fn hook = default_alloc;

@@ -5,6 +5,7 @@ kiln=$1
 [ -x "$kiln" ] || { echo "FAIL: cli: no kiln binary at $kiln"; exit 1; }
 t=$(mktemp -d)
 trap 'rm -rf "$t"' EXIT
+export KILN_CACHE_DIR="$t/cache"
 pass() { echo "PASS: cli_$1"; }
 fail() { echo "FAIL: cli_$1"; shift; for l in "$@"; do echo "  $l"; done; }
 
@@ -66,8 +67,42 @@ expect outdir_missing 3 "does not exist" -- "$kiln" run "$t/p.kiln" -o "$t/nodir
 if [ ! -e "$t/nodir" ]; then pass outdir_missing_nothing_written
 else fail outdir_missing_nothing_written "$t/nodir was created"; fi
 
-# every example parses and runs
+# every example compiles, runs and matches the interpreter
 for f in examples/*.kiln; do
     n=$(basename "$f" .kiln)
-    expect "example_$n" 0 "" -- "$kiln" run "$f"
+    expect "example_$n" 0 "check: passed" -- "$kiln" run "$f" --check
 done
+expect run_interpret 0 "w: f32" -- "$kiln" run "$t/q.kiln" --interpret
+expect run_threads 0 "check: passed" -- "$kiln" run examples/softmax.kiln --threads 1 --check
+expect run_bad_threads 2 "--threads needs" -- "$kiln" run examples/softmax.kiln --threads 0
+expect interpret_check 2 "--interpret runs no compiled code" -- "$kiln" run "$t/q.kiln" --interpret --check
+
+# reports: explain's text, JSON, the fusion log, generated code, dot
+expect explain_siblings 0 "fusing op0 with op1" -- "$kiln" explain examples/siblings.kiln
+expect explain_wall 0 "found 0 possible fusions" -- "$kiln" explain examples/wall.kiln
+expect explain_softmax 0 "cannot fuse op1 with op3: intermediate nodes between node1 & node2" \
+    -- "$kiln" explain examples/softmax.kiln
+expect explain_report 0 "" -- "$kiln" explain examples/extern.kiln --report "$t/e.json"
+if grep -q '"calls": \["cpp_fused_add_0", "extern_kernels.mm", "cpp_fused_relu_1"\]' "$t/e.json"
+then pass explain_report_calls; else fail explain_report_calls "$(head -c 400 "$t/e.json")"; fi
+expect run_report 0 "" -- "$kiln" run examples/chain.kiln --check --report "$t/r.json"
+if grep -q '"check": {"passed": true' "$t/r.json" && grep -q '"fused_bytes": 8388608' "$t/r.json"
+then pass run_report_fields; else fail run_report_fields "$(head -c 400 "$t/r.json")"; fi
+expect report_unwritable 3 "cannot write" -- "$kiln" explain examples/chain.kiln --report "$t/nodir/r.json"
+KILN_LOGS=fusion "$kiln" run examples/siblings.kiln >/dev/null 2>"$t/log"
+if grep -q "^found 1 possible fusions" "$t/log" && grep -q "^completed fusion round (1/10): fused 2 nodes into 1 nodes" "$t/log"
+then pass logs_fusion; else fail logs_fusion "$(head -5 "$t/log")"; fi
+expect code_chain 0 "cpp_fused_add_mul_relu_sin_0" -- "$kiln" code examples/chain.kiln
+expect code_entry 0 "kiln_entry" -- "$kiln" code examples/extern.kiln
+expect dot_stdout 0 "digraph" -- "$kiln" dot examples/softmax.kiln
+expect dot_file 0 "" -- "$kiln" dot examples/softmax.kiln -o "$t/g.dot"
+if grep -q "cpp_fused_softmax_0" "$t/g.dot"; then pass dot_file_kernel; else fail dot_file_kernel; fi
+if command -v dot >/dev/null 2>&1; then
+    expect dot_svg 0 "" -- "$kiln" dot examples/softmax.kiln -o "$t/g.svg"
+else
+    expect dot_svg_no_graphviz 3 "graphviz" -- "$kiln" dot examples/softmax.kiln -o "$t/g.svg"
+fi
+if [ -z "$(ls "$t" | grep tmp)" ]; then pass no_tmp_files; else fail no_tmp_files "$(ls "$t")"; fi
+expect bench 0 "speedup" -- "$kiln" bench examples/chain.kiln --repeat 2 --report "$t/b.json"
+if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b.json"
+then pass bench_report; else fail bench_report "$(head -c 400 "$t/b.json")"; fi

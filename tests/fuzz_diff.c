@@ -10,9 +10,10 @@
  * compile, its programs are compiled one by one to find the culprit. A
  * program whose fused result is outside rt_tolerance (src/runtime.c) of the
  * interpreter's, or that fails to compile or run, is written to
- * DIR/seed_<N>.kiln (default DIR fuzz-out) with the failure as comments:
- * `kiln run --check DIR/seed_<N>.kiln` reproduces it. One line per batch goes
- * to stdout. Stops after PROGRAMS programs (default: never); the exit
+ * DIR/seed_<N>.kiln (default DIR fuzz-out) with the failure as comments.
+ * The inputs are the ones `kiln run --seed N` generates, so
+ * `kiln run --check --seed N DIR/seed_<N>.kiln` reproduces it. One line per
+ * batch goes to stdout. Stops after PROGRAMS programs (default: never); the exit
  * status is 1 when anything failed.
  *
  * The JIT cache goes to DIR/cache unless KILN_CACHE_DIR is set: fuzzed
@@ -58,7 +59,8 @@ static void save(const Fuzz *f, const Prog *pr) {
         fprintf(stderr, "fuzz_diff: cannot write %s: %s\n", path, strerror(errno));
         return;
     }
-    fprintf(out, "# fuzz_diff: fused and interpreted results differ\n# ");
+    fprintf(out, "# fuzz_diff: fused and interpreted results differ; reproduce with\n"
+                 "#   kiln run --check --seed %llu %s\n# ", (unsigned long long)pr->seed, path);
     for (const char *c = pr->why; *c; c++) fputs(*c == '\n' ? "\n# " : (char[2]){*c, 0}, out);
     fprintf(out, "\n%s", pr->text);
     fclose(out);
@@ -99,7 +101,9 @@ static void check(Prog *pr) {
     for (int i = 0; i < nin; i++) {
         in[i] = kiln_input_desc(pr->g, i);
         kiln_tensor_alloc(&in[i]);
-        kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]), pr->seed + (uint64_t)i);
+        /* the inputs `kiln run --seed N` generates (src/main.c) */
+        kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]),
+                        pr->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i);
         fin[i] = in[i].data;
     }
     for (int i = 0; i < nout; i++) {

@@ -7,7 +7,7 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 for b in "$@"; do
     echo "== tests in $b"
-    for suite in "$b/test_kiln" "sh tests/cli.sh $b/kiln"; do
+    for suite in "$b/test_kiln" "sh tests/cli.sh $b/kiln" "sh tests/errors.sh $b/kiln"; do
         out=$(mktemp)
         $suite >"$out" 2>&1
         rc=$?

@@ -1,6 +1,6 @@
 /*
  * test.h -- a tiny test framework. Each TEST registers itself at start-up;
- * test_main.c runs them all (or those whose name contains argv[1]) and
+ * test_main.c runs them all (or those whose name contains an argument) and
  * prints "PASS: name" or "FAIL: name" lines that tests/run.sh counts.
  */
 #ifndef KILN_TEST_H

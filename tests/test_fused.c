@@ -496,6 +496,13 @@ TEST(fused_outputs_copied_and_converted) {
         "y = conv2d(transpose(x, 2, 3), w, slice(bb, 0, 0, 8, step=2), padding=1)\noutput y\n",
         /* matmul of a transposed input and a broadcast batch */
         "input a: f32[3, 5]\ninput b: f32[2, 3, 4]\ny = transpose(a, 0, 1) @ b\noutput y\n",
+        /* tiled transposes with partial tiles, column reductions with partial blocks */
+        "input x: f32[45, 70]\ny = transpose(x, 0, 1) * 2 + 1\nc = mean(x, dim=0)\n"
+        "d = amin(transpose(x, 0, 1), dim=1)\noutput y, c, d\n",
+        "input x: f32[3, 130, 300]\ny = sum(x, dim=1)\nz = permute(x, [0, 2, 1]) - 1\noutput y, z\n",
+        /* rows too long for scratch on the stack: malloc'd, serially and per thread */
+        "input x: f32[3, 5000]\ny = softmax(x, dim=1)\noutput y\n",
+        "input x: f32[64, 5000]\ny = softmax(x, dim=1)\noutput y\n",
         /* a whole-tensor reduction big enough to run in parallel, then its consumer */
         "input x: f32[300, 301]\nm = amax(x)\ns = sum(x)\ny = x * s - m\noutput y, m, s\n",
     };

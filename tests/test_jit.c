@@ -135,12 +135,18 @@ JIT_TEST(jit_key_covers_source_and_flags) {
     jit_close(l2);
 }
 
-static void corrupt_rebuilt(const char *name, int truncate_it) {
+/* truncate_it: 0 garbage, else the entry is cut to that many bytes (a
+ * fraction of its size when below 1: dlopen maps a file cut mid-way and
+ * faults with SIGBUS on the missing pages, so the loader must catch it). */
+static void corrupt_rebuilt(const char *name, double truncate_it) {
     scratch(name, 1);
     JitStats a, b;
     CHECK(compile_call(src_inc, &a) == 42);
-    if (truncate_it) {
-        CHECK(truncate(a.path, 100) == 0);
+    if (truncate_it > 0) {
+        struct stat st;
+        CHECK(stat(a.path, &st) == 0);
+        off_t to = truncate_it < 1 ? (off_t)(st.st_size * truncate_it) : (off_t)truncate_it;
+        CHECK(truncate(a.path, to) == 0);
     } else {
         write_file(a.path, "this is not a shared object\n");
     }
@@ -152,7 +158,10 @@ static void corrupt_rebuilt(const char *name, int truncate_it) {
 }
 
 JIT_TEST(jit_garbage_so_is_rebuilt) { corrupt_rebuilt("jit_garbage", 0); }
-JIT_TEST(jit_truncated_so_is_rebuilt) { corrupt_rebuilt("jit_truncated", 1); }
+JIT_TEST(jit_truncated_so_is_rebuilt) { corrupt_rebuilt("jit_truncated", 100); }
+/* Regression (issue 6): a .so cut after its program headers was a SIGBUS. */
+JIT_TEST(jit_half_so_is_rebuilt) { corrupt_rebuilt("jit_half", 0.5); }
+JIT_TEST(jit_nearly_whole_so_is_rebuilt) { corrupt_rebuilt("jit_nearly_whole", 0.95); }
 
 /* An ELF file that loads but lacks the marker (another key's object). */
 JIT_TEST(jit_wrong_marker_is_rebuilt) {

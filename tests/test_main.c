@@ -1,4 +1,5 @@
-/* test_main.c -- runs the registered tests; see test.h. */
+/* test_main.c -- runs the registered tests (or those whose name contains
+ * one of the arguments); see test.h. */
 #include "test.h"
 #include <stdarg.h>
 #include <sys/stat.h>
@@ -43,12 +44,24 @@ static int cmp(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
+/* Is the test named by one of the filters? A filter is a substring of the
+ * name, or with a leading '^' a prefix ("^golden_" leaves out
+ * "fused_golden_cases"). */
+static int selected(const char *name, int n, char **filters) {
+    for (int k = 0; k < n; k++) {
+        const char *f = filters[k];
+        if (f[0] == '^' ? !strncmp(name, f + 1, strlen(f + 1)) : strstr(name, f) != NULL)
+            return 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     int passed = 0, failed = 0;
     (void)cmp;
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 0; i < ntests; i++) {
-        if (argc > 1 && !strstr(tests[i].name, argv[1])) continue;
+        if (argc > 1 && !selected(tests[i].name, argc - 1, argv + 1)) continue;
         current = tests[i].name;
         test_failed = 0;
         tests[i].fn();

@@ -958,6 +958,19 @@ case("mm_sliced_operand", """
     z = slice(slice(a, 0, 0, 6, step=2), 1, 2, 10) @ slice(b, 1, 1, 3)
     output y, z
 """, lambda v: {"y": v.a[:, 1:9] @ v.b, "z": v.a[0:6:2, 2:10] @ v.b[:, 1:3]})
+case("mm_odd_transposed_weight", """
+    input x: f32[11, 5]
+    weight w: f32[11, 13] = file("w.npy")
+    y = transpose(w, 0, 1) @ x
+    z = transpose(x, 0, 1) @ slice(w, 1, 2, 9)
+    output y, z
+""", lambda v: {"y": v.w.T @ v.x, "z": v.x.T @ v.w[:, 2:9]})
+case("mm_batch_broadcast_transposed", """
+    input a: f32[3, 1, 4, 5]
+    input b: f32[2, 6, 5]
+    y = a @ transpose(b, -1, -2)
+    output y
+""", lambda v: {"y": v.a @ v.b.swapaxes(-1, -2)})
 case("extern_seed", """
     input x: f32[8, 12]
     weight w: f32[12, 10] = file("w.npy")
@@ -1053,6 +1066,37 @@ case("conv_bn_relu_const", """
     output y
 """, lambda v: {"y": relu(batch_norm(conv2d(v.x, v.w, padding=1), v.m, v.v, v.g, v.b))},
     {"v": positive})
+case("conv_bn_fold_groups_bias", """
+    input x: f32[2, 4, 7, 7]
+    weight w: f32[6, 2, 3, 3] = file("w.npy")
+    weight cb: f32[6] = file("cb.npy")
+    weight m: f32[6] = file("m.npy")
+    weight v: f32[6] = file("v.npy")
+    weight g: f32[6] = file("g.npy")
+    y = batch_norm(conv2d(x, w, cb, stride=2, padding=1, groups=2), m, v, g)
+    output y
+""", lambda v: {"y": batch_norm(conv2d(v.x, v.w, v.cb, stride=2, padding=1, groups=2),
+                                v.m, v.v, v.g)}, {"v": positive})
+case("conv_bn_relu_runtime", """
+    input x: f32[1, 3, 6, 6]
+    weight w: f32[4, 3, 3, 3] = file("w.npy")
+    input m: f32[4]
+    input v: f32[4]
+    input g: f32[4]
+    input b: f32[4]
+    y = relu(batch_norm(conv2d(x, w, padding=1), m, v, g, b))
+    output y
+""", lambda v: {"y": relu(batch_norm(conv2d(v.x, v.w, padding=1), v.m, v.v, v.g, v.b))},
+    {"v": positive})
+case("conv_depthwise_7x7_bn", """
+    input x: f32[1, 4, 12, 12]
+    weight w: f32[4, 1, 7, 7] = file("w.npy")
+    weight m: f32[4] = file("m.npy")
+    weight v: f32[4] = file("v.npy")
+    y = relu(batch_norm(conv2d(x, w, stride=2, padding=3, groups=4), m, v, eps=1e-3))
+    output y
+""", lambda v: {"y": relu(batch_norm(conv2d(v.x, v.w, stride=2, padding=3, groups=4),
+                                     v.m, v.v, eps=1e-3))}, {"v": positive, "w": normal(0.3)})
 case("conv_residual", """
     input x: f32[1, 4, 6, 6]
     input w: f32[4, 4, 3, 3]

@@ -1,0 +1,143 @@
+/*
+ * bw.c -- copy bandwidth of this machine, the yardstick of bench/run and
+ * bench/compare (not a test).
+ *
+ *   cc -O3 -march=native -fopenmp bench/bw.c -o bw
+ *   bw [--mib 512] [--threads 1,2] [--reps 7] [--kind copy,memcpy,read] [--json]
+ *
+ * copy:   dst[i] = src[i] over two float buffers of --mib MiB each, a plain
+ *         loop the compiler vectorizes, with ordinary (write-allocate)
+ *         stores -- the same kind of loads and stores kiln's kernels do.
+ * memcpy: glibc memcpy of each thread's share (may use non-temporal stores
+ *         on large blocks).
+ * read:   a sum over one buffer (what a row reduction does).
+ *
+ * Bytes counted are bytes the program reads plus bytes it writes: a copy of
+ * N bytes counts 2N (the hardware's read-for-ownership of the destination
+ * is not counted, as kiln's byte counts do not count it either). Each
+ * thread works on its own contiguous share and first-touches it. The
+ * result is the best of --reps runs after one warm-up run, in GB/s (1e9).
+ */
+#define _GNU_SOURCE
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static volatile float sink;
+
+static void range(size_t n, size_t *lo, size_t *hi) {
+    int t = omp_get_thread_num(), nt = omp_get_num_threads();
+    size_t per = (n / (size_t)nt + 15) & ~(size_t)15;
+    *lo = per * (size_t)t;
+    *hi = *lo + per;
+    if (*lo > n) *lo = n;
+    if (*hi > n) *hi = n;
+}
+
+static double run(const char *kind, float *a, float *b, size_t n) {
+    double t0 = now_s();
+    if (!strcmp(kind, "copy")) {
+#pragma omp parallel
+        {
+            size_t lo, hi;
+            range(n, &lo, &hi);
+            float *restrict d = b;
+            const float *restrict s = a;
+#pragma omp simd
+            for (size_t i = lo; i < hi; i++) d[i] = s[i];
+        }
+    } else if (!strcmp(kind, "memcpy")) {
+#pragma omp parallel
+        {
+            size_t lo, hi;
+            range(n, &lo, &hi);
+            memcpy(b + lo, a + lo, (hi - lo) * sizeof(float));
+        }
+    } else {
+        float total = 0;
+#pragma omp parallel reduction(+ : total)
+        {
+            size_t lo, hi;
+            range(n, &lo, &hi);
+            float acc = 0;
+#pragma omp simd reduction(+ : acc)
+            for (size_t i = lo; i < hi; i++) acc += a[i];
+            total += acc;
+        }
+        sink = total;
+    }
+    return now_s() - t0;
+}
+
+int main(int argc, char **argv) {
+    double mib = 512;
+    int reps = 7;
+    const char *threads = "1,2", *kinds = "copy,memcpy,read";
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
+        else if (!strcmp(argv[i], "--kind") && i + 1 < argc) kinds = argv[++i];
+        else if (!strcmp(argv[i], "--json")) json = 1;
+        else {
+            fprintf(stderr, "usage: bw [--mib N] [--threads 1,2] [--reps N] [--kind copy,memcpy,read] [--json]\n");
+            return 2;
+        }
+    }
+    size_t n = (size_t)(mib * 1048576.0 / sizeof(float));
+    if (n < 1024) n = 1024;
+    float *a = aligned_alloc(64, n * sizeof(float)), *b = aligned_alloc(64, n * sizeof(float));
+    if (!a || !b) {
+        fprintf(stderr, "bw: out of memory for 2 x %.0f MiB\n", mib);
+        return 4;
+    }
+    if (json) printf("[");
+    int first = 1;
+    char tbuf[256];
+    snprintf(tbuf, sizeof tbuf, "%s", threads);
+    for (char *tp = strtok(tbuf, ","); tp; tp = strtok(NULL, ",")) {
+        int nt = atoi(tp);
+        omp_set_num_threads(nt);
+        /* first touch by the threads that will use each share */
+#pragma omp parallel
+        {
+            size_t lo, hi;
+            range(n, &lo, &hi);
+            for (size_t i = lo; i < hi; i++) a[i] = (float)(i & 1023), b[i] = 0;
+        }
+        char kbuf[256];
+        snprintf(kbuf, sizeof kbuf, "%s", kinds);
+        char *save = NULL;
+        for (char *kp = strtok_r(kbuf, ",", &save); kp; kp = strtok_r(NULL, ",", &save)) {
+            double best = 1e30;
+            run(kp, a, b, n);
+            for (int r = 0; r < reps; r++) {
+                double t = run(kp, a, b, n);
+                if (t < best) best = t;
+            }
+            double bytes = (double)n * sizeof(float) * (strcmp(kp, "read") ? 2.0 : 1.0);
+            double gbs = bytes / best / 1e9;
+            if (json)
+                printf("%s{\"kind\": \"%s\", \"threads\": %d, \"mib\": %.1f, \"bytes\": %.0f, "
+                       "\"best_s\": %.6f, \"gbs\": %.3f}",
+                       first ? "" : ", ", kp, nt, mib, bytes, best, gbs);
+            else
+                printf("%-7s threads %d  buffer %7.1f MiB  %8.2f GB/s  (best of %d: %.3f ms)\n", kp,
+                       nt, mib, gbs, reps, best * 1e3);
+            first = 0;
+        }
+    }
+    if (json) printf("]\n");
+    free(a);
+    free(b);
+    return 0;
+}
