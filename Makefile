@@ -87,7 +87,7 @@ install: all
 	install -m 755 $(BUILD)/kiln $(DESTDIR)$(PREFIX)/bin/kiln
 	install -m 644 $(BUILD)/libkiln.a $(DESTDIR)$(PREFIX)/lib/libkiln.a
 	install -m 644 include/kiln.h $(DESTDIR)$(PREFIX)/include/kiln.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' kiln.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kiln.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' kiln.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kiln.pc
 
 clean:
 	rm -rf $(BUILD)

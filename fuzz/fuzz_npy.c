@@ -17,6 +17,11 @@
 
 static char in_path[512], out_path[512];
 
+static void remove_files(void) {
+    remove(in_path);
+    remove(out_path);
+}
+
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc; (void)argv;
     const char *dir = getenv("TMPDIR");
@@ -24,6 +29,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     snprintf(in_path, sizeof in_path, "%s/kiln_fuzz_npy.%d.npy", dir, (int)getpid());
     snprintf(out_path, sizeof out_path, "%s/kiln_fuzz_npy.%d.out.npy", dir, (int)getpid());
     setenv("KILN_MEM_LIMIT", "256M", 1);
+    atexit(remove_files);
     return 0;
 }
 
