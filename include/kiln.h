@@ -196,6 +196,10 @@ typedef struct {
     int threads;   /* <= 0: $KILN_NUM_THREADS, else every core */
     int fuse;      /* 1: fuse (default); 0: one kernel per op, every value in
                     * memory -- the eager baseline kiln bench compares with */
+    int extern_epilogue;  /* 1 (default): pointwise consumers of a matmul or
+                    * conv2d (bias, BN, relu, a residual add) run on each
+                    * output block inside the library call; 0: they are
+                    * kernels of their own, as in PyTorch Inductor */
 } kiln_options;
 kiln_options kiln_default_options(void);
 
@@ -237,7 +241,11 @@ kiln_status kiln_npy_write(const char *path, const kiln_tensor *t, char *err, si
  * alloc(ud, ptr, oldsize, newsize): newsize 0 frees ptr and returns NULL;
  * otherwise it returns a block of newsize bytes holding the old contents
  * (ptr NULL: a new block), or NULL on failure. NULL restores the default.
- * The hook is process-wide; set it before building any graph. */
+ * The hook is process-wide; set it before building any graph.
+ * The default allocator refuses to hold more than the machine can back
+ * (physical memory plus swap, or the cgroup's limit), or $KILN_MEM_LIMIT
+ * bytes (K, M, G, T suffixes) when set, so a tensor too large for memory is
+ * KILN_ERR_NOMEM rather than a process the OOM killer ends later. */
 typedef void *(*kiln_alloc_fn)(void *ud, void *ptr, size_t oldsize, size_t newsize);
 void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
 

@@ -38,6 +38,20 @@
  * (CG_PARALLEL_MIN). Every innermost loop's `for` line carries
  * CG_INNER_MARK so a test can match it with GCC's vectorization report.
  *
+ * Extern epilogues: an extern kernel with fused pointwise members (the
+ * scheduler's extern epilogue) becomes a library call plus a static
+ * function `epi_<k>(out, start, count, buffers...)` that applies the members
+ * to the flat output elements [start, start + count), and a callback
+ * `epi_<k>_cb(ctx, c, start, count)` that the library (externs.c) calls on
+ * each output block right after computing it. The members are generated as
+ * a pointwise kernel of their own, reading the library's output as `out`,
+ * over at most two loops: the innermost group of dims that merge (the
+ * vectorized loop) and one loop over all the others, each clipped to the
+ * range; broadcast operands (a bias per column, BN parameters per channel)
+ * index with division and modulo of the outer loop, once per row. The
+ * library writes the extern's buffer when something else reads it, else the
+ * last member's buffer, which the epilogue overwrites in place.
+ *
  * Errors: internal limits and pool exhaustion longjmp to cg_generate, which
  * returns a status and a message; nothing is printed.
  */
@@ -171,12 +185,18 @@ static const char prelude_tail[] =
     "    int64_t offset;\n"
     "} KilnView;\n"
     "\n"
+    "/* An extern's epilogue: the fused pointwise ops on the flat output\n"
+    " * elements [start, start + count) of c (the whole output), called by the\n"
+    " * library on each block right after computing it. */\n"
+    "typedef void (*KilnEpilogue)(void *ctx, float *c, int64_t start, int64_t count);\n"
+    "\n"
     "/* Extern kernels, passed in by the runtime: generated code links only libm. */\n"
     "typedef struct {\n"
     "    int (*mm)(const float *a, const KilnView *av, const float *b, const KilnView *bv,\n"
-    "              float *c, int crank, const int64_t *cshape);\n"
+    "              float *c, int crank, const int64_t *cshape, KilnEpilogue epi, void *ctx);\n"
     "    int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],\n"
-    "                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]);\n"
+    "                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],\n"
+    "                  KilnEpilogue epi, void *ctx);\n"
     "} KilnRT;\n"
     "\n"
     "/* ===== helpers ===== */\n"
@@ -283,7 +303,16 @@ typedef struct {
     const char **bufname;     /* the C name of each buffer */
     Str out;
     CgCall *calls;
+    struct Epi *epi;          /* per kernel: an extern's epilogue (gen_epilogue) */
 } Gen;
+
+/* The epilogue of extern kernel k: its function, the buffer the library
+ * writes, and the buffers the epilogue touches besides that one. */
+typedef struct Epi {
+    const char *fn;           /* <prefix>epi_<k>; NULL: the call has no epilogue */
+    int target;               /* the extern's buffer, or the last member's (in place) */
+    uint8_t *use;             /* per buffer: USE_READ | USE_WRITE, target excluded */
+} Epi;
 
 enum { USE_READ = 1, USE_WRITE = 2 };
 
@@ -345,6 +374,7 @@ typedef struct {
     bool has_red;                /* the current stage has a reduction */
     int *outer_red;              /* outer reduction: members whose results the row nest stores */
     int nouter_red;
+    bool epilogue;               /* an extern's epilogue: loops over a flat range (gen_epilogue) */
 } KGen;
 
 typedef struct {
@@ -935,11 +965,23 @@ static int new_loop(KGen *K, const char *name, int64_t extent) {
     return K->nloops++;
 }
 
+/* An epilogue runs on any flat range [start, start + count) of its output:
+ * its dims become at most two loops, the innermost group of dims that merge
+ * (the contiguous, vectorized loop) and one loop over all the others (a
+ * "row", split into dims by division), so a range is rows clipped at both
+ * ends. */
+static void epilogue_merges(int ndims, bool *ok) {
+    int s = ndims - 1;
+    while (s > 0 && ok[s - 1]) s--;
+    for (int d = 0; d + 1 < s; d++) ok[d] = true;
+}
+
 /* One loop per group of merged dims: the row nest runs the P groups, rl
  * the R groups. */
 static void build_loops(KGen *K) {
     bool ok[MAXL] = {false};
     plan_merges(K, ok);
+    if (K->epilogue) epilogue_merges(K->ndims, ok);
     for (int d = 0; d < K->ndims; d++) {
         if (!(d > 0 && ok[d - 1])) {
             bool red = d >= K->npd;
@@ -1097,6 +1139,28 @@ static void open_nest(KGen *K, const int *ids, int n) {
     K->innermost = n ? ids[n - 1] : K->npl ? K->pnest[K->npl - 1] : -1;
 }
 
+/* The epilogue's loops cover [start, start + count): one loop over the
+ * range, or rows from the one holding start to the one holding the last
+ * element, each clipped to the range. */
+static void epilogue_bounds(KGen *K) {
+    Pool *P = K->g->pool;
+    if (K->npl == 0) return;   /* a scalar output: the body runs once, guarded */
+    Loop *in = &K->loop[K->pnest[K->npl - 1]];
+    if (K->npl == 1) {
+        in->lo = "start";
+        in->hi = "start + count";
+        return;
+    }
+    Loop *row = &K->loop[K->pnest[0]];
+    long long I = (long long)in->extent;
+    const char *r = row->name;
+    row->lo = pool_printf(P, "start / %lld", I);
+    row->hi = pool_printf(P, "(start + count + %lld) / %lld", I - 1, I);
+    in->lo = pool_printf(P, "(start > %s * %lld ? start - %s * %lld : 0)", r, I, r, I);
+    in->hi = pool_printf(P, "(start + count < (%s + 1) * %lld ? start + count - %s * %lld : %lld)",
+                         r, I, r, I, I);
+}
+
 static void setup_kernel(KGen *K) {
     const Kernel *k = K->k;
     K->npd = k->np;
@@ -1113,9 +1177,10 @@ static void setup_kernel(KGen *K) {
     check_members(K);
     build_loops(K);
     open_nest(K, NULL, 0);
-    if (want_outer(K)) make_outer(K);
+    if (K->epilogue) epilogue_bounds(K);   /* serial: the library shares blocks out */
+    else if (want_outer(K)) make_outer(K);
     else if (want_tiles(K)) make_tiles(K);
-    plan_parallel(K);
+    if (!K->epilogue) plan_parallel(K);
     open_nest(K, NULL, 0);
 }
 
@@ -1384,6 +1449,101 @@ static bool gen_kernel(Gen *g, int kidx) {
     return needs_malloc(K);
 }
 
+/* ===== extern epilogues ================================================================ */
+
+/* The members after the extern, as a pointwise kernel of their own: they
+ * iterate the extern's output space (the scheduler's rule), and read the
+ * library's output as `out` with its write index. */
+static Kernel *epilogue_kernel(Gen *g, int kidx) {
+    const Kernel *k = &g->s->kernels[kidx];
+    Kernel *e = pool_alloc(g->pool, sizeof *e);
+    *e = *k;
+    e->kind = KK_POINTWISE;
+    e->kernel = pool_printf(g->pool, "epi_%d", kidx);
+    e->n = k->n - 1;
+    e->members = k->members + 1;
+    e->stage = k->stage + 1;
+    e->store = k->store + 1;
+    e->nr = 0;
+    e->rnumel = 1;
+    e->nstages = 1;
+    return e;
+}
+
+static void epilogue_comment(KGen *K, Str *o, const Kernel *ext, const Epi *e) {
+    Gen *g = K->g;
+    const Kernel *k = K->k;
+    str_putf(o, "/*\n * %s%s: epilogue of %s (%s) over [", g->prefix, k->kernel, ext->kernel,
+             snode(g, ext->members[0])->name);
+    for (int d = 0; d < k->np; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)k->P[d]);
+    str_putf(o, "], run by the library on each output\n * block it has just computed, "
+                "elements [start, start + count) of out\n * origins:");
+    for (int i = 0; i < ext->norigins; i++) str_putf(o, " %s", ext->origins[i]);
+    str_putf(o, "\n *   out: %s, written by %s\n", g->bufname[e->target], ext->kernel);
+    for (int i = 0; i < k->n; i++) {
+        int b = snode(g, k->members[i])->buf;
+        str_putf(o, " *   %s -> %s: pointwise, %s%s\n", snode(g, k->members[i])->name,
+                 g->bufname[b], store_name[k->store[i]], b == e->target ? " in place (out)" : "");
+    }
+    str_putf(o, " */\n");
+}
+
+/* The function and its callback for the library: `epi(out, start, count,
+ * buffers...)` and `epi_cb(ctx, c, start, count)`, ctx being kiln_entry's
+ * bufs. */
+static void epilogue_text(KGen *K, Str *o, const Kernel *ext, const Epi *e) {
+    Gen *g = K->g;
+    Str body, args;
+    str_init(&body, g->pool);
+    str_init(&args, g->pool);
+    epilogue_comment(K, o, ext, e);
+    str_putf(o, "static void %s%s(float *restrict out, int64_t start, int64_t count", g->prefix,
+             K->k->kernel);
+    for (int b = 0; b < g->p->nbufs; b++) {
+        if (!e->use[b]) continue;
+        str_putf(o, ", %sfloat *restrict %s", e->use[b] & USE_WRITE ? "" : "const ", g->bufname[b]);
+        str_putf(&args, ", bufs[%d]", b);
+    }
+    str_putf(o, ")\n{\n");
+    if (K->npl == 0) str_putf(&body, "    if (start > 0 || count < 1) return;   /* one element */\n");
+    put_indented(&body, str_get(&K->block[0]), 4);
+    nest_text(K, &body, true, K->pnest, 0, K->npl, 0, 4, NULL);
+    str_putf(o, "%s}\n\n", str_get(&body));
+    str_putf(o, "static void %s%s_cb(void *ctx, float *c, int64_t start, int64_t count)\n{\n"
+                "    float *const *bufs = ctx;\n    (void)bufs;\n"
+                "    %s%s(c, start, count%s);\n}\n\n",
+             g->prefix, K->k->kernel, g->prefix, K->k->kernel, str_get(&args));
+}
+
+/* An extern kernel's epilogue members become a function the library calls
+ * on each output block. The library writes the extern's own buffer when
+ * something else reads it, else the buffer of the last member (always
+ * stored: nothing in the kernel reads it), which the epilogue then
+ * overwrites in place, element by element: each element is read before it
+ * is written, at the same index. */
+static void gen_epilogue(Gen *g, int kidx) {
+    const Kernel *k = &g->s->kernels[kidx];
+    Epi *e = &g->epi[kidx];
+    int ext = snode(g, k->members[0])->buf, last = snode(g, k->members[k->n - 1])->buf;
+    if (k->store[k->n - 1] != STORE_GLOBAL) cg_fail(g, "codegen: %s: last member not stored", k->kernel);
+    e->target = k->store[0] == STORE_GLOBAL ? ext : last;
+    const char *names[2] = {g->bufname[ext], g->bufname[e->target]};
+    g->bufname[ext] = g->bufname[e->target] = "out";
+    KGen *K = pool_alloc(g->pool, sizeof *K);
+    K->g = g;
+    K->k = epilogue_kernel(g, kidx);
+    K->epilogue = true;
+    setup_kernel(K);
+    gen_stages(K);
+    g->bufname[ext] = names[0];
+    g->bufname[e->target] = names[1];
+    e->use = K->use;
+    e->use[ext] = e->use[e->target] = 0;
+    e->fn = pool_printf(g->pool, "%s%s", g->prefix, K->k->kernel);
+    epilogue_text(K, &g->out, k, e);
+    g->calls[kidx].inner_loops = K->inner_loops;
+}
+
 /* ===== extern calls and the entry point =============================================== */
 
 static void view_text(Gen *g, Str *o, const char *name, const BufView *v) {
@@ -1434,7 +1594,7 @@ static void shape4(Str *o, const char *name, const int64_t *s) {
              (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
 }
 
-static void conv_call(Gen *g, Str *o, const Buffer *b) {
+static void conv_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     Packs pk = {.n = 0};
     str_init(&pk.allocs, g->pool), str_init(&pk.packs, g->pool);
     str_init(&pk.frees, g->pool), str_init(&pk.any_null, g->pool);
@@ -1452,37 +1612,45 @@ static void conv_call(Gen *g, Str *o, const Buffer *b) {
         put_indented(o, str_get(&pk.frees), 4);
         str_putf(o, "            return 1;\n        }\n%s", str_get(&pk.packs));
     }
-    str_putf(o, "        int rc = rt->conv2d(%s, xs, %s, ws, %s, bufs[%d], ys, attr);\n", x, w, bias, b->id);
+    str_putf(o, "        int rc = rt->conv2d(%s, xs, %s, ws, %s, %s, ys, attr, %s);\n", x, w, bias, out,
+             epi);
     str_putf(o, "%s        if (rc) return 1;\n", str_get(&pk.frees));
 }
 
-static void mm_call(Gen *g, Str *o, const Buffer *b) {
+static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     view_text(g, o, "a", &b->opnd[0]);
     view_text(g, o, "b", &b->opnd[1]);
     str_putf(o, "        static const int64_t shape[%d] = {", b->rank > 0 ? b->rank : 1);
     for (int d = 0; d < b->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)b->shape[d]);
     str_putf(o, "%s};\n", b->rank ? "" : "1");
-    str_putf(o, "        if (rt->mm(bufs[%d], &a, bufs[%d], &b, bufs[%d], %d, shape)) return 1;\n",
-             b->opnd[0].buf, b->opnd[1].buf, b->id, b->rank);
+    str_putf(o, "        if (rt->mm(bufs[%d], &a, bufs[%d], &b, %s, %d, shape, %s)) return 1;\n",
+             b->opnd[0].buf, b->opnd[1].buf, out, b->rank, epi);
 }
 
+/* The library call of extern kernel kidx; with an epilogue it writes the
+ * epilogue's target and calls <prefix>epi_<k>_cb on each block. */
 static void extern_call(Gen *g, Str *o, int kidx) {
     const Kernel *k = &g->s->kernels[kidx];
-    if (k->n != 1) cg_fail(g, "codegen: extern kernel %s has %d members", k->kernel, k->n);
     const Buffer *b = buf_of(g, snode(g, k->members[0])->buf);
+    const Epi *e = &g->epi[kidx];
+    if (k->n > 1 && !e->fn) cg_fail(g, "codegen: extern kernel %s has no epilogue", k->kernel);
     uint8_t *use = pool_alloc(g->pool, (size_t)g->p->nbufs + 1);
-    str_putf(o, "    {   /* %s = %s(", g->bufname[b->id], k->kernel);
+    int target = e->fn ? e->target : b->id;
+    str_putf(o, "    {   /* %s = %s(", g->bufname[target], k->kernel);
     for (int i = 0; i < b->nopnds; i++) {
         str_putf(o, "%s%s", i ? ", " : "", g->bufname[b->opnd[i].buf]);
         use[b->opnd[i].buf] |= USE_READ;
     }
-    str_putf(o, ") */\n");
-    use[b->id] |= USE_WRITE;
-    if (b->ext_op == OP_CONV2D) conv_call(g, o, b);
-    else if (b->ext_op == OP_MATMUL) mm_call(g, o, b);
+    str_putf(o, ")%s%s */\n", e->fn ? ", epilogue " : "", e->fn ? e->fn : "");
+    for (int i = 0; e->fn && i < g->p->nbufs; i++) use[i] |= e->use[i];
+    use[target] |= USE_WRITE;
+    const char *out = pool_printf(g->pool, "bufs[%d]", target);
+    const char *epi = e->fn ? pool_printf(g->pool, "%s_cb, (void *)bufs", e->fn) : "NULL, NULL";
+    if (b->ext_op == OP_CONV2D) conv_call(g, o, b, out, epi);
+    else if (b->ext_op == OP_MATMUL) mm_call(g, o, b, out, epi);
     else cg_fail(g, "codegen: unknown extern %s", op_info[b->ext_op].name);
     str_putf(o, "    }\n");
-    g->calls[kidx] = make_call(g, kidx, use, false, 0);
+    g->calls[kidx] = make_call(g, kidx, use, false, g->calls[kidx].inner_loops);
 }
 
 static void entry_text(Gen *g, const bool *returns_int) {
@@ -1526,8 +1694,12 @@ static void generate(Gen *g) {
         g->status = KILN_ERR_INPUT;
     }
     str_putf(&g->out, "/* ===== kernels%s%s ===== */\n\n", *g->prefix ? ": " : "", g->prefix);
+    g->epi = pool_alloc(g->pool, sizeof(Epi) * (size_t)(g->s->nkernels + 1));
     for (int k = 0; k < g->s->nkernels; k++) {
-        if (g->s->kernels[k].kind == KK_EXTERN) continue;
+        if (g->s->kernels[k].kind == KK_EXTERN) {
+            if (g->s->kernels[k].n > 1) gen_epilogue(g, k);
+            continue;
+        }
         returns_int[k] = gen_kernel(g, k);
     }
     entry_text(g, returns_int);

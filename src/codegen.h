@@ -34,13 +34,17 @@
 #define CG_INNER_MARK "/* inner loop */"
 
 /* Extern kernels as the generated code calls them. codegen.c prints the same
- * struct into every source (with ExtView spelled KilnView); keep the two in
- * step. */
+ * struct into every source (with ExtView spelled KilnView, ExtEpilogue
+ * KilnEpilogue); keep the two in step. An extern call with fused pointwise
+ * consumers passes its epilogue, `epi_<k>_cb` with kiln_entry's bufs as
+ * ctx, and the library calls it on each output block it completes; without
+ * one it passes NULL, NULL. */
 typedef struct {
     int (*mm)(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
-              int crank, const int64_t *cshape);
+              int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
     int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
-                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]);
+                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                  ExtEpilogue epi, void *ctx);
 } KilnRT;
 
 /* The generated entry point: bufs[i] holds buffer i of the loop program
@@ -133,6 +137,10 @@ const Graph *rt_graph(const RtProgram *p);
 int rt_set_threads(int n);
 /* Arena offset of buffer b, or -1 when it does not live in the arena. */
 int64_t rt_buffer_offset(const RtProgram *p, int b);
+/* Tests: the extern kernels every run calls (process-wide; NULL: the
+ * library's, ext_matmul_epi and ext_conv2d_epi), e.g. to hand epilogues
+ * ranges the library never would. */
+void rt_set_externs(const KilnRT *rt);
 
 /* Tolerance of fused against interpreted results (kiln run --check, tests,
  * the fuzzer); see rt_tolerance in runtime.c for how each class is set. */

@@ -15,6 +15,13 @@
  * pools of busy-waiting threads fighting over the same cores. Externs are
  * called from the serial wrapper, never inside a parallel region, so BLAS
  * may use every thread.
+ *
+ * Epilogues: the pointwise ops fused into an extern call (ExtEpilogue, from
+ * the generated code) run on each block of the output right after the
+ * library computed it, while the block is still in cache: a matmul's blocks
+ * of rows (per batch), a convolution's (image, group) slabs, a depthwise
+ * convolution's planes. See "epilogues" below for the block sizes and the
+ * threading, both chosen by measurement.
  */
 #include "externs.h"
 #include <cblas.h>
@@ -29,6 +36,81 @@ void ext_set_threads(int n) {
 }
 
 int ext_get_threads(void) { return omp_get_max_threads(); }
+
+/* ---- epilogues --------------------------------------------------------------
+ *
+ * How big a block, and who runs it. BLAS is a black box: a block of rows is
+ * one cblas_sgemm on the sub-matrix, and every call packs all of B again
+ * and pays its set-up, so small blocks are expensive. Measured (one thread,
+ * OpenBLAS 0.3.21 SkylakeX kernels, CPU time, best of many, square M=N=K):
+ * splitting the sgemm into calls of R rows costs over one call
+ *
+ *     R =          64      128     256     512     1024
+ *     n = 512    +20%     +13%     +5%     +2%       -
+ *     n = 1024   +43%     +21%     +9%     +4%     +2%
+ *     n = 2048   +40%     +22%    +10%     +9%     +4%
+ *
+ * while a whole second pass over C right after the call, still in the last
+ * level cache, costs about 2%. Blocks sized to the L2 (256 KiB of C: 32
+ * rows at n = 2048) would cost ten times what they save, so a block is
+ * EXT_EPI_BLOCK_BYTES of C (it stays in the last-level cache; a C that fits
+ * is one block and one call, exactly as without an epilogue), and at least
+ * EXT_EPI_MIN_ROWS rows. Blocking pays where C is larger than the cache,
+ * and most for a skinny K, where the library's own write of C is the cost:
+ * the epilogue then reads each block from cache instead of memory.
+ *
+ * Threads: blocks run one after another with BLAS threading inside each
+ * sgemm, and the epilogue of a block runs on every thread in pieces of
+ * whole rows. The alternative, blocks in parallel each with a one-thread
+ * sgemm, makes every thread pack all of B for its block (T times the
+ * packing OpenBLAS's threaded sgemm shares among its threads), and its
+ * blocks are M/T rows, which the table above prices at 10-20% for T >= 8;
+ * it also leaves threads idle when M is not a multiple of the block.
+ * Convolution slabs are fixed by im2col (one sgemm per image and group) and
+ * get the same treatment; depthwise planes are computed in parallel and
+ * each thread runs the epilogue of its plane. */
+
+/* C bytes per matmul block: 16 MiB stays in the last-level cache of the
+ * server parts kiln targets (32 MiB and more), beside the packed panels. */
+#define EXT_EPI_BLOCK_BYTES ((int64_t)16 << 20)
+/* ... but never fewer rows than this (see the table: about 5%). */
+#define EXT_EPI_MIN_ROWS 512
+/* A block's epilogue runs on all threads from this many elements on (an
+ * OpenMP fork costs microseconds, what a core needs for ~32K floats), in
+ * pieces of whole rows or planes of at least EXT_EPI_PIECE elements. */
+#define EXT_EPI_PARALLEL_MIN 32768
+#define EXT_EPI_PIECE 4096
+
+/* Run epi over elements [start, start + count) of c, whose rows (or planes)
+ * are `unit` elements: serially when small, else in pieces of whole units
+ * shared among the threads. Called outside any parallel region. */
+static void run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
+                         int64_t unit) {
+    if (!epi || count <= 0) return;
+    if (count < EXT_EPI_PARALLEL_MIN) {
+        epi(ctx, c, start, count);
+        return;
+    }
+    int64_t per = unit * ((EXT_EPI_PIECE + unit - 1) / unit), n = (count + per - 1) / per;
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < n; i++) {
+        int64_t s = start + i * per, e = s + per < start + count ? s + per : start + count;
+        epi(ctx, c, s, e - s);
+    }
+}
+
+/* Rows per block set by a test (ext_set_epilogue_rows); 0: the policy. */
+static int64_t forced_rows;
+
+void ext_set_epilogue_rows(int64_t rows) { forced_rows = rows > 0 ? rows : 0; }
+
+/* Rows of C per matmul block (all of them without an epilogue). */
+static int64_t block_rows(int64_t M, int64_t N, bool epi) {
+    int64_t rows = N > 0 ? EXT_EPI_BLOCK_BYTES / (N * (int64_t)sizeof(float)) : M;
+    if (rows < EXT_EPI_MIN_ROWS) rows = EXT_EPI_MIN_ROWS;
+    if (forced_rows) rows = forced_rows;
+    return !epi || rows > M ? M : rows;
+}
 
 /* ---- matmul ---------------------------------------------------------------- */
 
@@ -94,21 +176,26 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
     return true;
 }
 
-int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
-               int crank, const int64_t *cshape) {
+int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+                   int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx) {
     int nb = crank - 2;
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
-    int64_t batches = 1;
+    int64_t batches = 1, rows = block_rows(M, N, epi != NULL), arow = av->stride[av->rank - 2];
     for (int d = 0; d < nb; d++) batches *= cshape[d];
     float *ta = NULL, *tb = NULL;
     for (int64_t i = 0; i < batches; i++) {
         const float *pa = a + batch_offset(av, nb, cshape, i);
         const float *pb = b + batch_offset(bv, nb, cshape, i);
-        float *pc = c + i * M * N;
-        if (gemm2d(pa, av, pb, bv, pc, M, N, K, ta, tb)) continue;
-        if (!ta && !(ta = kmalloc(sizeof(float) * (size_t)(M * K)))) goto nomem;
-        if (!tb && !(tb = kmalloc(sizeof(float) * (size_t)(K * N)))) goto nomem;
-        gemm2d(pa, av, pb, bv, pc, M, N, K, ta, tb);
+        for (int64_t r = 0; r < M; r += rows) {
+            int64_t m = rows < M - r ? rows : M - r;
+            float *pc = c + (i * M + r) * N;
+            if (!gemm2d(pa + r * arow, av, pb, bv, pc, m, N, K, ta, tb)) {
+                if (!ta && !(ta = kmalloc(sizeof(float) * (size_t)(M * K)))) goto nomem;
+                if (!tb && !(tb = kmalloc(sizeof(float) * (size_t)(K * N)))) goto nomem;
+                gemm2d(pa + r * arow, av, pb, bv, pc, m, N, K, ta, tb);
+            }
+            run_epilogue(epi, ctx, c, (i * M + r) * N, m * N, N);
+        }
     }
     kfree(ta);
     kfree(tb);
@@ -117,6 +204,11 @@ nomem:
     kfree(ta);
     kfree(tb);
     return -1;
+}
+
+int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+               int crank, const int64_t *cshape) {
+    return ext_matmul_epi(a, av, b, bv, c, crank, cshape, NULL, NULL);
 }
 
 /* ---- conv2d ---------------------------------------------------------------- */
@@ -135,9 +227,10 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
     return s;
 }
 
-/* Depthwise (one input and one output channel per group): direct loops. */
+/* Depthwise (one input and one output channel per group): direct loops;
+ * the thread that computed a plane runs the epilogue on it. */
 static void conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
-                           float *y) {
+                           float *y, ExtEpilogue epi, void *ctx) {
     #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t n = 0; n < s->n; n++)
         for (int64_t c = 0; c < s->c; c++) {
@@ -157,6 +250,7 @@ static void conv_depthwise(const ConvShape *s, const float *x, const float *w, c
                     }
                     yp[oh * s->ow + ow] = acc;
                 }
+            if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
         }
 }
 
@@ -179,23 +273,49 @@ static void im2col(const ConvShape *s, const float *x, int64_t cg, float *col) {
     }
 }
 
-static void add_bias(const ConvShape *s, const float *bias, float *y) {
+/* Planes [o0, o0 + no) of image n are computed: add the bias and run the
+ * epilogue on them while they are in cache, in pieces of whole planes on
+ * every thread. */
+typedef struct {
+    const float *bias;
+    ExtEpilogue epi;
+    void *ctx;
+} SlabEnd;
+
+static void slab_piece(const ConvShape *s, const SlabEnd *e, float *y, int64_t n, int64_t o0,
+                       int64_t no) {
     int64_t plane = s->oh * s->ow;
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t n = 0; n < s->n; n++)
-        for (int64_t o = 0; o < s->o; o++) {
-            float *yp = y + (n * s->o + o) * plane;
-            for (int64_t k = 0; k < plane; k++) yp[k] += bias[o];
-        }
+    for (int64_t o = o0; e->bias && o < o0 + no; o++) {
+        float *yp = y + (n * s->o + o) * plane;
+        float bo = e->bias[o];
+        for (int64_t k = 0; k < plane; k++) yp[k] += bo;
+    }
+    if (e->epi) e->epi(e->ctx, y, (n * s->o + o0) * plane, no * plane);
 }
 
-int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
-               const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]) {
+static void finish_slab(const ConvShape *s, const SlabEnd *e, float *y, int64_t n, int64_t o0,
+                        int64_t no) {
+    int64_t plane = s->oh * s->ow;
+    if ((!e->bias && !e->epi) || no * plane == 0) return;
+    if (no * plane < EXT_EPI_PARALLEL_MIN) {
+        slab_piece(s, e, y, n, o0, no);
+        return;
+    }
+    int64_t per = (EXT_EPI_PIECE + plane - 1) / plane, pieces = (no + per - 1) / per;
+    #pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < pieces; i++)
+        slab_piece(s, e, y, n, o0 + i * per, per < no - i * per ? per : no - i * per);
+}
+
+int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                   ExtEpilogue epi, void *ctx) {
     ConvShape s = conv_shape(xs, ws, ys, attr);
     if (s.groups == s.c && s.o == s.c) {
-        conv_depthwise(&s, x, w, bias, y);
+        conv_depthwise(&s, x, w, bias, y, epi, ctx);
         return 0;
     }
+    SlabEnd end = {bias, epi, ctx};
     int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
     int64_t kdim = cg * s.kh * s.kw;
     bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
@@ -208,8 +328,13 @@ int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)plane,
                         (int)kdim, 1.0f, w + g * og * kdim, (int)kdim, direct ? xg : col,
                         (int)plane, 0.0f, y + (n * s.o + g * og) * plane, (int)plane);
+            finish_slab(&s, &end, y, n, g * og, og);
         }
     kfree(col);
-    if (bias) add_bias(&s, bias, y);
     return 0;
+}
+
+int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+               const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]) {
+    return ext_conv2d_epi(x, xs, w, ws, bias, y, ys, attr, NULL, NULL);
 }

@@ -16,14 +16,32 @@ typedef struct {
     int64_t offset;
 } ExtView;
 
+/* An extern's epilogue (generated code): the pointwise ops fused into the
+ * call, applied to the flat output elements [start, start + count) of c,
+ * the whole output. The library calls it on each block of the output right
+ * after computing it, from one thread or from several on disjoint ranges;
+ * it must not start threads itself. */
+typedef void (*ExtEpilogue)(void *ctx, float *c, int64_t start, int64_t count);
+
 /* c[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims of a and b
  * broadcast against c's (crank - 2) batch dims; c is dense. */
 int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                int crank, const int64_t *cshape);
+/* The same, with epi (NULL: none) applied to each block of rows as it is done. */
+int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+                   int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
 /* NCHW conv2d, dense operands; attr = {sh, sw, ph, pw, dh, dw, groups};
  * bias may be NULL. */
 int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]);
+/* The same, with epi (NULL: none) applied to each (image, group) slab of
+ * output channels, or each output plane of a depthwise conv, as it is done. */
+int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                   ExtEpilogue epi, void *ctx);
+/* Tests: rows per matmul block when there is an epilogue, so small
+ * matrices still cross block boundaries (process-wide; 0: the policy). */
+void ext_set_epilogue_rows(int64_t rows);
 void ext_set_threads(int n);
 int ext_get_threads(void);
 #endif

@@ -69,7 +69,10 @@ typedef struct {
     /* A horizontal fusion may raise the planned peak memory by at most this
      * fraction of it (0: not at all). */
     double peak_memory_slack;
-    /* Fuse pointwise epilogues into extern kernels (a later issue; off). */
+    /* Pointwise consumers of an extern's output (bias, BN affine, relu, a
+     * residual add, chains of these) fuse into the extern call as its
+     * epilogue, run on each output block while it is in cache (on). false:
+     * an extern is a wall ("node1 is extern"), as in Inductor. */
     bool extern_epilogue;
     /* LOG_* bits; kiln_config_default() reads them from KILN_LOGS. */
     unsigned logs;

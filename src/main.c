@@ -54,6 +54,7 @@ static const char *usage_main =
 static const char *usage_run =
     "usage: kiln run PROG [-i NAME=FILE.npy]... [--seed N] [-o DIR] [--threads N]\n"
     "                     [--check] [--interpret] [--report FILE.json]\n"
+    "                     [--no-extern-epilogue]\n"
     "\n"
     "Compile PROG (.kiln) into fused kernels and run it. Inputs not given\n"
     "with -i are filled deterministically from --seed (default 0): f32\n"
@@ -70,19 +71,26 @@ static const char *usage_run =
     "                      exit 5 on a mismatch (tolerances: docs/tolerances.md)\n"
     "  --interpret         run the reference interpreter only (no compiler)\n"
     "  --report FILE.json  write the fusion decisions, calls, traffic, timing\n"
-    "                      and check result as JSON\n";
+    "                      and check result as JSON\n"
+    "  --no-extern-epilogue  keep matmul and conv2d library calls walls, as\n"
+    "                      PyTorch Inductor does: their pointwise consumers\n"
+    "                      (bias, BN, relu, a residual add) become kernels of\n"
+    "                      their own instead of running on each output block\n"
+    "                      inside the call\n";
 
 static const char *usage_code =
-    "usage: kiln code PROG\n"
+    "usage: kiln code PROG [--no-extern-epilogue]\n"
     "\n"
     "Print the C source kiln generates for PROG: one function per fused\n"
     "kernel, named from the ops it holds, and the entry point that calls the\n"
     "kernels and library calls in order. KILN_LOGS=output_code prints the\n"
-    "same source on stderr from any command that compiles.\n";
+    "same source on stderr from any command that compiles. An extern call's\n"
+    "epilogue is a function epi_<k> the library calls on each output block;\n"
+    "--no-extern-epilogue generates kernels of their own instead (as 'run').\n";
 
 static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
-    "                       [--repeat N] [--report FILE.json]\n"
+    "                       [--repeat N] [--report FILE.json] [--no-extern-epilogue]\n"
     "\n"
     "Time PROG three ways: the reference interpreter (one thread, every op by\n"
     "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
@@ -90,17 +98,19 @@ static const char *usage_bench =
     "median of --repeat runs (default 10) after a warm-up run, the bytes each\n"
     "moves and the bandwidth that amounts to. Compile time is measured apart.\n"
     "--report writes fused_ms, unfused_ms (the unfused kernels), interp_ms,\n"
-    "compile_ms, bytes_fused, bytes_unfused and threads.\n";
+    "compile_ms, bytes_fused, bytes_unfused and threads. --no-extern-epilogue\n"
+    "compiles the fused program with matmul and conv2d as walls (as 'run').\n";
 
 static const char *usage_explain =
-    "usage: kiln explain PROG [--report FILE.json]\n"
+    "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
     "\n"
     "Explain how kiln fuses PROG: the scheduler nodes before fusion, each\n"
     "round's candidate pairs with the decision and its reason, the final\n"
     "kernels (name from origins, kind, loop nests), the call sequence, the\n"
     "memory traffic unfused vs fused, and the peak memory.\n"
     "\n"
-    "  --report FILE.json  also write the decisions as JSON\n";
+    "  --report FILE.json  also write the decisions as JSON\n"
+    "  --no-extern-epilogue  matmul and conv2d calls are walls (see 'kiln help run')\n";
 
 static const char *usage_dot =
     "usage: kiln dot PROG [-o FILE]\n"
@@ -117,7 +127,7 @@ static const char *usage_dot =
 enum {
     OPT_INPUTS = 1 << 0, OPT_SEED = 1 << 1, OPT_OUT = 1 << 2, OPT_REPORT = 1 << 3,
     OPT_THREADS = 1 << 4, OPT_CHECK = 1 << 5, OPT_INTERPRET = 1 << 6, OPT_REPEAT = 1 << 7,
-    OPT_NOFUSE = 1 << 8,
+    OPT_NOFUSE = 1 << 8, OPT_NOEPILOGUE = 1 << 9,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
@@ -126,7 +136,7 @@ static const struct { const char *name; unsigned bit; bool value; } option_table
     {"-o", OPT_OUT, true},          {"--report", OPT_REPORT, true},
     {"--threads", OPT_THREADS, true}, {"--check", OPT_CHECK, false},
     {"--interpret", OPT_INTERPRET, false}, {"--repeat", OPT_REPEAT, true},
-    {"--no-fuse", OPT_NOFUSE, false},
+    {"--no-fuse", OPT_NOFUSE, false}, {"--no-extern-epilogue", OPT_NOEPILOGUE, false},
 };
 
 typedef struct {
@@ -140,6 +150,7 @@ typedef struct {
     int threads;                 /* 0: $KILN_NUM_THREADS or every core */
     int repeat;                  /* bench */
     bool check, interpret, nofuse;
+    bool no_epilogue;            /* externs are walls, as in Inductor */
 } Options;
 
 typedef struct {
@@ -183,6 +194,7 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
     if (bit == OPT_CHECK) { o->check = true; return 0; }
     if (bit == OPT_INTERPRET) { o->interpret = true; return 0; }
     if (bit == OPT_NOFUSE) { o->nofuse = true; return 0; }
+    if (bit == OPT_NOEPILOGUE) { o->no_epilogue = true; return 0; }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
     const char *val = argv[++*i];
     if (bit == OPT_INPUTS) {
@@ -511,6 +523,7 @@ static kiln_options compile_options(const Options *o, bool fuse) {
     kiln_options k = kiln_default_options();
     k.threads = o->threads;
     k.fuse = fuse && !o->nofuse;
+    k.extern_epilogue = !o->no_epilogue;
     return k;
 }
 
@@ -824,11 +837,11 @@ static void nomem_note(void) {
 static const Command commands[] = {
     {"run", cmd_run, &usage_run,
      OPT_INPUTS | OPT_SEED | OPT_OUT | OPT_THREADS | OPT_CHECK | OPT_INTERPRET | OPT_REPORT |
-         OPT_NOFUSE},
-    {"code", cmd_code, &usage_code, OPT_NOFUSE},
+         OPT_NOFUSE | OPT_NOEPILOGUE},
+    {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE},
     {"bench", cmd_bench, &usage_bench,
-     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT},
-    {"explain", cmd_explain, &usage_explain, OPT_REPORT | OPT_NOFUSE},
+     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE},
+    {"explain", cmd_explain, &usage_explain, OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE},
     {"dot", cmd_dot, &usage_dot, OPT_OUT},
 };
 

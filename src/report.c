@@ -7,6 +7,18 @@
  * every fusion round as KILN_LOGS=fusion logs it (candidates, rejections with
  * their reasons, fusions), the final kernels with their loop nests, the call
  * sequence, memory traffic unfused vs fused and the planned peak memory.
+ * An extern call with an epilogue is one kernel named after the library
+ * call (extern_kernels.mm), its origins those of every member, its
+ * epilogue members listed ("epilogue" in JSON) and printed under the call.
+ *
+ * Traffic: a kernel loads each distinct (buffer, index) it reads from
+ * outside itself once and stores each member that leaves it (an output or
+ * read by another kernel) once. For an extern call with an epilogue that
+ * means its operands and the epilogue's other inputs (bias, BN parameters,
+ * a residual) as loads; as stores, the library's output only when
+ * something else reads it, and each stored epilogue member. The epilogue's
+ * read of the library's output is not counted: it happens block by block,
+ * from cache, right after the library wrote the block.
  * report_json writes the same facts in the schema of DESIGN.md; report_dot
  * draws the decomposed graph with each op coloured by the kernel it landed
  * in. The file also holds the configuration defaults, the KILN_LOGS switch
@@ -29,7 +41,7 @@ KilnConfig kiln_config_default(void) {
     c.vector_registers = 32;
     c.proximity_window = 64;
     c.peak_memory_slack = 0.0;
-    c.extern_epilogue = false;
+    c.extern_epilogue = true;
     c.logs = loop_logs_from_env();
     c.log = NULL;
     return c;
@@ -141,6 +153,8 @@ static void print_member(FILE *f, const Schedule *s, const Kernel *k, int i, con
     pool_free(&tmp);
 }
 
+/* The library call, then its epilogue members: the same loop body a
+ * pointwise kernel would run, applied to each output block in cache. */
 static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char *indent) {
     const Buffer *b = s->prog->bufs[s->nodes[k->members[0]].buf];
     pad(f, indent, 0);
@@ -151,7 +165,17 @@ static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char
         for (int d = 0; d < v->rank; d++) fprintf(f, " %lld", (long long)v->stride[d]);
         fprintf(f, "]");
     }
-    fprintf(f, ")\n");
+    fprintf(f, ")");
+    if (k->n > 1 && k->store[0] != STORE_GLOBAL)
+        fprintf(f, "    # into %s's memory, which the epilogue overwrites in place",
+                s->prog->bufs[s->nodes[k->members[k->n - 1]].buf]->name);
+    else if (k->n > 1)
+        fprintf(f, "    # %s", store_name[k->store[0]]);
+    fprintf(f, "\n");
+    if (k->n == 1) return;
+    pad(f, indent, 0);
+    fprintf(f, "# epilogue, on each output block the library has just computed:\n");
+    for (int i = 1; i < k->n; i++) print_member(f, s, k, i, indent, 1);
 }
 
 void report_loop_nest(FILE *f, const Schedule *s, const Kernel *k, const char *indent) {
@@ -193,6 +217,10 @@ static void print_kernel(FILE *f, const Schedule *s, int i) {
             (long long)k->rnumel, k->loop_nests, k->loop_nests == 1 ? "" : "s");
     if (k->kind == KK_REDUCTION) fprintf(f, "; %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
     if (k->kind != KK_EXTERN) fprintf(f, "; ~%d live vector values", k->regs);
+    if (k->kind == KK_EXTERN && k->n > 1) {
+        fprintf(f, "; epilogue");
+        for (int j = 1; j < k->n; j++) fprintf(f, " %s", s->nodes[k->members[j]].name);
+    }
     fprintf(f, ")\n  origins: [");
     for (int j = 0; j < k->norigins; j++) fprintf(f, "%s%s", j ? ", " : "", k->origins[j]);
     fprintf(f, "]\n  traffic: loads %lld bytes, stores %lld bytes\n", (long long)k->load_bytes,
@@ -206,6 +234,12 @@ static void print_traffic(FILE *f, const Schedule *s) {
             (long long)s->unfused_bytes);
     fprintf(f, "  fused (each kernel loads its inputs, stores its outputs): %lld bytes\n",
             (long long)s->fused_bytes);
+    bool epilogues = false;
+    for (int i = 0; i < s->nkernels; i++) epilogues |= s->kernels[i].kind == KK_EXTERN && s->kernels[i].n > 1;
+    if (epilogues)
+        fprintf(f, "  (an extern call with an epilogue loads its operands and the epilogue's other\n"
+                   "   inputs, and stores each buffer it leaves in memory once; the epilogue reads\n"
+                   "   the library's output from cache, which counts as no traffic)\n");
     if (s->fused_bytes > 0)
         fprintf(f, "  ratio: %.2fx less traffic\n", (double)s->unfused_bytes / (double)s->fused_bytes);
     fprintf(f, "== peak memory (planned, buffers reused after their last use): %lld bytes\n",
@@ -257,6 +291,13 @@ static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
     for (int j = 0; j < k->n; j++) {
         if (j) fprintf(f, ", ");
         json_str(f, s->nodes[k->members[j]].name);
+    }
+    if (k->kind == KK_EXTERN) {      /* the members run on each output block of the call */
+        fprintf(f, "], \"epilogue\": [");
+        for (int j = 1; j < k->n; j++) {
+            if (j > 1) fprintf(f, ", ");
+            json_str(f, s->nodes[k->members[j]].name);
+        }
     }
     fprintf(f, "], \"group\": [%lld, %lld], \"stages\": %d, \"registers\": %d, "
                "\"load_bytes\": %lld, \"store_bytes\": %lld}",

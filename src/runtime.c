@@ -44,7 +44,10 @@ struct RtProgram {
     RtStats stats;
 };
 
-static const KilnRT rt_externs = {ext_matmul, ext_conv2d};
+static const KilnRT rt_externs = {ext_matmul_epi, ext_conv2d_epi};
+static const KilnRT *rt_override;      /* rt_set_externs: a test's table */
+
+void rt_set_externs(const KilnRT *rt) { rt_override = rt; }
 
 static double now_ms(void) {
     struct timespec ts;
@@ -359,7 +362,7 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
                    size_t errlen) {
     if (errlen) err[0] = 0;
     bind_buffers(p, inputs, outputs);
-    if (p->entry && p->entry(p->bufs, &rt_externs) != 0) {
+    if (p->entry && p->entry(p->bufs, rt_override ? rt_override : &rt_externs) != 0) {
         util_fmt(err, errlen, "out of memory in a kernel or an extern kernel");
         return KILN_ERR_NOMEM;
     }
@@ -439,7 +442,7 @@ struct kiln_program {
 };
 
 kiln_options kiln_default_options(void) {
-    kiln_options o = {0, 1};
+    kiln_options o = {0, 1, 1};
     return o;
 }
 
@@ -450,9 +453,11 @@ kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out) {
 }
 
 /* Unfused: every value materialized (no inlining) and no fusion rounds, so
- * each op is its own kernel: the eager baseline, with the same codegen. */
+ * each op is its own kernel: the eager baseline, with the same codegen.
+ * extern_epilogue 0: externs are walls, as in Inductor. */
 KilnConfig rt_config(const kiln_options *o) {
     KilnConfig cfg = kiln_config_default();
+    cfg.extern_epilogue = o->extern_epilogue != 0;
     if (!o->fuse) {
         cfg.max_inline_users = 0;
         cfg.max_rounds = 0;

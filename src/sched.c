@@ -33,6 +33,20 @@
  * sequence of stages: inner loops over the reduced dims, or per-row scalar
  * steps. A member goes to the earliest stage after every reduction it reads;
  * siblings and independent members share a stage.
+ *
+ * Extern epilogues (cfg->extern_epilogue, on by default): an extern node
+ * may be node1 of a fusion when node2 is pointwise over exactly its output
+ * space and reads its output (or that of an epilogue member it holds
+ * already) with the write index; every other rule applies as usual, so a
+ * chain of pointwise nodes joins one by one, a reduction or another extern
+ * never does, and an extern is never node2. The fused node stays one
+ * library call, named extern_kernels.mm (conv2d, bmm) in the call
+ * sequence, whose epilogue members run on each output block the library
+ * has just computed. The fusion log keeps node names (op1, the names
+ * rejections, the JSON and sched_why_not use; two matmuls would both be
+ * "extern_kernels.mm") and says which call the node joins:
+ * `fusing op1 with op2 (epilogue of extern_kernels.mm)`. With the switch off
+ * an extern is a wall ("node1 is extern"), as in Inductor.
  */
 #include "loop.h"
 #include <stdlib.h>
@@ -122,6 +136,7 @@ static const Dep *write_dep(const SNode *n) { return &n->deps[n->ndeps - 1]; }
 
 static bool is_reduction(const SNode *n) { return n->body == BODY_REDUCTION; }
 static bool is_extern(const SNode *n) { return n->body == BODY_EXTERN; }
+static const char *extern_name(const Buffer *b);
 
 /* ===== building the nodes: deps, groups, ancestors ===================================== */
 
@@ -646,12 +661,38 @@ static int64_t shared_bytes(Sched *S, const Group *a, const Group *b) {
 
 typedef const char *(*FuseRule)(Sched *S, const Group *a, const Group *b, PairInfo *pi);
 
-/* A library kernel has no loop to share (extern_kernels.mm is a wall). */
+/* An extern epilogue: node2 is pointwise over exactly the extern's output
+ * space and reads what node1 (the extern and the epilogue members it holds
+ * already) writes; rule_vertical then checks it reads each element with its
+ * write index. Such a member can run on each output block the library
+ * hands back, while the block is in cache (see codegen.c). */
+static const char *epilogue_check(Sched *S, const Group *a, const Group *b) {
+    const SNode *x = node(S, a->m[0]);
+    bool reads = false;
+    for (int j = 0; j < b->n; j++) {
+        const SNode *y = node(S, b->m[j]);
+        if (y->body != BODY_POINTWISE && y->body != BODY_RAND)
+            return "extern epilogue must be pointwise";
+        if (!sizes_eq(y->np, y->P, x->np, x->P))
+            return "extern epilogue must iterate the extern's output";
+        for (int d = 0; d < y->ndeps && !reads; d++) {
+            int p = y->deps[d].write ? -1 : producer(S, y->deps[d].buf);
+            reads = p >= 0 && in_group(a, p);
+        }
+    }
+    return reads ? NULL : "extern epilogue must read the extern's output";
+}
+
+/* A library kernel has no loop to share (extern_kernels.mm is a wall),
+ * except that with cfg->extern_epilogue pointwise consumers of its output
+ * may join it as its epilogue. An extern is never node2: nothing runs
+ * before the library inside its call. */
 static const char *rule_extern(Sched *S, const Group *a, const Group *b, PairInfo *pi) {
     (void)pi;
-    if (is_extern(node(S, a->m[0]))) return "node1 is extern";
-    if (is_extern(node(S, b->m[0]))) return "node2 is extern";
-    return NULL;
+    bool ea = is_extern(node(S, a->m[0])), eb = is_extern(node(S, b->m[0]));
+    if (ea && !S->cfg->extern_epilogue) return "node1 is extern";
+    if (eb) return "node2 is extern";
+    return ea ? epilogue_check(S, a, b) : NULL;
 }
 
 /* node1 runs first: node2 must not feed it. */
@@ -789,7 +830,10 @@ void sched_print_event(FILE *f, const Schedule *s, const Event *e) {
     case EV_REJECT: fprintf(f, "cannot fuse %s with %s: %s\n", e->a, e->b, e->reason); break;
     case EV_DEFER: fprintf(f, "deferring %s with %s: %s\n", e->a, e->b, e->reason); break;
     case EV_FOUND: fprintf(f, "found %d possible fusions\n", e->n0); break;
-    case EV_FUSE: fprintf(f, "fusing %s with %s\n", e->a, e->b); break;
+    case EV_FUSE:
+        if (e->reason) fprintf(f, "fusing %s with %s (%s)\n", e->a, e->b, e->reason);
+        else fprintf(f, "fusing %s with %s\n", e->a, e->b);
+        break;
     case EV_DONE:
         fprintf(f, "completed fusion round (%d/%d): fused %d nodes into %d nodes\n", e->round, R,
                 e->n0, e->n1);
@@ -797,6 +841,8 @@ void sched_print_event(FILE *f, const Schedule *s, const Event *e) {
     }
 }
 
+/* reason: why a pair was rejected or deferred; for a fusion, a note after
+ * the line ("epilogue of extern_kernels.mm"). */
 static void emit(Sched *S, EventKind k, const char *a, const char *b, const char *reason, int n0,
                  int n1) {
     Schedule *s = S->s;
@@ -923,7 +969,10 @@ static void group_ancestry(Sched *S) {
 
 static void fuse(Sched *S, int ga, int gb, Round *r) {
     Group *a = &S->groups[ga], *b = &S->groups[gb];
-    emit(S, EV_FUSE, a->name, b->name, NULL, 0, 0);
+    const char *note = NULL;     /* the log names the library call an epilogue joins */
+    if (is_extern(node(S, a->m[0])))
+        note = pool_printf(S->pool, "epilogue of %s", extern_name(nbuf(S, a->m[0])));
+    emit(S, EV_FUSE, a->name, b->name, note, 0, 0);
     int cap = r->capfused;
     r->fused_a = pool_grow(S->pool, r->fused_a, &cap, r->nfused + 1, sizeof(char *));
     r->fused_b = pool_grow(S->pool, r->fused_b, &r->capfused, r->nfused + 1, sizeof(char *));

@@ -82,9 +82,21 @@ expect explain_siblings 0 "fusing op0 with op1" -- "$kiln" explain examples/sibl
 expect explain_wall 0 "found 0 possible fusions" -- "$kiln" explain examples/wall.kiln
 expect explain_softmax 0 "cannot fuse op1 with op3: intermediate nodes between node1 & node2" \
     -- "$kiln" explain examples/softmax.kiln
-expect explain_report 0 "" -- "$kiln" explain examples/extern.kiln --report "$t/e.json"
+# the extern seed: Inductor's three calls with --no-extern-epilogue; by
+# default the relu runs as the matmul's epilogue, inside its call
+expect explain_report 0 "" -- "$kiln" explain examples/extern.kiln --no-extern-epilogue --report "$t/e.json"
 if grep -q '"calls": \["cpp_fused_add_0", "extern_kernels.mm", "cpp_fused_relu_1"\]' "$t/e.json"
 then pass explain_report_calls; else fail explain_report_calls "$(head -c 400 "$t/e.json")"; fi
+expect explain_epilogue 0 "fusing op1 with op2 (epilogue of extern_kernels.mm)" \
+    -- "$kiln" explain examples/extern.kiln --report "$t/ee.json"
+if grep -q '"calls": \["cpp_fused_add_0", "extern_kernels.mm"\]' "$t/ee.json" &&
+    grep -q '"name": "extern_kernels.mm", "kind": "extern", "origins": \["matmul", "relu"\]' "$t/ee.json" &&
+    grep -q '"epilogue": \["op2"\]' "$t/ee.json"
+then pass explain_epilogue_calls; else fail explain_epilogue_calls "$(head -c 600 "$t/ee.json")"; fi
+expect run_no_epilogue 0 "check: passed" -- "$kiln" run examples/extern.kiln --no-extern-epilogue --check
+expect code_epilogue 0 "epi_1_cb, (void \*)bufs" -- "$kiln" code examples/extern.kiln
+expect code_no_epilogue 0 "cpp_fused_relu_1" -- "$kiln" code examples/extern.kiln --no-extern-epilogue
+expect dot_no_epilogue 2 "unknown option" -- "$kiln" dot examples/extern.kiln --no-extern-epilogue
 expect run_report 0 "" -- "$kiln" run examples/chain.kiln --check --report "$t/r.json"
 if grep -q '"check": {"passed": true' "$t/r.json" && grep -q '"fused_bytes": 8388608' "$t/r.json"
 then pass run_report_fields; else fail run_report_fields "$(head -c 400 "$t/r.json")"; fi
@@ -106,3 +118,4 @@ if [ -z "$(ls "$t" | grep tmp)" ]; then pass no_tmp_files; else fail no_tmp_file
 expect bench 0 "speedup" -- "$kiln" bench examples/chain.kiln --repeat 2 --report "$t/b.json"
 if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b.json"
 then pass bench_report; else fail bench_report "$(head -c 400 "$t/b.json")"; fi
+expect bench_no_epilogue 0 "speedup" -- "$kiln" bench examples/extern.kiln --repeat 2 --no-extern-epilogue

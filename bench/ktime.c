@@ -1,0 +1,149 @@
+/*
+ * ktime.c -- time kiln's fused run through the public API, optionally with
+ * output memory reused between runs (not a test; bench/run and
+ * bench/compare build and use it).
+ *
+ *   ktime PROG [--threads N] [--repeat R] [--reuse] [-i NAME=FILE.npy]...
+ *
+ * kiln_program_run hands back freshly allocated outputs on every call, so
+ * every run of a program with a large output first faults in and zeroes
+ * every page of it (4 KiB pages: 32768 faults for 128 MiB). `kiln bench`
+ * measures that, as a user of the API sees it. --reuse installs an
+ * allocator (kiln_set_allocator) that keeps freed blocks of 1 MiB or more
+ * and hands them back for the next allocation of the same size, so the
+ * kernels write into memory that is already mapped: the kernels' own speed,
+ * as ONNX Runtime with preallocated outputs or an arena allocator gets.
+ *
+ * Prints one JSON line: median and min of R runs after one warm-up run,
+ * and the page faults per run (getrusage minor faults).
+ */
+#include "kiln.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static long minor_faults(void) {
+    struct rusage r;
+    getrusage(RUSAGE_SELF, &r);
+    return r.ru_minflt;
+}
+
+enum { SLOTS = 32, BIG = 1 << 20 };
+static void *slot_p[SLOTS];
+static size_t slot_n[SLOTS];
+
+static void *reuse_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    (void)ud;
+    if (n == 0) {
+        if (ptr && old >= BIG)
+            for (int i = 0; i < SLOTS; i++)
+                if (!slot_p[i]) {
+                    slot_p[i] = ptr, slot_n[i] = old;
+                    return NULL;
+                }
+        free(ptr);
+        return NULL;
+    }
+    if (!ptr && n >= BIG)
+        for (int i = 0; i < SLOTS; i++)
+            if (slot_p[i] && slot_n[i] == n) {
+                void *q = slot_p[i];
+                slot_p[i] = NULL;
+                return q;
+            }
+    return realloc(ptr, n);
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    const char *prog = NULL, *bind[64];
+    int threads = 1, repeat = 10, reuse = 0, nbind = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reuse")) reuse = 1;
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc && nbind < 64) bind[nbind++] = argv[++i];
+        else if (!prog && argv[i][0] != '-') prog = argv[i];
+        else {
+            fprintf(stderr, "usage: ktime PROG [--threads N] [--repeat R] [--reuse] [-i NAME=FILE.npy]...\n");
+            return 2;
+        }
+    }
+    if (!prog) {
+        fprintf(stderr, "ktime: no program\n");
+        return 2;
+    }
+    if (repeat < 1) repeat = 1;
+    if (repeat > 1000) repeat = 1000;
+    if (reuse) kiln_set_allocator(reuse_alloc, NULL);
+    kiln_graph *g = kiln_graph_new();
+    if (!g || kiln_parse_file(g, prog) != KILN_OK) {
+        fprintf(stderr, "ktime: %s\n", g ? kiln_error(g) : "out of memory");
+        return 1;
+    }
+    int ni = kiln_num_inputs(g), no = kiln_num_outputs(g);
+    kiln_tensor *in = calloc((size_t)ni + 1, sizeof *in), *out = calloc((size_t)no + 1, sizeof *out);
+    for (int i = 0; i < ni; i++) {
+        const char *name = kiln_input_name(g, i), *file = NULL;
+        for (int b = 0; b < nbind; b++) {
+            size_t l = strlen(name);
+            if (!strncmp(bind[b], name, l) && bind[b][l] == '=') file = bind[b] + l + 1;
+        }
+        char err[1024];
+        if (file) {
+            if (kiln_npy_read(file, &in[i], err, sizeof err) != KILN_OK) {
+                fprintf(stderr, "ktime: %s: %s\n", file, err);
+                return 1;
+            }
+        } else {
+            in[i] = kiln_input_desc(g, i);
+            if (kiln_tensor_alloc(&in[i]) != KILN_OK) return 4;
+            if (in[i].dtype == KILN_F32) kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]), (uint64_t)i + 1);
+            else memset(in[i].data, 0, kiln_tensor_numel(&in[i]) * kiln_dtype_size(in[i].dtype));
+        }
+    }
+    kiln_options o = kiln_default_options();
+    o.threads = threads;
+    kiln_program *p = NULL;
+    if (kiln_compile_with(g, &o, &p) != KILN_OK) {
+        fprintf(stderr, "ktime: %s\n", kiln_error(g));
+        return 3;
+    }
+    double *t = calloc((size_t)repeat, sizeof *t);
+    long faults = 0;
+    for (int r = -1; r < repeat; r++) {
+        long f0 = minor_faults();
+        double t0 = now_ms();
+        if (kiln_program_run(p, in, out) != KILN_OK) {
+            fprintf(stderr, "ktime: %s\n", kiln_program_error(p));
+            return 1;
+        }
+        double t1 = now_ms();
+        if (r >= 0) t[r] = t1 - t0, faults += minor_faults() - f0;
+        for (int i = 0; i < no; i++) kiln_tensor_free(&out[i]);
+    }
+    qsort(t, (size_t)repeat, sizeof *t, cmp_d);
+    double med = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
+    printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"faults_per_run\": %.1f, \"threads\": %d, "
+           "\"repeat\": %d, \"reuse\": %s}\n",
+           med, t[0], (double)faults / repeat, threads, repeat, reuse ? "true" : "false");
+    kiln_program_free(p);
+    for (int i = 0; i < ni; i++) kiln_tensor_free(&in[i]);
+    kiln_graph_free(g);
+    free(in);
+    free(out);
+    free(t);
+    return 0;
+}
