@@ -845,6 +845,38 @@ kiln_tensor kiln_output_desc(const kiln_graph *g, int i) {
     return i >= 0 && i < g->noutputs ? desc(&g->nodes[g->outputs[i]]) : t;
 }
 
+/* "f32[2, 3]" (an out-of-range dtype prints as "?") */
+static void type_str(char *buf, size_t len, const kiln_tensor *t) {
+    char dims[160];
+    graph_shape_str(dims, sizeof dims, t->rank, t->shape);
+    util_fmt(buf, len, "%s%s", (unsigned)t->dtype <= KILN_BOOL ? kiln_dtype_name(t->dtype) : "?",
+             dims);
+}
+
+kiln_status graph_check_input(const Graph *g, int i, const kiln_tensor *t, char *err,
+                              size_t errlen) {
+    kiln_tensor want = kiln_input_desc(g, i);
+    const char *name = kiln_input_name(g, i);
+    if (t->rank < 0 || t->rank > KILN_MAX_RANK) {
+        util_fmt(err, errlen, "input '%s': rank %d is out of range", name, t->rank);
+        return KILN_ERR_INPUT;
+    }
+    bool same = want.dtype == t->dtype && want.rank == t->rank;
+    for (int d = 0; same && d < t->rank; d++) same = want.shape[d] == t->shape[d];
+    if (!same) {
+        char a[200], b[200];
+        type_str(a, sizeof a, &want);
+        type_str(b, sizeof b, t);
+        util_fmt(err, errlen, "input '%s': expected %s, got %s", name, a, b);
+        return KILN_ERR_INPUT;
+    }
+    if (!t->data) {
+        util_fmt(err, errlen, "input '%s': no data", name);
+        return KILN_ERR_INPUT;
+    }
+    return KILN_OK;
+}
+
 void graph_dump_node(FILE *f, const Graph *g, int i) {
     const Node *n = &g->nodes[i];
     char s[160];

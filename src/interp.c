@@ -686,49 +686,13 @@ kiln_status interp_run(Graph *g, float *const *inputs, float **outputs)
 
 /* ===== the public entry point ============================================= */
 
-static const char *dtype_str(kiln_dtype dt)
-{
-    return (unsigned)dt <= KILN_BOOL ? kiln_dtype_name(dt) : "unknown";
-}
-
-/* "f32[2, 3]" */
-static void fmt_type(char *buf, size_t len, kiln_dtype dt, int rank, const int64_t *shape)
-{
-    char dims[128];
-    graph_shape_str(dims, sizeof dims, rank, shape);
-    snprintf(buf, len, "%s%s", dtype_str(dt), dims);
-}
-
-static bool same_type(const kiln_tensor *want, const kiln_tensor *got)
-{
-    if (want->dtype != got->dtype || want->rank != got->rank)
-        return false;
-    for (int d = 0; d < want->rank; d++)
-        if (want->shape[d] != got->shape[d])
-            return false;
-    return true;
-}
-
 static kiln_status check_input(Graph *g, int i, const kiln_tensor *t)
 {
-    kiln_tensor want = kiln_input_desc(g, i);
-    const char *name = kiln_input_name(g, i);
-    char a[160], b[160];
-    if (t->rank < 0 || t->rank > KILN_MAX_RANK) {
-        graph_fail(g, KILN_ERR_INPUT, "input '%s': rank %d is out of range", name, t->rank);
-        return KILN_ERR_INPUT;
-    }
-    if (!same_type(&want, t)) {
-        fmt_type(a, sizeof a, want.dtype, want.rank, want.shape);
-        fmt_type(b, sizeof b, t->dtype, t->rank, t->shape);
-        graph_fail(g, KILN_ERR_INPUT, "input '%s': expected %s, got %s", name, a, b);
-        return KILN_ERR_INPUT;
-    }
-    if (!t->data && kiln_tensor_numel(t) > 0) {
-        graph_fail(g, KILN_ERR_INPUT, "input '%s': no data", name);
-        return KILN_ERR_INPUT;
-    }
-    return KILN_OK;
+    char err[512];
+    kiln_status st = graph_check_input(g, i, t, err, sizeof err);
+    if (st != KILN_OK)
+        graph_fail(g, st, "%s", err);
+    return st;
 }
 
 /* Everything kiln_interpret allocates, so one function can free it. */

@@ -168,6 +168,10 @@ int *graph_use_counts(const Graph *g);
 void graph_shape_str(char *buf, size_t len, int rank, const int64_t *shape);
 /* One node as a line of text (kiln_graph_dump). */
 void graph_dump_node(FILE *f, const Graph *g, int id);
+/* Does t match the declared dtype and shape of input i, with data? The
+ * interpreter and the compiled runtime check every run's inputs with it. */
+kiln_status graph_check_input(const Graph *g, int i, const kiln_tensor *t, char *err,
+                              size_t errlen);
 /* Copy a node into another graph with operands remapped by map[]. */
 int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map);
 

@@ -498,34 +498,8 @@ static kiln_status prog_fail(kiln_program *p, kiln_status st, const char *fmt, .
     return st;
 }
 
-static void type_str(char *buf, size_t len, const kiln_tensor *t) {
-    char dims[160];
-    graph_shape_str(dims, sizeof dims, t->rank, t->shape);
-    util_fmt(buf, len, "%s%s", (unsigned)t->dtype <= KILN_BOOL ? kiln_dtype_name(t->dtype) : "?", dims);
-}
-
-static bool same_type(const kiln_tensor *a, const kiln_tensor *b) {
-    if (a->dtype != b->dtype || a->rank != b->rank) return false;
-    for (int d = 0; d < a->rank; d++)
-        if (a->shape[d] != b->shape[d]) return false;
-    return true;
-}
-
 static kiln_status check_input(kiln_program *p, int i, const kiln_tensor *t) {
-    const Graph *g = rt_graph(p->rt);
-    kiln_tensor want = kiln_input_desc(g, i);
-    char a[200], b[200];
-    if (t->rank < 0 || t->rank > KILN_MAX_RANK)
-        return prog_fail(p, KILN_ERR_INPUT, "input '%s': rank %d is out of range",
-                         kiln_input_name(g, i), t->rank);
-    if (!same_type(&want, t)) {
-        type_str(a, sizeof a, &want);
-        type_str(b, sizeof b, t);
-        return prog_fail(p, KILN_ERR_INPUT, "input '%s': expected %s, got %s", kiln_input_name(g, i),
-                         a, b);
-    }
-    if (!t->data) return prog_fail(p, KILN_ERR_INPUT, "input '%s': no data", kiln_input_name(g, i));
-    return KILN_OK;
+    return graph_check_input(rt_graph(p->rt), i, t, p->err, sizeof p->err);
 }
 
 /* The float views of a run's inputs and outputs, and what was allocated. */
