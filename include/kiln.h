@@ -211,6 +211,12 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
 /* Same contract as kiln_interpret: inputs in declaration order, checked;
  * outputs receive new tensors (kiln_tensor_free). */
 kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs);
+/* The same into memory the caller owns: outputs[i] must have output i's
+ * dtype and shape and data for it (kiln_output_desc + kiln_tensor_alloc).
+ * Reusing outputs across runs saves the page faults of fresh memory, which
+ * on a large output cost more than the kernels themselves. */
+kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
+                                  kiln_tensor *outputs);
 const char *kiln_program_error(const kiln_program *p);   /* "" if none */
 const char *kiln_program_source(const kiln_program *p);  /* the generated C */
 void kiln_program_free(kiln_program *p);

@@ -537,10 +537,11 @@ static kiln_status io_inputs(Io *io, const kiln_tensor *inputs) {
     return KILN_OK;
 }
 
-static kiln_status io_outputs(Io *io, const Graph *g, kiln_tensor *outputs) {
+/* caller: the outputs' memory is the caller's (kiln_program_run_into) */
+static kiln_status io_outputs(Io *io, const Graph *g, kiln_tensor *outputs, bool caller) {
     for (int i = 0; i < io->nout; i++) {
-        outputs[i] = kiln_output_desc(g, i);
-        if (kiln_tensor_alloc(&outputs[i]) != KILN_OK) return KILN_ERR_NOMEM;
+        if (!caller) outputs[i] = kiln_output_desc(g, i);
+        if (!caller && kiln_tensor_alloc(&outputs[i]) != KILN_OK) return KILN_ERR_NOMEM;
         if (outputs[i].dtype == KILN_F32) {
             io->out[i] = outputs[i].data;
             continue;
@@ -568,11 +569,12 @@ static kiln_status io_alloc(Io *io) {
     return io->in && io->out && io->in_owned && io->out_owned ? KILN_OK : KILN_ERR_NOMEM;
 }
 
-static kiln_status run_io(kiln_program *p, Io *io, const kiln_tensor *inputs, kiln_tensor *outputs) {
+static kiln_status run_io(kiln_program *p, Io *io, const kiln_tensor *inputs, kiln_tensor *outputs,
+                          bool caller) {
     const Graph *g = rt_graph(p->rt);
     kiln_status st = io_alloc(io);
     if (st == KILN_OK) st = io_inputs(io, inputs);
-    if (st == KILN_OK) st = io_outputs(io, g, outputs);
+    if (st == KILN_OK) st = io_outputs(io, g, outputs, caller);
     if (st != KILN_OK) return prog_fail(p, st, "out of memory: inputs and outputs of a run");
     if (p->threads > 0 && ext_get_threads() != p->threads) ext_set_threads(p->threads);
     st = rt_run(p->rt, io->in, io->out, p->err, sizeof p->err);
@@ -587,10 +589,37 @@ kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_te
     for (int i = 0; i < io.nin; i++)
         if (check_input(p, i, &inputs[i]) != KILN_OK) return KILN_ERR_INPUT;
     for (int i = 0; i < io.nout; i++) outputs[i] = (kiln_tensor){0};
-    kiln_status st = run_io(p, &io, inputs, outputs);
+    kiln_status st = run_io(p, &io, inputs, outputs, false);
     io_free(&io);
     if (st != KILN_OK)
         for (int i = 0; i < io.nout; i++) kiln_tensor_free(&outputs[i]);
+    return st;
+}
+
+/* Output i must be exactly the declared dtype and shape, with memory. */
+static kiln_status check_output(kiln_program *p, int i, const kiln_tensor *t) {
+    const Graph *g = rt_graph(p->rt);
+    kiln_tensor want = kiln_output_desc(g, i);
+    bool same = t->data && want.dtype == t->dtype && want.rank == t->rank;
+    for (int d = 0; same && d < t->rank; d++) same = want.shape[d] == t->shape[d];
+    if (same) return KILN_OK;
+    char a[160];
+    graph_shape_str(a, sizeof a, want.rank, want.shape);
+    return prog_fail(p, KILN_ERR_INPUT, "output '%s': expected memory for %s%s",
+                     kiln_output_name(g, i), kiln_dtype_name(want.dtype), a);
+}
+
+kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
+                                  kiln_tensor *outputs) {
+    const Graph *g = rt_graph(p->rt);
+    Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
+    p->err[0] = 0;
+    for (int i = 0; i < io.nin; i++)
+        if (check_input(p, i, &inputs[i]) != KILN_OK) return KILN_ERR_INPUT;
+    for (int i = 0; i < io.nout; i++)
+        if (check_output(p, i, &outputs[i]) != KILN_OK) return KILN_ERR_INPUT;
+    kiln_status st = run_io(p, &io, inputs, outputs, true);
+    io_free(&io);
     return st;
 }
 
