@@ -25,7 +25,7 @@ ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-
 
 LIBSRC  = $(filter-out src/main.c,$(wildcard src/*.c))
 LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o)
-TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c
+TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/kiln_int.h src/ops.def $(wildcard src/*.h)
 
@@ -36,7 +36,7 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c $< -o $@
 
-$(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h $(HDRS)
+$(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h tests/testutil.h $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c $< -o $@
 

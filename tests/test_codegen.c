@@ -20,6 +20,7 @@
  * inputs + outputs + arena. Results are checked against the interpreter.
  */
 #include "test.h"
+#include "testutil.h"
 #include "codegen.h"
 #include <unistd.h>
 
@@ -44,25 +45,11 @@ static Plan *plan_cfg(const char *src, const KilnConfig *cfg, kiln_graph **gout)
 
 static Plan *plan_of(const char *src, kiln_graph **gout) { return plan_cfg(src, NULL, gout); }
 
-static char *read_text(const char *path) {
-    char *buf = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (n >= 0 && (buf = malloc((size_t)n + 1))) {
-        size_t got = fread(buf, 1, (size_t)n, f);
-        buf[got] = 0;
-    }
-    fclose(f);
-    return buf;
-}
 
 static char *read_example(const char *name) {
     char path[256];
     snprintf(path, sizeof path, "examples/%s.kiln", name);
-    return read_text(path);
+    return test_read_text(path);
 }
 
 static int count(const char *hay, const char *needle) {
@@ -280,51 +267,22 @@ TEST(codegen_math_forms) {
 
 /* ===== vectorization proof ====================================================== */
 
-/* A report "FILE:LINE:COL: optimized: loop vectorized" for a line near
- * `line`, or the loop turned into a library call (a copy loop becomes
- * memcpy: "distributed: split to 0 loops and 1 library calls"). */
-static int vectorized_at(const char *log, const char *file, int line) {
-    char pat[700];
-    for (int l = line - 1; l <= line + 1; l++) {
-        snprintf(pat, sizeof pat, "%s:%d:", file, l);
-        for (const char *p = strstr(log, pat); p; p = strstr(p + 1, pat)) {
-            if (p != log && p[-1] != '\n') continue;
-            const char *eol = strchr(p, '\n');
-            const char *hit = strstr(p, "optimized: loop vectorized");
-            const char *lib = strstr(p, "split to 0 loops and 1 library calls");
-            if ((hit && (!eol || hit < eol)) || (lib && (!eol || lib < eol))) return 1;
-        }
-    }
-    return 0;
-}
 
 /* Compile source with the JIT's flags and GCC's vectorization report; check
  * every marked inner loop. Returns the number of marked loops (-1 on a
  * compile failure). */
 static int check_vectorized(const char *name, const char *source, int *missed) {
-    char c[600], o[600], log[600], cmd[3000];
-    snprintf(c, sizeof c, "%s/vec_%s.c", test_tmpdir(), name);
-    snprintf(o, sizeof o, "%s/vec_%s.o", test_tmpdir(), name);
-    snprintf(log, sizeof log, "%s/vec_%s.log", test_tmpdir(), name);
-    FILE *f = fopen(c, "w");
-    if (!f) return -1;
-    fputs(source, f);
-    fclose(f);
-    const char *cc = getenv("CC") ? getenv("CC") : "cc";
-    snprintf(cmd, sizeof cmd,
-             "%s -std=c11 -O3 -march=native -fopenmp -fPIC %s -fopt-info-optimized -c '%s' "
-             "-o '%s' > '%s' 2>&1",
-             cc, CG_EXTRA_FLAGS, c, o, log);
-    if (system(cmd) != 0) return -1;
-    char *report = read_text(log);
-    if (!report) return -1;
+    char c[600], o[600], cmd[3000], vname[300];
+    char *report = NULL;
+    snprintf(vname, sizeof vname, "vec_%s", name);
+    if (test_compile_report(vname, source, c, o, &report) != 0) return -1;
     int marks = 0, line = 1;
     *missed = 0;
     for (const char *p = source; *p; p++) {
         if (*p == '\n') { line++; continue; }
         if (strncmp(p, CG_INNER_MARK, strlen(CG_INNER_MARK))) continue;
         marks++;
-        if (!vectorized_at(report, c, line)) {
+        if (!test_vectorized_at(report, c, line, true)) {
             printf("  %s: inner loop at %s:%d not vectorized\n", name, c, line);
             (*missed)++;
         }

@@ -25,6 +25,7 @@
  * computed by hand, and GCC must vectorize every epilogue's inner loop.
  */
 #include "test.h"
+#include "testutil.h"
 #include "codegen.h"
 
 #define MAXIO 12
@@ -592,16 +593,6 @@ static void rec_epi(void *ctx, float *c, int64_t start, int64_t count) {
 
 static void fill(float *p, int64_t n, uint64_t seed) { kiln_fill_randn(p, n, seed); }
 
-static ExtView dense(int rank, const int64_t *shape) {
-    ExtView v = {rank, {0}, {0}, 0};
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        v.shape[d] = shape[d];
-        v.stride[d] = s;
-        s *= shape[d];
-    }
-    return v;
-}
 
 /* After the call: every element seen once, doubled. */
 static void expect_rec(Rec *r, const float *got, const char *what) {
@@ -629,7 +620,7 @@ TEST(epilogue_library_matmul_blocks) {
         unsigned char *seen = calloc((size_t)n, 1);
         fill(a, B * M * K, 1 + t);
         fill(b, K * N, 11 + t);
-        ExtView av = dense(3, as), bv = dense(2, bs);
+        ExtView av = test_dense_view(3, as), bv = test_dense_view(2, bs);
         CHECK(ext_matmul(a, &av, b, &bv, want, 3, cs) == 0);
         int64_t rows = cases[t].rows ? cases[t].rows : M;   /* 0: the policy, one block here */
         Rec r = {want, n, N, M * N, rows * N, seen, 0, 0, 0};
@@ -678,49 +669,15 @@ TEST(epilogue_library_conv_slabs) {
 
 /* ===== vectorization =================================================================== */
 
-/* GCC's report for a line within one of `line`. */
-static int vectorized_at(const char *log, const char *file, int line) {
-    char pat[700];
-    for (int l = line - 1; l <= line + 1; l++) {
-        snprintf(pat, sizeof pat, "%s:%d:", file, l);
-        for (const char *p = strstr(log, pat); p; p = strstr(p + 1, pat)) {
-            if (p != log && p[-1] != '\n') continue;
-            const char *eol = strchr(p, '\n'), *hit = strstr(p, "optimized: loop vectorized");
-            if (hit && (!eol || hit < eol)) return 1;
-        }
-    }
-    return 0;
-}
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = n >= 0 ? malloc((size_t)n + 1) : NULL;
-    if (b) b[fread(b, 1, (size_t)n, f)] = 0;
-    fclose(f);
-    return b;
-}
 
 /* The inner loops of the epilogue functions in source that GCC did not
  * vectorize (-1: the compile failed); *marks counts them. */
 static int epilogue_loops_missed(const char *name, const char *source, int *marks) {
-    char c[600], o[600], log[600], cmd[3000];
-    snprintf(c, sizeof c, "%s/epi_%s.c", test_tmpdir(), name);
-    snprintf(o, sizeof o, "%s/epi_%s.o", test_tmpdir(), name);
-    snprintf(log, sizeof log, "%s/epi_%s.log", test_tmpdir(), name);
-    FILE *f = fopen(c, "w");
-    if (!f) return -1;
-    fputs(source, f);
-    fclose(f);
-    const char *cc = getenv("CC") ? getenv("CC") : "cc";
-    snprintf(cmd, sizeof cmd, "%s -std=c11 -O3 -march=native -fopenmp -fPIC %s -fopt-info-optimized "
-                              "-c '%s' -o '%s' > '%s' 2>&1", cc, CG_EXTRA_FLAGS, c, o, log);
-    if (system(cmd) != 0) return -1;
-    char *report = slurp(log);
-    if (!report) return -1;
+    char c[600], o[600], ename[300];
+    char *report = NULL;
+    snprintf(ename, sizeof ename, "epi_%s", name);
+    if (test_compile_report(ename, source, c, o, &report) != 0) return -1;
     int missed = 0, line = 1;
     bool in_epi = false;
     *marks = 0;
@@ -733,7 +690,7 @@ static int epilogue_loops_missed(const char *name, const char *source, int *mark
         }
         if (!in_epi || strncmp(p, CG_INNER_MARK, strlen(CG_INNER_MARK))) continue;
         (*marks)++;
-        if (!vectorized_at(report, c, line)) {
+        if (!test_vectorized_at(report, c, line, false)) {
             printf("  %s: epilogue loop at %s:%d not vectorized\n", name, c, line);
             missed++;
         }

@@ -4,7 +4,7 @@
  * batch broadcasting, and every conv2d parameter.
  */
 #include "test.h"
-#include "externs.h"
+#include "testutil.h"
 
 static float *randbuf(int64_t n, uint64_t seed) {
     float *p = malloc(sizeof(float) * (size_t)n);
@@ -12,16 +12,6 @@ static float *randbuf(int64_t n, uint64_t seed) {
     return p;
 }
 
-static ExtView dense(int rank, const int64_t *shape) {
-    ExtView v = {rank, {0}, {0}, 0};
-    int64_t s = 1;
-    for (int d = rank - 1; d >= 0; d--) {
-        v.shape[d] = shape[d];
-        v.stride[d] = s;
-        s *= shape[d];
-    }
-    return v;
-}
 
 static float at(const float *p, const ExtView *v, const int64_t *idx) {
     int64_t off = v->offset;
@@ -72,7 +62,7 @@ TEST(externs_matmul_odd_sizes) {
         int64_t M = sizes[t][0], K = sizes[t][1], N = sizes[t][2];
         int64_t as[2] = {M, K}, bs[2] = {K, N}, cs[2] = {M, N};
         float *a = randbuf(M * K, 1), *b = randbuf(K * N, 2);
-        ExtView av = dense(2, as), bv = dense(2, bs);
+        ExtView av = test_dense_view(2, as), bv = test_dense_view(2, bs);
         EXPECT(!check_mm(a, &av, b, &bv, 2, cs), "matmul %lldx%lldx%lld", (long long)M,
                (long long)K, (long long)N);
         free(a);
@@ -85,7 +75,7 @@ TEST(externs_matmul_transposed_views) {
     int64_t M = 9, K = 11, N = 6;
     int64_t ast[2] = {K, M}, bst[2] = {N, K}, cs[2] = {M, N};
     float *a = randbuf(M * K, 3), *b = randbuf(K * N, 4);
-    ExtView av = dense(2, ast), bv = dense(2, bst);
+    ExtView av = test_dense_view(2, ast), bv = test_dense_view(2, bst);
     ExtView at_ = {2, {M, K}, {av.stride[1], av.stride[0]}, 0};
     ExtView bt_ = {2, {K, N}, {bv.stride[1], bv.stride[0]}, 0};
     CHECK(!check_mm(a, &at_, b, &bt_, 2, cs));
@@ -93,7 +83,7 @@ TEST(externs_matmul_transposed_views) {
     int64_t wide[2] = {M, 2 * K};
     float *w = randbuf(2 * M * K, 5);
     ExtView sv = {2, {M, K}, {2 * K, 2}, 1};
-    ExtView bd = dense(2, (int64_t[]){K, N});
+    ExtView bd = test_dense_view(2, (int64_t[]){K, N});
     (void)wide;
     CHECK(!check_mm(w, &sv, b, &bd, 2, cs));
     free(a);
@@ -105,7 +95,7 @@ TEST(externs_matmul_batch_broadcast) {
     /* [2,1,3,4] @ [5,4,6] -> [2,5,3,6] */
     int64_t as[4] = {2, 1, 3, 4}, bs[3] = {5, 4, 6}, cs[4] = {2, 5, 3, 6};
     float *a = randbuf(24, 6), *b = randbuf(120, 7);
-    ExtView av = dense(4, as), bv = dense(3, bs);
+    ExtView av = test_dense_view(4, as), bv = test_dense_view(3, bs);
     CHECK(!check_mm(a, &av, b, &bv, 4, cs));
     free(a);
     free(b);

@@ -1,0 +1,67 @@
+/* testutil.c -- helpers several test files share: reading a file,
+ * compiling generated C with the vectorization report, dense views. */
+#include "test.h"
+#include "testutil.h"
+#include "codegen.h"
+
+char *test_read_text(const char *path) {
+    char *buf = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    if (n >= 0 && (buf = malloc((size_t)n + 1))) {
+        size_t got = fread(buf, 1, (size_t)n, f);
+        buf[got] = 0;
+    }
+    fclose(f);
+    return buf;
+}
+
+int test_compile_report(const char *name, const char *source, char c[600], char o[600],
+                        char **report) {
+    char log[600], cmd[3000];
+    snprintf(c, 600, "%s/%s.c", test_tmpdir(), name);
+    snprintf(o, 600, "%s/%s.o", test_tmpdir(), name);
+    snprintf(log, sizeof log, "%s/%s.log", test_tmpdir(), name);
+    FILE *f = fopen(c, "w");
+    if (!f) return -1;
+    fputs(source, f);
+    fclose(f);
+    const char *cc = getenv("CC") ? getenv("CC") : "cc";
+    snprintf(cmd, sizeof cmd,
+             "%s -std=c11 -O3 -march=native -fopenmp -fPIC %s -fopt-info-optimized -c '%s' "
+             "-o '%s' > '%s' 2>&1",
+             cc, CG_EXTRA_FLAGS, c, o, log);
+    if (system(cmd) != 0) return -1;
+    *report = test_read_text(log);
+    return *report ? 0 : -1;
+}
+
+bool test_vectorized_at(const char *report, const char *file, int line, bool allow_libcall) {
+    char pat[700];
+    for (int l = line - 1; l <= line + 1; l++) {
+        snprintf(pat, sizeof pat, "%s:%d:", file, l);
+        for (const char *p = strstr(report, pat); p; p = strstr(p + 1, pat)) {
+            if (p != report && p[-1] != '\n') continue;
+            const char *eol = strchr(p, '\n');
+            const char *hit = strstr(p, "optimized: loop vectorized");
+            const char *lib = allow_libcall ? strstr(p, "split to 0 loops and 1 library calls")
+                                            : NULL;
+            if ((hit && (!eol || hit < eol)) || (lib && (!eol || lib < eol))) return true;
+        }
+    }
+    return false;
+}
+
+ExtView test_dense_view(int rank, const int64_t *shape) {
+    ExtView v = {rank, {0}, {0}, 0};
+    int64_t s = 1;
+    for (int d = rank - 1; d >= 0; d--) {
+        v.shape[d] = shape[d];
+        v.stride[d] = s;
+        s *= shape[d];
+    }
+    return v;
+}

@@ -1,0 +1,20 @@
+/* testutil.h -- helpers several test files share (testutil.c). */
+#ifndef KILN_TESTUTIL_H
+#define KILN_TESTUTIL_H
+#include <stdbool.h>
+#include "externs.h"
+
+/* A whole file as a NUL-terminated malloc'd string, or NULL. */
+char *test_read_text(const char *path);
+/* Write source to <tmp>/<name>.c and compile it with the JIT's flags and
+ * GCC's optimization report; c and o receive the source and object paths,
+ * *report the report (free it). 0, or -1 when it could not compile. */
+int test_compile_report(const char *name, const char *source, char c[600], char o[600],
+                        char **report);
+/* Does the report say the loop at file:line (within one line) was
+ * vectorized? allow_libcall also accepts a loop GCC turned into a library
+ * call (a copy loop becomes memcpy). */
+bool test_vectorized_at(const char *report, const char *file, int line, bool allow_libcall);
+/* A dense C-order view of shape. */
+ExtView test_dense_view(int rank, const int64_t *shape);
+#endif
