@@ -151,6 +151,42 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bia
 kiln_value kiln_rand_like(kiln_graph *g, kiln_value x, uint64_t seed);
 kiln_value kiln_dropout(kiln_graph *g, kiln_value x, double p, uint64_t seed);
 
+/* Padding. mode KILN_PAD_CONSTANT fills with value; KILN_PAD_EDGE repeats
+ * the border element; KILN_PAD_REFLECT mirrors without repeating the border
+ * (numpy's "reflect"). before[d] and after[d] (n == rank of x) may be
+ * negative: that crops. */
+typedef enum { KILN_PAD_CONSTANT = 0, KILN_PAD_EDGE, KILN_PAD_REFLECT } kiln_pad_mode;
+kiln_value kiln_pad(kiln_graph *g, kiln_value x, kiln_pad_mode mode, int n,
+                    const int64_t *before, const int64_t *after, double value);
+/* Concatenation of n values along dim (all other dims equal). */
+kiln_value kiln_concat(kiln_graph *g, int n, const kiln_value *xs, int dim);
+
+/* Pooling over the last nspatial (1 to 3) dims of x (N, C, spatial...).
+ * Windows that start in the padding are allowed; ceil_mode rounds the
+ * output size up (ONNX/PyTorch rules). count_include_pad: average pooling
+ * divides by the full window (1) or by the elements inside the input (0). */
+typedef struct {
+    int nspatial;
+    int64_t kernel[3], stride[3], dilation[3], pad_begin[3], pad_end[3];
+    int ceil_mode, count_include_pad;
+} kiln_pool_params;
+kiln_value kiln_max_pool(kiln_graph *g, kiln_value x, const kiln_pool_params *p);
+kiln_value kiln_avg_pool(kiln_graph *g, kiln_value x, const kiln_pool_params *p);
+
+/* numpy.take(data, indices, axis): indices hold integral f32 values,
+ * negative ones count from the end; an index out of range is a run-time
+ * error. The result has data's dims with axis replaced by indices' dims. */
+kiln_value kiln_gather(kiln_graph *g, kiln_value data, kiln_value indices, int axis);
+
+/* Transposed convolution (the gradient of conv2d), NCHW, weight (C_in,
+ * C_out/groups, kH, kW); bias may be KILN_NONE. Output size per spatial dim:
+ * stride*(in-1) + output_padding + dilation*(k-1) + 1 - 2*padding. */
+typedef struct {
+    int stride[2], padding[2], output_padding[2], dilation[2], groups;
+} kiln_conv_transpose_params;
+kiln_value kiln_conv_transpose2d(kiln_graph *g, kiln_value x, kiln_value w,
+                                 kiln_value bias, const kiln_conv_transpose_params *p);
+
 /* Mark a value as a program output under a name (unique). */
 kiln_status kiln_output(kiln_graph *g, kiln_value v, const char *name);
 
