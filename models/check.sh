@@ -56,9 +56,10 @@ total=0
 msg() { tail -n 3 "$1" | tr '\n' ' ' | tr -cd '[:print:]' | cut -c 1-300; }
 fail() { echo "FAIL $name: $*"; fails=$((fails + 1)); }
 
-# expect NAME LABEL PATTERN MIN MAX: count PATTERN lines in the explain text
+# expect NAME LABEL ERE MIN MAX: count the lines of the explain text that
+# match the extended regular expression ERE
 expect() {
-    n=$(grep -c "$3" "$TMP/$1.explain")
+    n=$(grep -cE "$3" "$TMP/$1.explain")
     if [ "$n" -lt "$4" ] || [ "$n" -gt "$5" ]; then
         fail "kiln explain: $n lines '$3' ($2), want $4..$5"
     else
@@ -86,9 +87,9 @@ check_model() {
     fi
     expect "$name" "Conv-BN folding" "folded batch_norm into conv2d" "$bns" "$bns"
     if [ "$conv" = 1 ]; then
-        expect "$name" "conv epilogues" "(epilogue of extern_kernels.conv2d)" 1 100000
+        expect "$name" "conv epilogues" "\(epilogue of extern_kernels\.conv2d\)" 1 100000
     else
-        expect "$name" "matmul epilogues" "(epilogue of extern_kernels.b\{0,1\}mm)" 1 100000
+        expect "$name" "matmul epilogues" "\(epilogue of extern_kernels\.b?mm\)" 1 100000
     fi
 }
 
