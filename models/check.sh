@@ -3,7 +3,7 @@
 #
 #   models/check.sh KILN_BINARY [MODEL_DIR]
 #
-# MODEL_DIR (default build/models) holds what models/export.py writes; if
+# MODEL_DIR (default build/models of this checkout) holds what models/export.py writes; if
 # it has no manifest.json, the models are exported first (about 30 s).
 # For each model of the manifest (resnet18, mobilenet_v2, encoder at opset
 # 13, encoder_op17 at opset 17):
@@ -28,7 +28,7 @@ die() { echo "check.sh: $*" >&2; exit 2; }
 
 [ $# -ge 1 ] || die "usage: models/check.sh KILN_BINARY [MODEL_DIR]"
 KILN=$1
-DIR=${2:-build/models}
+DIR=${2:-$(dirname "$0")/../build/models}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 THREADS=${KILN_THREADS:-2}
