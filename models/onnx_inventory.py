@@ -373,6 +373,15 @@ def write_doc(path, a, tests, cmdline):
          "",
          "## Counts", ""] + folder_counts(tests) + [
          "",
+         "In-scope tests (both lists) per opset: " + ", ".join(
+             "%s: %d" % (k, v) for k, v in sorted(collections.Counter(t.opset for t in ins + const).items())),
+         "Older opsets carry older forms: below 7, `broadcast=1` on binary ops and BatchNormalization",
+         "`is_test`/`spatial`; below 10, Slice starts/ends as attributes; below 11, Pad's pads as an",
+         "attribute; below 13, Split's split, Squeeze/Unsqueeze/ReduceSum axes as attributes and",
+         "Softmax/LogSoftmax flattening to 2D at `axis`; the other Reduce* ops take axes as an",
+         "attribute up to opset 17 (the newest here).",
+         "In-scope tests with symbolic (named) input or output dims: %d." % sum(t.symbolic for t in ins + const),
+         "",
          "## Why tests are out of scope", "",
          "- ops outside the list (tests using each): " + fmt_counter(ops),
          "- element types and other I/O reasons (tests): " + fmt_counter(types),
