@@ -58,7 +58,7 @@ static bool positions(const float *idx, const ExtView *iv, int axis, int64_t siz
                       int64_t n, char *err, size_t errlen) {
     for (int64_t j = 0; j < n; j++) {
         float x = idx[iv->offset + offset_of(iv, 0, iv->rank, j)];
-        if (!(x == floorf(x) && x >= -(float)size && x < (float)size)) {
+        if (!(x == floorf(x) && (double)x >= -(double)size && (double)x < (double)size)) {
             index_error(err, errlen, x, axis, size);
             return false;
         }
