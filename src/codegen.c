@@ -197,6 +197,14 @@ static const char prelude_tail[] =
     "    int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],\n"
     "                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],\n"
     "                  KilnEpilogue epi, void *ctx);\n"
+    "    int (*gather)(const float *data, const KilnView *dv, const float *idx, const KilnView *iv,\n"
+    "                  int axis, float *out, KilnEpilogue epi, void *ctx, char *err, size_t errlen);\n"
+    "    int (*conv_transpose2d)(const float *x, const int64_t xs[4], const float *w,\n"
+    "                            const int64_t ws[4], const float *bias, float *y,\n"
+    "                            const int64_t ys[4], const int64_t attr[9], KilnEpilogue epi,\n"
+    "                            void *ctx);\n"
+    "    char *err;      /* where an extern that finds bad input says why */\n"
+    "    size_t errlen;\n"
     "} KilnRT;\n"
     "\n"
     "/* ===== helpers ===== */\n"
@@ -1549,9 +1557,9 @@ static void gen_epilogue(Gen *g, int kidx) {
 static void view_text(Gen *g, Str *o, const char *name, const BufView *v) {
     str_putf(o, "        static const KilnView %s = {%d, {", name, v->rank);
     for (int d = 0; d < v->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)v->shape[d]);
-    str_putf(o, "}, {");
+    str_putf(o, "%s}, {", v->rank ? "" : "0");   /* a scalar: {0}, not {} */
     for (int d = 0; d < v->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)v->stride[d]);
-    str_putf(o, "}, %lld};\n", (long long)v->offset);
+    str_putf(o, "%s}, %lld};\n", v->rank ? "" : "0", (long long)v->offset);
     (void)g;
 }
 
@@ -1604,16 +1612,16 @@ static void conv_call(Gen *g, Str *o, const Buffer *b, const char *out, const ch
     shape4(o, "xs", b->opnd[0].shape);
     shape4(o, "ws", b->opnd[1].shape);
     shape4(o, "ys", b->shape);
-    str_putf(o, "        static const int64_t attr[7] = {");
-    for (int i = 0; i < 7; i++) str_putf(o, "%s%lld", i ? ", " : "", (long long)b->attr[i]);
+    str_putf(o, "        static const int64_t attr[%d] = {", b->nattr);
+    for (int i = 0; i < b->nattr; i++) str_putf(o, "%s%lld", i ? ", " : "", (long long)b->attr[i]);
     str_putf(o, "};\n");
     if (pk.n) {
         str_putf(o, "%s        if (%s) {\n", str_get(&pk.allocs), str_get(&pk.any_null));
         put_indented(o, str_get(&pk.frees), 4);
         str_putf(o, "            return 1;\n        }\n%s", str_get(&pk.packs));
     }
-    str_putf(o, "        int rc = rt->conv2d(%s, xs, %s, ws, %s, %s, ys, attr, %s);\n", x, w, bias, out,
-             epi);
+    str_putf(o, "        int rc = rt->%s(%s, xs, %s, ws, %s, %s, ys, attr, %s);\n",
+             op_info[b->ext_op].name, x, w, bias, out, epi);
     str_putf(o, "%s        if (rc) return 1;\n", str_get(&pk.frees));
 }
 
@@ -1625,6 +1633,16 @@ static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char
     str_putf(o, "%s};\n", b->rank ? "" : "1");
     str_putf(o, "        if (rt->mm(bufs[%d], &a, bufs[%d], &b, %s, %d, shape, %s)) return 1;\n",
              b->opnd[0].buf, b->opnd[1].buf, out, b->rank, epi);
+}
+
+/* A gather's index can be out of range: its message goes to rt->err and
+ * the entry returns CG_ERR_INPUT. */
+static void gather_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
+    view_text(g, o, "d", &b->opnd[0]);
+    view_text(g, o, "ix", &b->opnd[1]);
+    str_putf(o, "        int rc = rt->gather(bufs[%d], &d, bufs[%d], &ix, %d, %s, %s, rt->err, "
+             "rt->errlen);\n", b->opnd[0].buf, b->opnd[1].buf, (int)b->attr[0], out, epi);
+    str_putf(o, "        if (rc) return rc == %d ? %d : 1;\n", EXT_ERR_INPUT, CG_ERR_INPUT);
 }
 
 /* The library call of extern kernel kidx; with an epilogue it writes the
@@ -1646,7 +1664,8 @@ static void extern_call(Gen *g, Str *o, int kidx) {
     use[target] |= USE_WRITE;
     const char *out = pool_printf(g->pool, "bufs[%d]", target);
     const char *epi = e->fn ? pool_printf(g->pool, "%s_cb, (void *)bufs", e->fn) : "NULL, NULL";
-    if (b->ext_op == OP_CONV2D) conv_call(g, o, b, out, epi);
+    if (b->ext_op == OP_CONV2D || b->ext_op == OP_CONV_TRANSPOSE2D) conv_call(g, o, b, out, epi);
+    else if (b->ext_op == OP_GATHER) gather_call(g, o, b, out, epi);
     else if (b->ext_op == OP_MATMUL) mm_call(g, o, b, out, epi);
     else cg_fail(g, "codegen: unknown extern %s", op_info[b->ext_op].name);
     str_putf(o, "    }\n");

@@ -45,11 +45,21 @@ typedef struct {
     int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                   ExtEpilogue epi, void *ctx);
+    int (*gather)(const float *data, const ExtView *dv, const float *idx, const ExtView *iv,
+                  int axis, float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen);
+    int (*conv_transpose2d)(const float *x, const int64_t xs[4], const float *w,
+                            const int64_t ws[4], const float *bias, float *y,
+                            const int64_t ys[4], const int64_t attr[9], ExtEpilogue epi,
+                            void *ctx);
+    char *err;            /* a run's message buffer: an extern that finds bad input */
+    size_t errlen;        /* (EXT_ERR_INPUT) says why there */
 } KilnRT;
 
 /* The generated entry point: bufs[i] holds buffer i of the loop program
- * (NULL for buffers that never exist in memory). Returns 0, or nonzero when
- * an extern kernel or a scratch allocation failed. */
+ * (NULL for buffers that never exist in memory). Returns 0; CG_ERR_INPUT
+ * when an extern kernel found bad input (rt->err says why); another nonzero
+ * value when an extern kernel or a scratch allocation failed. */
+#define CG_ERR_INPUT 2
 typedef int (*KilnEntry)(float *const *bufs, const KilnRT *rt);
 
 /* ===== codegen.c ========================================================== */

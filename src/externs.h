@@ -44,4 +44,23 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
 void ext_set_epilogue_rows(int64_t rows);
 void ext_set_threads(int n);
 int ext_get_threads(void);
+/* ---- externs_more.c ---- */
+
+/* What a kernel returns when its input is wrong at run time (a gather
+ * index out of range): the message is in the caller's err buffer. */
+#define EXT_ERR_INPUT (-2)
+/* numpy.take over strided views: out (dense; data's dims with dim `axis`
+ * replaced by the indices' dims) = data[..., indices, ...]. The indices are
+ * integral floats, negative ones counting from the end; all are checked
+ * before anything is written, and the first bad one gives EXT_ERR_INPUT with
+ * "gather: index 7 out of range for dim 1 of size 5" in err. epi (NULL:
+ * none) runs on each piece of whole output rows as it is done. */
+int ext_gather(const float *data, const ExtView *dv, const float *idx, const ExtView *iv,
+               int axis, float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen);
+/* NCHW transposed convolution, dense operands, weight (C_in, C_out/groups,
+ * kH, kW); attr = {sh, sw, ph, pw, oph, opw, dh, dw, groups}; bias may be
+ * NULL; epi (NULL: none) runs on each output plane as it is done. */
+int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
+                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                         const int64_t attr[9], ExtEpilogue epi, void *ctx);
 #endif

@@ -766,6 +766,103 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bia
     return graph_add(g, &n);
 }
 
+/* numpy.take: out = data.shape[:axis] + indices.shape + data.shape[axis+1:].
+ * The indices' values are only known at run time, where the extern (and the
+ * interpreter) check each one against data.shape[axis]. */
+kiln_value kiln_gather(kiln_graph *g, kiln_value data, kiln_value indices, int axis) {
+    const char *op = "gather";
+    if (!ok_value(g, data, op) || !ok_value(g, indices, op) || !want_f32(g, data, op) ||
+        !want_f32(g, indices, op))
+        return KILN_NONE;
+    const Node *D = &g->nodes[data], *I = &g->nodes[indices];
+    if (D->rank == 0) return graph_fail(g, KILN_ERR_INPUT, "gather: data must have at least 1 dim");
+    int64_t ax;
+    if (!norm_dim(g, op, D->rank, axis, &ax)) return KILN_NONE;
+    if (D->rank - 1 + I->rank > KILN_MAX_RANK)
+        return graph_fail(g, KILN_ERR_INPUT, "gather: result rank %d exceeds %d",
+                          D->rank - 1 + I->rank, KILN_MAX_RANK);
+    Node n = node_like(OP_GATHER, NULL);
+    for (int d = 0; d < ax; d++) n.shape[n.rank++] = D->shape[d];
+    for (int d = 0; d < I->rank; d++) n.shape[n.rank++] = I->shape[d];
+    for (int d = (int)ax + 1; d < D->rank; d++) n.shape[n.rank++] = D->shape[d];
+    n.nin = 2;
+    n.in[0] = data;
+    n.in[1] = indices;
+    n.nattr = 1;
+    n.attr[0] = ax;
+    return graph_add(g, &n);
+}
+
+/* PyTorch's rules: output_padding < stride or < dilation, so it only adds
+ * rows the input's last row could have reached. */
+static bool conv_t_params_ok(Graph *g, const kiln_conv_transpose_params *d) {
+    for (int i = 0; i < 2; i++) {
+        if (d->stride[i] < 1 || d->dilation[i] < 1 || d->padding[i] < 0 ||
+            d->output_padding[i] < 0) {
+            graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: stride and dilation must be >= 1, "
+                       "padding and output_padding >= 0");
+            return false;
+        }
+        if (d->output_padding[i] >= d->stride[i] && d->output_padding[i] >= d->dilation[i]) {
+            graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: output_padding %d must be smaller "
+                       "than stride %d or dilation %d (dim %d)", d->output_padding[i],
+                       d->stride[i], d->dilation[i], 2 + i);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* weight (C_in, C_out/groups, kH, kW), as torch.nn.functional.conv_transpose2d. */
+kiln_value kiln_conv_transpose2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bias,
+                                 const kiln_conv_transpose_params *p) {
+    const char *op = "conv_transpose2d";
+    if (!ok_value(g, x, op) || !ok_value(g, w, op) || !ok_optional(g, bias, op) ||
+        !want_f32(g, x, op) || !want_f32(g, w, op))
+        return KILN_NONE;
+    kiln_conv_transpose_params d = p ? *p : (kiln_conv_transpose_params){{1, 1}, {0, 0}, {0, 0},
+                                                                          {1, 1}, 1};
+    const Node *X = &g->nodes[x], *W = &g->nodes[w];
+    if (X->rank != 4 || W->rank != 4)
+        return graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: input and weight must be 4-D "
+                          "(NCHW, C_in x C_out/groups x kH x kW), got ranks %d and %d",
+                          X->rank, W->rank);
+    if (!conv_t_params_ok(g, &d)) return KILN_NONE;
+    if (d.groups < 1 || X->shape[1] % d.groups)
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "conv_transpose2d: groups=%d must divide input channels %lld",
+                          d.groups, (long long)X->shape[1]);
+    if (W->shape[0] != X->shape[1])
+        return graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: weight has %lld input channels "
+                          "(dim 0), input has %lld", (long long)W->shape[0],
+                          (long long)X->shape[1]);
+    int64_t oc = W->shape[1] * d.groups;
+    if (!param_shape(g, op, "bias", bias, 1, &oc)) return KILN_NONE;
+    Node n = node_like(OP_CONV_TRANSPOSE2D, NULL);
+    n.rank = 4;
+    n.shape[0] = X->shape[0];
+    n.shape[1] = oc;
+    for (int i = 0; i < 2; i++) {
+        int64_t o = (X->shape[2 + i] - 1) * d.stride[i] - 2 * (int64_t)d.padding[i] +
+                    (int64_t)d.dilation[i] * (W->shape[2 + i] - 1) + d.output_padding[i] + 1;
+        if (o < 1)
+            return graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: output size %lld in dim %d "
+                              "is not positive (padding %d too large)", (long long)o, 2 + i,
+                              d.padding[i]);
+        n.shape[2 + i] = o;
+    }
+    n.nin = bias >= 0 ? 3 : 2;
+    n.in[0] = x;
+    n.in[1] = w;
+    n.in[2] = bias;
+    int64_t attr[9] = {d.stride[0], d.stride[1], d.padding[0], d.padding[1],
+                       d.output_padding[0], d.output_padding[1], d.dilation[0], d.dilation[1],
+                       d.groups};
+    n.nattr = 9;
+    memcpy(n.attr, attr, sizeof attr);
+    return graph_add(g, &n);
+}
+
 /* ---- random ------------------------------------------------------------- */
 
 kiln_value kiln_rand_like(kiln_graph *g, kiln_value x, uint64_t seed) {

@@ -550,6 +550,99 @@ static kiln_status eval_conv2d(Interp *it, int id, float *out)
     return KILN_OK;
 }
 
+/* gather (numpy.take): out[o, j, k] = data[o, idx[j], k] over the dims
+ * before the axis (o), the indices' dims (j) and the dims after it (k). An
+ * index is an integral float, negative from the end; the first bad one is
+ * an input error, before anything is computed. */
+static bool gather_index_ok(Interp *it, double v, int axis, int64_t size)
+{
+    if (v != floor(v) || isinf(v))
+        graph_fail(it->g, KILN_ERR_INPUT, "gather: index %g is not an integer", v);
+    else if (v < (double)-size || v >= (double)size)
+        graph_fail(it->g, KILN_ERR_INPUT, "gather: index %.0f out of range for dim %d of size %lld",
+                   v, axis, (long long)size);
+    else
+        return true;
+    return false;
+}
+
+static kiln_status eval_gather(Interp *it, int id, float *out)
+{
+    const Node *n = node(it, id), *d = node(it, n->in[0]), *ix = node(it, n->in[1]);
+    int axis = (int)n->attr[0];
+    int64_t size = d->shape[axis], nidx = node_numel(ix), outer = 1, inner = 1;
+    for (int k = 0; k < axis; k++)
+        outer *= d->shape[k];
+    for (int k = axis + 1; k < d->rank; k++)
+        inner *= d->shape[k];
+    const float *data = operand(it, n, 0), *idx = operand(it, n, 1);
+    for (int64_t j = 0; j < nidx; j++)
+        if (!gather_index_ok(it, idx[j], axis, size))
+            return KILN_ERR_INPUT;
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < nidx; j++) {
+            int64_t p = (int64_t)idx[j] < 0 ? (int64_t)idx[j] + size : (int64_t)idx[j];
+            for (int64_t k = 0; k < inner; k++)
+                out[(o * nidx + j) * inner + k] = data[(o * size + p) * inner + k];
+        }
+    return KILN_OK;
+}
+
+/* conv_transpose2d, NCHW, weight (C_in, C_out/groups, kH, kW): direct
+ * scatter. Input pixel (ih, iw) of channel ci, through tap (i, j), adds
+ * x * w[ci, c, i, j] to output (ih*sh - ph + i*dh, iw*sw - pw + j*dw) of
+ * channel g*cog + c, accumulated in double over the whole output. */
+typedef struct {
+    int64_t n, c, h, w, o, kh, kw, oh, ow;
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} CtGeom;
+
+static void ct_pixel(const CtGeom *q, double *acc, const float *w, double xv, int64_t nb,
+                     int64_t ci, int64_t ih, int64_t iw)
+{
+    int64_t cog = q->o / q->groups, g = ci / (q->c / q->groups);
+    for (int64_t c = 0; c < cog; c++)
+        for (int64_t i = 0; i < q->kh; i++) {
+            int64_t oy = ih * q->sh - q->ph + i * q->dh;
+            if (oy < 0 || oy >= q->oh)
+                continue;
+            for (int64_t j = 0; j < q->kw; j++) {
+                int64_t ox = iw * q->sw - q->pw + j * q->dw;
+                if (ox < 0 || ox >= q->ow)
+                    continue;
+                double wv = w[((ci * cog + c) * q->kh + i) * q->kw + j];
+                acc[((nb * q->o + g * cog + c) * q->oh + oy) * q->ow + ox] += xv * wv;
+            }
+        }
+}
+
+static kiln_status eval_conv_transpose2d(Interp *it, int id, float *out)
+{
+    const Node *n = node(it, id), *x = node(it, n->in[0]), *w = node(it, n->in[1]);
+    const int64_t *a = n->attr;
+    CtGeom q = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], n->shape[1], w->shape[2],
+                w->shape[3], n->shape[2], n->shape[3], a[0], a[1], a[2], a[3], a[6], a[7], a[8]};
+    assert(n->nattr == 9 && w->shape[0] == q.c && w->shape[1] * q.groups == q.o);
+    const float *xd = operand(it, n, 0), *wd = operand(it, n, 1);
+    const float *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
+    int64_t numel = node_numel(n), plane = q.oh * q.ow;
+    double *acc = scratch(it, id, numel, sizeof(double));
+    if (!acc)
+        return KILN_ERR_NOMEM;
+    for (int64_t i = 0; i < numel; i++)
+        acc[i] = bias ? bias[i / plane % q.o] : 0.0;
+    for (int64_t nb = 0; nb < q.n; nb++)
+        for (int64_t ci = 0; ci < q.c; ci++)
+            for (int64_t ih = 0; ih < q.h; ih++)
+                for (int64_t iw = 0; iw < q.w; iw++)
+                    ct_pixel(&q, acc, wd, xd[((nb * q.c + ci) * q.h + ih) * q.w + iw], nb, ci,
+                             ih, iw);
+    for (int64_t i = 0; i < numel; i++)
+        out[i] = (float)acc[i];
+    kfree(acc);
+    return KILN_OK;
+}
+
 /* ===== one node =========================================================== */
 
 /* Compute node id into a new buffer (sources: borrow where possible). */
@@ -579,7 +672,12 @@ static kiln_status eval_node(Interp *it, int id)
     case KIND_REDUCTION: return eval_reduction(it, id, out);
     case KIND_VIEW:      eval_view(it, n, out); return KILN_OK;
     case KIND_EXTERN:
-        return n->op == OP_MATMUL ? eval_matmul(it, id, out) : eval_conv2d(it, id, out);
+        switch (n->op) {
+        case OP_MATMUL: return eval_matmul(it, id, out);
+        case OP_GATHER: return eval_gather(it, id, out);
+        case OP_CONV_TRANSPOSE2D: return eval_conv_transpose2d(it, id, out);
+        default: return eval_conv2d(it, id, out);
+        }
     case KIND_RANDOM:    /* counter-based: element i depends on (seed, i) only */
         assert(n->op == OP_RAND);
         for (int64_t i = 0; i < numel; i++)

@@ -107,6 +107,8 @@ enum {
  *               with flags bit 8 = has weight, bit 9 = has bias
  *   BATCH_NORM: f[0] = eps; in = x, mean, var, w, b (w/b may be -1)
  *   CONV2D:  attr = {sh, sw, ph, pw, dh, dw, groups}; in = x, w [, b]
+ *   GATHER:  attr = {axis} (normalized); in = data, indices
+ *   CONV_TRANSPOSE2D: attr = {sh, sw, ph, pw, oph, opw, dh, dw, groups}; in = x, w [, b]
  *   CONST:   f[0] = value;  CLAMP: f[0] = min, f[1] = max
  *   DROPOUT: f[0] = p;  RAND, DROPOUT: seed
  */

@@ -700,6 +700,26 @@ static kiln_value b_conv2d(Parser *p, const Sig *s, const Value *a)
     return kiln_conv2d(p->g, a[0].t, a[1].t, a[2].t, &cp);
 }
 
+/* numpy.take / ONNX Gather (not torch.gather): indices hold integral floats. */
+static kiln_value b_gather(Parser *p, const Sig *s, const Value *a)
+{
+    (void)s;
+    return kiln_gather(p->g, a[0].t, a[1].t, (int)a[2].ival);
+}
+
+/* torch.nn.functional.conv_transpose2d's argument order: groups before dilation. */
+static kiln_value b_conv_transpose2d(Parser *p, const Sig *s, const Value *a)
+{
+    kiln_conv_transpose_params cp = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
+    if (!pair(p, s, &s->params[3], &a[3], cp.stride) ||
+        !pair(p, s, &s->params[4], &a[4], cp.padding) ||
+        !pair(p, s, &s->params[5], &a[5], cp.output_padding) ||
+        !pair(p, s, &s->params[7], &a[7], cp.dilation))
+        return KILN_NONE;
+    cp.groups = (int)a[6].ival;
+    return kiln_conv_transpose2d(p->g, a[0].t, a[1].t, a[2].t, &cp);
+}
+
 static kiln_value b_rand_like(Parser *p, const Sig *s, const Value *a)
 {
     (void)s;
@@ -756,6 +776,11 @@ static const Sig sigs[] = {
     {"conv2d", b_conv2d,
      {INPUT, REQ("weight", A_TENSOR), OPT("bias", A_OPT_TENSOR, 0), OPT("stride", A_INTS, 1),
       OPT("padding", A_INTS, 0), OPT("dilation", A_INTS, 1), OPT("groups", A_INT, 1)}},
+    {"gather", b_gather, {INPUT, REQ("indices", A_TENSOR), OPT("axis", A_INT, 0)}},
+    {"conv_transpose2d", b_conv_transpose2d,
+     {INPUT, REQ("weight", A_TENSOR), OPT("bias", A_OPT_TENSOR, 0), OPT("stride", A_INTS, 1),
+      OPT("padding", A_INTS, 0), OPT("output_padding", A_INTS, 0), OPT("groups", A_INT, 1),
+      OPT("dilation", A_INTS, 1)}},
     {"rand_like", b_rand_like, {INPUT, OPT("seed", A_SEED, 0)}},
     {"dropout", b_dropout,
      {INPUT, OPT("p", A_NUM, 0.5), OPT("seed", A_SEED, 0), KWONLY("training", A_BOOL, 1)}},

@@ -44,7 +44,8 @@ struct RtProgram {
     RtStats stats;
 };
 
-static const KilnRT rt_externs = {ext_matmul_epi, ext_conv2d_epi};
+static const KilnRT rt_externs = {ext_matmul_epi, ext_conv2d_epi, ext_gather,
+                                  ext_conv_transpose2d, NULL, 0};
 static const KilnRT *rt_override;      /* rt_set_externs: a test's table */
 
 void rt_set_externs(const KilnRT *rt) { rt_override = rt; }
@@ -362,7 +363,14 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
                    size_t errlen) {
     if (errlen) err[0] = 0;
     bind_buffers(p, inputs, outputs);
-    if (p->entry && p->entry(p->bufs, rt_override ? rt_override : &rt_externs) != 0) {
+    KilnRT rt = *(rt_override ? rt_override : &rt_externs);
+    if (!rt.gather) rt.gather = ext_gather;   /* a test's table may set only some */
+    if (!rt.conv_transpose2d) rt.conv_transpose2d = ext_conv_transpose2d;
+    rt.err = err;       /* a gather's index out of range is reported here */
+    rt.errlen = errlen;
+    int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
+    if (rc == CG_ERR_INPUT) return KILN_ERR_INPUT;
+    if (rc != 0) {
         util_fmt(err, errlen, "out of memory in a kernel or an extern kernel");
         return KILN_ERR_NOMEM;
     }
@@ -391,6 +399,10 @@ static int64_t reduce_length(const Graph *g, const Node *n) {
         if (n->op == OP_CONV2D && n->nin > 1) {
             const Node *w = graph_node(g, n->in[1]);
             return w->shape[1] * w->shape[2] * w->shape[3];
+        }
+        if (n->op == OP_CONV_TRANSPOSE2D && n->nin > 1) {
+            const Node *w = graph_node(g, n->in[1]);
+            return w->shape[0] / n->attr[8] * w->shape[2] * w->shape[3];
         }
         return 1;
     default: return 1;

@@ -1066,6 +1066,8 @@ static void run_rounds(Sched *S) {
 
 static const char *extern_name(const Buffer *b) {
     if (b->ext_op == OP_CONV2D) return "extern_kernels.conv2d";
+    if (b->ext_op == OP_GATHER) return "extern_kernels.gather";
+    if (b->ext_op == OP_CONV_TRANSPOSE2D) return "extern_kernels.conv_transpose2d";
     return b->rank > 2 ? "extern_kernels.bmm" : "extern_kernels.mm";
 }
 

@@ -158,6 +158,18 @@ prog sem_conv_kernel_too_large 'input x: f32[1, 3, 2, 2]\nweight w: f32[4, 3, 3,
     "3:5: error: conv2d: kernel (extent 3) is larger than the padded input (2) in dim 2"
 prog sem_conv_stride 'input x: f32[1, 1, 4, 4]\nweight w: f32[1, 1, 3, 3] = ones\ny = conv2d(x, w, stride=0)\noutput y\n' \
     "3:5: error: conv2d: stride and dilation must be >= 1 and padding >= 0"
+prog sem_gather_axis 'input x: f32[3, 4]\ninput i: f32[2]\ny = gather(x, i, axis=2)\noutput y\n' \
+    "3:5: error: gather: dim 2 is out of range for a tensor of rank 2"
+prog sem_gather_indices_dtype 'input x: f32[3, 4]\ninput i: bool[2]\ny = gather(x, i)\noutput y\n' \
+    "3:5: error: gather expects an f32 tensor, got bool"
+prog sem_convt_output_padding 'input x: f32[1, 2, 4, 4]\nweight w: f32[2, 3, 3, 3] = ones\ny = conv_transpose2d(x, w, stride=2, output_padding=2)\noutput y\n' \
+    "3:5: error: conv_transpose2d: output_padding 2 must be smaller than stride 2 or dilation 1 (dim 2)"
+prog sem_convt_groups 'input x: f32[1, 3, 4, 4]\nweight w: f32[3, 2, 3, 3] = ones\ny = conv_transpose2d(x, w, groups=2)\noutput y\n' \
+    "3:5: error: conv_transpose2d: groups=2 must divide input channels 3"
+prog sem_convt_channels 'input x: f32[1, 3, 4, 4]\nweight w: f32[2, 3, 3, 3] = ones\ny = conv_transpose2d(x, w)\noutput y\n' \
+    "3:5: error: conv_transpose2d: weight has 2 input channels (dim 0), input has 3"
+prog sem_convt_padding 'input x: f32[1, 1, 2, 2]\nweight w: f32[1, 1, 2, 2] = ones\ny = conv_transpose2d(x, w, padding=2)\noutput y\n' \
+    "3:5: error: conv_transpose2d: output size -1 in dim 2 is not positive (padding 2 too large)"
 prog sem_reshape_count 'input x: f32[3, 4]\ny = reshape(x, 5, 2)\noutput y\n' \
     "2:5: error: reshape: cannot reshape [3, 4] (12 elements) to [5, 2]"
 prog sem_expand 'input x: f32[2, 3]\ny = expand(x, 4, 3)\noutput y\n' \
@@ -228,6 +240,17 @@ check data_wrong_shape 1 "input 'x': expected f32[3], got f32[2, 3]" -- \
     "$kiln" run "$t/p3.kiln" -i "x=$npy/f32_2x3.npy"
 check data_unknown_input 1 "the program has no input 'nope'" -- \
     "$kiln" run "$t/p.kiln" -i "nope=$npy/f32_2x3.npy"
+# gather indices are data: 7 is out of range for a dim of size 5 (f32_2x3's
+# header with the data 0, 7, 0, 0, 0, 0), -0.5 (f32_2x3 itself) no integer.
+printf 'input x: f32[3, 5]\ninput i: f32[2, 3]\ny = relu(gather(x, i, axis=1))\noutput y\n' >"$t/pg.kiln"
+{ head -c 128 $npy/f32_2x3.npy; printf '\000\000\000\000\000\000\340\100'
+  printf '\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000'; } >"$t/idx7.npy"
+check data_gather_index 1 "gather: index 7 out of range for dim 1 of size 5" -- \
+    "$kiln" run "$t/pg.kiln" -i "i=$t/idx7.npy"
+check data_gather_index_interpret 1 "gather: index 7 out of range for dim 1 of size 5" -- \
+    "$kiln" run "$t/pg.kiln" -i "i=$t/idx7.npy" --interpret
+check data_gather_not_integer 1 "gather: index -0.5 is not an integer" -- \
+    "$kiln" run "$t/pg.kiln" -i "i=$npy/f32_2x3.npy"
 printf 'weight w: f32[4] = file("nope.npy")\noutput w\n' >"$t/data_weight_missing.kiln"
 check data_weight_missing 1 "data_weight_missing.kiln:1:25: error: cannot load weight 'w': $t/nope.npy: cannot open" -- \
     "$kiln" run "$t/data_weight_missing.kiln"

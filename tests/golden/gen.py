@@ -186,6 +186,70 @@ def conv2d(x, w, b=None, stride=1, padding=0, dilation=1, groups=1):
     return out
 
 
+def conv_transpose2d(x, w, b=None, stride=1, padding=0, output_padding=0, groups=1,
+                     dilation=1):
+    """Transposed NCHW convolution as a scatter: each kernel tap adds the
+    input, spread out by the stride, into an uncropped output, which padding
+    then crops (output_padding extends the far edge)."""
+    (sh, sw), (ph, pw) = pair(stride), pair(padding)
+    (oph, opw), (dh, dw) = pair(output_padding), pair(dilation)
+    n, c, h, wd = x.shape
+    ci, cog, kh, kw = w.shape
+    assert ci == c and c % groups == 0
+    cig, co = c // groups, cog * groups
+    full = np.zeros((n, co, (h - 1) * sh + dh * (kh - 1) + 1 + oph,
+                     (wd - 1) * sw + dw * (kw - 1) + 1 + opw))
+    for g in range(groups):
+        xg, wg = x[:, g * cig:(g + 1) * cig], w[g * cig:(g + 1) * cig]
+        for i in range(kh):
+            for j in range(kw):
+                full[:, g * cog:(g + 1) * cog, i * dh:i * dh + sh * (h - 1) + 1:sh,
+                     j * dw:j * dw + sw * (wd - 1) + 1:sw] += np.einsum(
+                         "nchw,co->nohw", xg, wg[:, :, i, j])
+    oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
+    ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
+    out = full[:, :, ph:ph + oh, pw:pw + ow]
+    if b is not None:
+        out = out + b.reshape(1, co, 1, 1)
+    return out
+
+
+def gather(x, i, axis=0):
+    """numpy.take with kiln's float indices."""
+    assert np.all(i == np.floor(i))
+    return np.take(x, i.astype(np.int64), axis=axis)
+
+
+def torch_crosscheck():
+    """Once, when Debian's python3-torch is there: conv_transpose2d above
+    against torch.nn.functional.conv_transpose2d on the configurations the
+    cases use and a few more. The golden data never needs torch."""
+    try:
+        import torch
+    except ImportError:
+        print("torch not installed: conv_transpose2d cross-check skipped", file=sys.stderr)
+        return
+    rng = np.random.default_rng(7)
+    configs = [  # x shape, w shape, stride, padding, output_padding, groups, dilation
+        ((1, 3, 4, 4), (3, 2, 3, 3), 2, 1, 1, 1, 1),
+        ((2, 4, 5, 3), (4, 3, 3, 2), (2, 3), (1, 0), (1, 2), 2, (1, 2)),
+        ((1, 2, 3, 5), (2, 3, 2, 4), 1, 0, 0, 1, 1),
+        ((1, 3, 5, 4), (3, 1, 3, 3), 2, 1, 0, 3, 1),
+        ((1, 2, 4, 3), (2, 2, 3, 2), 1, (2, 1), 1, 1, 2),
+        ((2, 6, 3, 3), (6, 2, 1, 1), 3, 0, 2, 3, 1),
+    ]
+    for xs, ws, st, pd, op, gr, dl in configs:
+        x, w = rng.standard_normal(xs), rng.standard_normal(ws)
+        b = rng.standard_normal(ws[1] * gr)
+        ours = conv_transpose2d(x, w, b, st, pd, op, gr, dl)
+        theirs = torch.nn.functional.conv_transpose2d(
+            torch.from_numpy(x), torch.from_numpy(w), torch.from_numpy(b), pair(st), pair(pd),
+            pair(op), gr, pair(dl)).numpy()
+        assert ours.shape == theirs.shape and np.allclose(ours, theirs, atol=1e-10), (xs, ws)
+    print(f"torch cross-check: conv_transpose2d agrees on {len(configs)} configurations",
+          file=sys.stderr)
+
+
 # ---- the cases -----------------------------------------------------------
 
 CASES = []
@@ -1114,6 +1178,85 @@ case("conv_of_view", """
 """, lambda v: {"y": conv2d(v.x.transpose(0, 3, 2, 1).reshape(1, 2, 6, 3), v.w)})
 
 
+# -- gather (numpy.take) and conv_transpose2d
+case("gather_axis0_1d", """
+    input x: f32[5, 4]
+    input i: f32[3]
+    y = gather(x, i)
+    output y
+""", lambda v: {"y": gather(v.x, v.i)}, {"i": ints(-5, 4)})
+case("gather_axis1_2d_relu", """
+    input x: f32[3, 6, 2]
+    input i: f32[2, 4]
+    y = gather(x, i, axis=1)
+    z = relu(y) * 2
+    output y, z
+""", lambda v: (lambda y: {"y": y, "z": relu(y) * 2})(gather(v.x, v.i, 1)), {"i": ints(-6, 5)})
+case("gather_axis_neg1_scalar_index", """
+    input x: f32[2, 3, 7]
+    input i: f32[]
+    y = gather(x, i, axis=-1)
+    output y
+""", lambda v: {"y": gather(v.x, v.i, -1)}, {"i": ints(-7, 6)})
+case("gather_negative_only", """
+    input x: f32[4, 3]
+    input i: f32[2, 2]
+    y = gather(x, i, -1)
+    output y
+""", lambda v: {"y": gather(v.x, v.i, -1)}, {"i": ints(-3, -1)})
+case("gather_of_views", """
+    input x: f32[4, 5]
+    input i: f32[6]
+    y = gather(transpose(x, 0, 1), reshape(i, 2, 3), axis=1)
+    output y
+""", lambda v: {"y": gather(v.x.T, v.i.reshape(2, 3), 1)}, {"i": ints(-4, 3)})
+case("gather_embedding", """
+    weight e: f32[10, 8] = file("e.npy")
+    input t: f32[2, 5]
+    input b: f32[8]
+    y = gather(e, t) * 2 + b
+    output y
+""", lambda v: {"y": gather(v.e, v.t) * 2 + v.b}, {"t": ints(0, 9)})
+case("convt_stride2_pad_outpad_bias", """
+    input x: f32[1, 3, 4, 4]
+    weight w: f32[3, 2, 3, 3] = file("w.npy")
+    input b: f32[2]
+    y = conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1)
+    output y
+""", lambda v: {"y": conv_transpose2d(v.x, v.w, v.b, 2, 1, 1)})
+case("convt_groups_dilation_lists", """
+    input x: f32[2, 4, 5, 3]
+    weight w: f32[4, 3, 3, 2] = file("w.npy")
+    input b: f32[6]
+    y = conv_transpose2d(x, w, b, stride=[2, 3], padding=[1, 0], output_padding=[1, 2], groups=2, dilation=[1, 2])
+    output y
+""", lambda v: {"y": conv_transpose2d(v.x, v.w, v.b, (2, 3), (1, 0), (1, 2), 2, (1, 2))})
+case("convt_plain_odd", """
+    input x: f32[1, 2, 3, 5]
+    input w: f32[2, 3, 2, 4]
+    y = conv_transpose2d(x, w)
+    output y
+""", lambda v: {"y": conv_transpose2d(v.x, v.w)})
+case("convt_depthwise_relu", """
+    input x: f32[1, 3, 5, 4]
+    weight w: f32[3, 1, 3, 3] = file("w.npy")
+    y = relu(conv_transpose2d(x, w, None, 2, 1, 0, 3))
+    output y
+""", lambda v: {"y": relu(conv_transpose2d(v.x, v.w, None, 2, 1, 0, 3))})
+case("convt_outpad_below_dilation", """
+    input x: f32[1, 2, 4, 3]
+    input w: f32[2, 2, 3, 2]
+    y = conv_transpose2d(x, w, padding=[2, 1], output_padding=1, dilation=2)
+    output y
+""", lambda v: {"y": conv_transpose2d(v.x, v.w, None, 1, (2, 1), 1, 1, 2)})
+case("convt_1x1_stride3_groups", """
+    input x: f32[2, 6, 3, 3]
+    input w: f32[6, 2, 1, 1]
+    input b: f32[6]
+    y = conv_transpose2d(x, w, b, stride=3, output_padding=2, groups=3)
+    output y
+""", lambda v: {"y": conv_transpose2d(v.x, v.w, v.b, 3, 0, 2, 3)})
+
 # -- corners: literal operands, size-1 and rank-6 shapes, degenerate sizes
 case("literal_first_operand", """
     input x: f32[3, 5]
@@ -1319,6 +1462,7 @@ def main():
     if os.path.isdir(OUT):
         shutil.rmtree(OUT)
     os.makedirs(OUT)
+    torch_crosscheck()
     for c in CASES:
         write_case(c)
     with open(os.path.join(OUT, "index.txt"), "w") as f:
