@@ -287,11 +287,16 @@ KILN_VM_INLINE float kiln_logf(float x) {
 /* ---- sin, cos ----------------------------------------------------------- */
 
 /* sin(r) and cos(r) on |r| <= pi/4 (Cephes sinf/cosf coefficients). */
-KILN_VM_INLINE float kiln_vm_sin_poly(float r, float z) {
+/* sin(r) = r + r (z P(z)), z = r^2: sin_pz gives z P(z). */
+KILN_VM_INLINE float kiln_vm_sin_pz(float z) {
     float p = -1.9515295891e-4f;
     p = KILN_VM_FMAF(p, z, 8.3321608736e-3f);
     p = KILN_VM_FMAF(p, z, -1.6666654611e-1f);
-    return KILN_VM_FMAF(p * z, r, r);
+    return p * z;
+}
+
+KILN_VM_INLINE float kiln_vm_sin_poly(float r, float z) {
+    return KILN_VM_FMAF(kiln_vm_sin_pz(z), r, r);
 }
 
 KILN_VM_INLINE float kiln_vm_cos_poly(float z) {
@@ -437,8 +442,8 @@ KILN_VM_INLINE double kiln_vm_reduce_big(float x, uint32_t *q) {
     return f * 1.5707963267948966 + (double)(x * 0.0f); /* inf, NaN: NaN */
 }
 
-/* sin(x + q0 pi/2): q0 = 0 gives sin, q0 = 1 gives cos. */
-KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) {
+/* sin(x + q0 pi/2) for any float x: q0 = 0 gives sin, q0 = 1 gives cos. */
+KILN_VM_INLINE float kiln_vm_sincos_any(float x, uint32_t q0) {
     uint32_t qs, qb;
     double rs = kiln_vm_reduce_small((double)x, &qs);
     double rb = kiln_vm_reduce_big(x, &qb);
@@ -451,12 +456,131 @@ KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) {
     return kiln_vm_float(kiln_vm_bits(y) ^ ((q & 2u) << 30));
 }
 
+#if defined(__FMA__)
+/* The fast path, for |x| < KILN_VM_TRIG_FAST, in float only (no double, no
+ * table): j = round(x 2/pi) < 2^12, and r = x - j pi/2 as rh + rl with
+ * pi/2 = C1 + C2 + C3 (24 + 24 + 24 bits, the rest is 2^-76). x - j C1 is
+ * exact (a multiple of 2^-24 below 1), j C2 is split exactly by an FMA and
+ * subtracted by TwoSum, so rh + rl is right to about 2^-64, far below a
+ * float ulp of the smallest r there (2^-28, at x = 252.898..). The
+ * polynomials take rl as a first-order correction. Needs a real FMA. */
+#define KILN_VM_TRIG_FAST 4096.0f
+
+KILN_VM_INLINE float kiln_vm_sincos_fast(float x, uint32_t q0) {
+    const float magic = 12582912.0f, c2 = -0x1.777a5cp-25f, c3 = -0x1.ee59dap-50f;
+    float t = x * 0.636619772f + magic;
+    float j = t - magic;
+    uint32_t q = kiln_vm_bits(t) + q0;     /* the low bits of t are j */
+    float r1 = KILN_VM_FMAF(j, -0x1.921fb6p+0f, x);
+    float p = j * c2, pe = KILN_VM_FMAF(j, c2, -p);
+    float rh = r1 - p, b = rh - r1;
+    float rl = ((r1 - (rh - b)) - (p + b)) - KILN_VM_FMAF(j, c3, pe);
+    float z = rh * rh;
+    float s = rh + KILN_VM_FMAF(kiln_vm_sin_pz(z), rh, rl);
+    float c = KILN_VM_FMAF(-rh, rl, kiln_vm_cos_poly(z));
+    float y = kiln_vm_sel((int)(q & 1u), c, s);
+    return kiln_vm_float(kiln_vm_bits(y) ^ ((q & 2u) << 30));
+}
+
+/* Both paths, selected per lane: the fast one where it applies, so a
+ * value's result never depends on its neighbours in a vector. */
+KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) {
+    float f = kiln_vm_sincos_fast(x, q0);
+    return kiln_vm_sel(kiln_vm_abs(x) < KILN_VM_TRIG_FAST, f, kiln_vm_sincos_any(x, q0));
+}
+#else
+KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) { return kiln_vm_sincos_any(x, q0); }
+#endif
+
 /* The select keeps sin(-0) = -0 (the polynomial would give +0). */
-KILN_VM_INLINE float kiln_sinf(float x) {
+KILN_VM_INLINE float kiln_vm_sinf(float x) {
     float y = kiln_vm_sincos(x, 0u);
     return kiln_vm_sel(x == 0.0f, x, y);
 }
-KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_sincos(x, 1u); }
+KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
+
+/* Per-vector dispatch (GCC on x86-64 with FMA). A branch in the scalar
+ * form cannot skip the large-argument path: inside a vectorized loop or a
+ * declare-simd clone GCC needs straight-line code, so both paths run and
+ * the three table gathers cost 2/3 of the time even when no lane needs
+ * them. So sin and cos are declared `simd` and their vector variants are
+ * written here, under the x86-64 vector function ABI names GCC calls
+ * (_ZGV<isa>N<lanes>v_<name>, as glibc's libmvec provides them): each
+ * checks whether any lane has |x| >= KILN_VM_TRIG_FAST and runs a
+ * fixed-length loop (vectorized) of the fast path, or else of the full
+ * one. The scalar symbol is the full function. Only the variants this
+ * target can use are defined (GCC calls no other); nothing is left
+ * undefined, which tests/vectorize_check.sh checks with nm -u. */
+#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KILN_VM_TRIG_DISPATCH 1
+
+/* The two paths over 16 floats (q0 = 0: sin, 1: cos), out of line, so a
+ * kernel compiles each once, not once per variant; a fixed count leaves
+ * no remainder loops to compile (inlined per variant, with remainders,
+ * they took 0.35 s of every kernel's compile). Variants pad with zeros. */
+#define KILN_VM_TRIG_LOOP(name, fn)                                               \
+    __attribute__((noinline, noclone)) static void name(const float *restrict x,  \
+                                                        float *restrict y, uint32_t q0) { \
+        for (int i = 0; i < 16; i++) {                                            \
+            float v = fn(x[i], q0);                                               \
+            y[i] = kiln_vm_sel((q0 == 0u) & (x[i] == 0.0f), x[i], v); /* sin(-0) */ \
+        }                                                                         \
+    }
+KILN_VM_TRIG_LOOP(kiln_vm_trig_full, kiln_vm_sincos)
+KILN_VM_TRIG_LOOP(kiln_vm_trig_fast, kiln_vm_sincos_fast)
+
+/* The variant for ISA letter isa with n lanes, under the ABI name sym. */
+#define KILN_VM_TRIG_VARIANT(fn, q0, isa, n, sym)                              \
+    typedef float kiln_vm_##fn##_##isa##_t __attribute__((vector_size(4 * n))); \
+    __attribute__((used, noinline)) static kiln_vm_##fn##_##isa##_t            \
+        kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) __asm__(sym);         \
+    static kiln_vm_##fn##_##isa##_t kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) { \
+        union { kiln_vm_##fn##_##isa##_t v; float f[n]; } a;                     \
+        float in[16] = {0}, out[16];                                             \
+        int big = 0;                                                             \
+        a.v = x;                                                                 \
+        for (int i = 0; i < n; i++) big |= !(kiln_vm_abs(a.f[i]) < KILN_VM_TRIG_FAST); \
+        __builtin_memcpy(in, a.f, sizeof a.f);                                   \
+        if (big)                                                                 \
+            kiln_vm_trig_full(in, out, q0);                                      \
+        else                                                                     \
+            kiln_vm_trig_fast(in, out, q0);                                      \
+        __builtin_memcpy(a.f, out, sizeof a.f);                                  \
+        return a.v;                                                              \
+    }
+
+__attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_sinf_simd(float x);
+__attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_cosf_simd(float x);
+__attribute__((used, noinline)) static float kiln_vm_sinf_1(float x) __asm__("kiln_vm_sinf_simd");
+__attribute__((used, noinline)) static float kiln_vm_cosf_1(float x) __asm__("kiln_vm_cosf_simd");
+static float kiln_vm_trig_1(float x, uint32_t q0) {
+    float in[16] = {x}, out[16];
+    kiln_vm_trig_full(in, out, q0);
+    return out[0];
+}
+static float kiln_vm_sinf_1(float x) { return kiln_vm_trig_1(x, 0u); }
+static float kiln_vm_cosf_1(float x) { return kiln_vm_trig_1(x, 1u); }
+KILN_VM_TRIG_VARIANT(sinf, 0u, b, 4, "_ZGVbN4v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, b, 4, "_ZGVbN4v_kiln_vm_cosf_simd")
+#if defined(__AVX__)
+KILN_VM_TRIG_VARIANT(sinf, 0u, c, 8, "_ZGVcN8v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, c, 8, "_ZGVcN8v_kiln_vm_cosf_simd")
+#endif
+#if defined(__AVX2__)
+KILN_VM_TRIG_VARIANT(sinf, 0u, d, 8, "_ZGVdN8v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, d, 8, "_ZGVdN8v_kiln_vm_cosf_simd")
+#endif
+#if defined(__AVX512F__)
+KILN_VM_TRIG_VARIANT(sinf, 0u, e, 16, "_ZGVeN16v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, e, 16, "_ZGVeN16v_kiln_vm_cosf_simd")
+#endif
+
+KILN_VM_INLINE float kiln_sinf(float x) { return kiln_vm_sinf_simd(x); }
+KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_cosf_simd(x); }
+#else
+KILN_VM_INLINE float kiln_sinf(float x) { return kiln_vm_sinf(x); }
+KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_cosf(x); }
+#endif
 
 /* ---- tanh ---------------------------------------------------------------- */
 
