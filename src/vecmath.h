@@ -630,11 +630,24 @@ KILN_VM_INLINE float kiln_vm_log_erfc(float u) {
     return KILN_VM_FMAF(p, u, -1.849605560e+00f);
 }
 
+/* e^y for y in [-18, -1.8] (log_erfc's range): no clamps, no denormals,
+ * and no compensation, as 1 - e^y hides e^y's error (e^y <= 0.16). */
+KILN_VM_INLINE float kiln_vm_exp_erfc(float y) {
+    const float magic = 12582912.0f;
+    float t = y * 1.44269504088896341f + magic;
+    float nf = t - magic;
+    int32_t n = (int32_t)(kiln_vm_bits(t) - kiln_vm_bits(magic));
+    float r = KILN_VM_FMAF(nf, -0.693359375f, y);
+    r = KILN_VM_FMAF(nf, 2.12194440e-4f, r);
+    float p = KILN_VM_FMAF(r * r, kiln_vm_exp_poly(r), r) + 1.0f;
+    return kiln_vm_float(kiln_vm_bits(p) + ((uint32_t)n << 23));
+}
+
 KILN_VM_INLINE float kiln_erff(float x) {
     float a = kiln_vm_abs(x);
     float ac = kiln_vm_sel(a > 4.0f, 4.0f, a);  /* erf(x) is 1.0f past 3.92 */
-    float big = 1.0f - kiln_expf(kiln_vm_log_erfc(ac - 1.0f));
-    float y = kiln_vm_sel(a < 1.0f, kiln_vm_erf_small(a), big);
+    float big = 1.0f - kiln_vm_exp_erfc(kiln_vm_log_erfc(ac - 1.0f));
+    float y = kiln_vm_sel(!(a >= 1.0f), kiln_vm_erf_small(a), big);  /* NaN: small */
     return kiln_vm_copysign(y, x);
 }
 
