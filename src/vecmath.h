@@ -236,13 +236,26 @@ KILN_VM_INLINE float kiln_vm_exp_core(float x, float *lo, int32_t *n) {
     return hi;
 }
 
+/* e^x = p 2^*n, cheaper than exp_core: r = x - n ln2 as there, and
+ * p = 1 + r (1 + r P(r)) in two FMAs instead of the compensated sum (the
+ * inner rounding is scaled by |r| <= 0.35: 0.89 ulp against 0.78; sigmoid
+ * and tanh keep exp_core, whose low part they need). */
+KILN_VM_INLINE float kiln_vm_exp_lean(float x, int32_t *n) {
+    const float magic = 12582912.0f;
+    float t = x * 1.44269504088896341f + magic;
+    float nf = t - magic;
+    *n = (int32_t)(kiln_vm_bits(t) - kiln_vm_bits(magic));
+    float r = KILN_VM_FMAF(nf, -0.693359375f, x);  /* exact, as in exp_core */
+    r = KILN_VM_FMAF(nf, 2.12194440e-4f, r);
+    return KILN_VM_FMAF(r, KILN_VM_FMAF(r, kiln_vm_exp_poly(r), 1.0f), 1.0f);
+}
+
 KILN_VM_INLINE float kiln_expf(float x) {
     float xc = kiln_vm_sel(x > 89.0f, 89.0f, x);  /* NaN passes both clamps */
     xc = kiln_vm_sel(xc < -104.0f, -104.0f, xc);
-    float lo;
     int32_t n;
-    float hi = kiln_vm_exp_core(xc, &lo, &n);
-    float y = kiln_vm_scale(hi, n);
+    float p = kiln_vm_exp_lean(xc, &n);
+    float y = kiln_vm_scale(p, n);
     y = kiln_vm_sel(x > KILN_VM_EXP_HI, KILN_VM_INF, y);
     return kiln_vm_sel(x < KILN_VM_EXP_LO, 0.0f, y);
 }
@@ -633,13 +646,8 @@ KILN_VM_INLINE float kiln_vm_log_erfc(float u) {
 /* e^y for y in [-18, -1.8] (log_erfc's range): no clamps, no denormals,
  * and no compensation, as 1 - e^y hides e^y's error (e^y <= 0.16). */
 KILN_VM_INLINE float kiln_vm_exp_erfc(float y) {
-    const float magic = 12582912.0f;
-    float t = y * 1.44269504088896341f + magic;
-    float nf = t - magic;
-    int32_t n = (int32_t)(kiln_vm_bits(t) - kiln_vm_bits(magic));
-    float r = KILN_VM_FMAF(nf, -0.693359375f, y);
-    r = KILN_VM_FMAF(nf, 2.12194440e-4f, r);
-    float p = KILN_VM_FMAF(r * r, kiln_vm_exp_poly(r), r) + 1.0f;
+    int32_t n;
+    float p = kiln_vm_exp_lean(y, &n);
     return kiln_vm_float(kiln_vm_bits(p) + ((uint32_t)n << 23));
 }
 
