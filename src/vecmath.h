@@ -11,25 +11,34 @@
  * Cephes and SLEEF:
  *
  *   exp   n = round(x log2 e) by the 1.5*2^23 trick, r = x - n ln2 with ln2
- *         split Cody-Waite (9 + 24 bits), Cephes degree-7 polynomial with
- *         1 + r split exactly so the sum rounds once, times 2^n built in the
- *         exponent bits in two steps (so results down to the smallest
- *         denormal are right). Overflow -> +inf, underflow -> 0.
+ *         split Cody-Waite (9 + 24 bits), Cephes degree-7 polynomial as
+ *         1 + r (1 + r P(r)) in two FMAs, times 2^n built in the exponent
+ *         bits in two steps (so results down to the smallest denormal are
+ *         right). Overflow -> +inf, underflow -> 0. sigmoid and tanh use
+ *         exp_core instead, which splits 1 + r exactly and returns the
+ *         rounding error too (slower, 0.78 ulp).
  *   log   x = m 2^e with m in [sqrt(1/2), sqrt(2)); Cephes polynomial in
  *         m - 1; e ln2 added Cody-Waite. Denormals are scaled by 2^23 first.
- *   sin   |x| < 2^24: j = round(x 2/pi) and r = x - j pi/2 in double, with
- *   cos   pi/2 in three parts (29 + 29 + 53 bits) so each j * part is exact;
+ *   sin   |x| < 4096 (with FMA): the fast path, all in float: r = x - j pi/2
+ *   cos   with pi/2 in three floats, kept as rh + rl (TwoSum, FMA splits).
+ *         Else |x| < 2^24: j = round(x 2/pi) and r = x - j pi/2 in double,
+ *         pi/2 in three parts (29 + 29 + 53 bits) so each j * part is exact;
  *         |x| >= 2^24: Payne-Hanek style, x = M 2^k and (2^k 2/pi mod 4)
- *         from a 104-entry table in three parts. Either way r is right to
- *         far below a float ulp over the WHOLE float range (both reductions
- *         are computed and selected; the large one costs three gathers).
- *         Then Cephes float polynomials for sin and cos on [-pi/4, pi/4] and
- *         a quadrant select.
+ *         from a 104-entry table in three parts. Every way r is right to
+ *         far below a float ulp over the WHOLE float range. Then Cephes
+ *         float polynomials for sin and cos on [-pi/4, pi/4] and a quadrant
+ *         select. Written branch-free, all paths would run for every
+ *         element (the table gathers alone cost 2/3 of the time), so with
+ *         GCC on x86-64 sin and cos are vector functions whose variants
+ *         (below) take the fast path for a whole vector when every lane
+ *         allows it; other compilers compute all paths and select.
  *   tanh  |x| < 0.625: odd polynomial (accurate near 0, tanh(x) = x for tiny
  *         x); else 1 - 2 / (exp(2|x|) + 1); the sign is copied back.
  *   erf   |x| < 1: x + x R(x^2); 1 <= |x| < 4: 1 - exp(Q(|x|)) with Q a
- *         polynomial fitted to log(erfc); |x| >= 4 gives +-1 (erf(3.92) is
- *         already 1.0f). Coefficients fitted for kiln (minimax-like, mpmath).
+ *         polynomial fitted to log(erfc), and exp without clamps or the
+ *         denormal step (Q is in [-18, -1.8]); |x| >= 4 gives +-1 (erf(3.92)
+ *         is already 1.0f). Coefficients fitted for kiln (minimax-like,
+ *         mpmath).
  *   sigmoid  e = exp(-|x|); (x >= 0 ? 1 : e) / (1 + e): no overflow, and
  *         right down to denormal results for large negative x; e is kept in
  *         two parts and the rounding of 1 + e is compensated.
@@ -50,19 +59,26 @@
  *
  *   function        no FMA, scalar       FMA, vectorized, all 2^32   asserted
  *                   (every 61st float)   (-O3 -march=native, AVX-512)
- *   kiln_expf       0.79                 0.78                        1.0
+ *   kiln_expf       1.17                 0.89 *                      1.5
  *   kiln_logf       0.80                 0.83                        1.0
- *   kiln_sinf       1.57                 1.59                        2.0
- *   kiln_cosf       1.57                 1.58                        2.0
+ *   kiln_sinf       1.57                 1.59 *                      2.0
+ *   kiln_cosf       1.57                 1.58 *                      2.0
  *   kiln_tanhf      1.31                 1.34                        2.0
- *   kiln_erff       1.39                 1.21                        2.0
+ *   kiln_erff       1.39                 1.21 *                      2.0
  *   kiln_sigmoidf   1.13                 1.15                        1.5
  *   kiln_floorf, kiln_ceilf: bit-exact (signed zeros too).
  *
- * sin and cos hold their bound over the whole float range, not just near 0.
- * Speed on the dev machine (AVX-512, ns per element, libm scalar in
- * brackets): exp 1.1 (6.5), log 1.3 (6.1), sin 3.2 (5.8; 1.3 without the
- * large-argument path), tanh 1.5 (25), erf 1.9 (21), sigmoid 1.1 (8.3).
+ * (*) changed since the all-2^32 run; measured since: exp 0.89 over every
+ * float with 2^-5 <= |x| <= 88.7; sin 1.560 and cos 1.559 over every float
+ * in [0.5, 4096) (the fast path; below 0.5, r = x), larger |x| as before;
+ * erf 1.00 over every float in [1, 4.5] (the changed branch). The bound
+ * for sin and cos holds over the whole float range, not just near 0;
+ * tests/test_vecmath.c also sweeps the floats nearest multiples of pi/2.
+ * Speed (bench/vecmath.sh: kernel-style loops over 4096 floats in cache,
+ * one thread, AVX-512, ns per element; before these changes in brackets):
+ * sin and cos 0.7 (3.2; 1.5 when 1 value in 64 has |x| >= 4096), exp 0.50
+ * (0.62), erf 0.70 (1.3), log 0.77, tanh 1.05, sigmoid 1.0. libm scalar
+ * (older figures): exp 6.5, log 6.1, sin 5.8, tanh 25, erf 21, sigmoid 8.3.
  *
  * FMA: __builtin_fmaf only where the target has it, else a*b+c (which
  * -std=c11 never contracts), so a build gives the same results scalar or
@@ -469,7 +485,16 @@ KILN_VM_INLINE float kiln_vm_sincos_any(float x, uint32_t q0) {
     return kiln_vm_float(kiln_vm_bits(y) ^ ((q & 2u) << 30));
 }
 
-#if defined(__FMA__)
+/* The fast path and the per-vector dispatch below: GCC on x86-64 with FMA.
+ * Elsewhere the fast path is not compiled (selected per lane, it would
+ * only add its cost to the full path's). */
+#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KILN_VM_TRIG_DISPATCH 1
+#else
+#define KILN_VM_TRIG_DISPATCH 0
+#endif
+
+#if KILN_VM_TRIG_DISPATCH
 /* The fast path, for |x| < KILN_VM_TRIG_FAST, in float only (no double, no
  * table): j = round(x 2/pi) < 2^12, and r = x - j pi/2 as rh + rl with
  * pi/2 = C1 + C2 + C3 (24 + 24 + 24 bits, the rest is 2^-76). x - j C1 is
@@ -512,7 +537,7 @@ KILN_VM_INLINE float kiln_vm_sinf(float x) {
 }
 KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
 
-/* Per-vector dispatch (GCC on x86-64 with FMA). A branch in the scalar
+/* Per-vector dispatch. A branch in the scalar
  * form cannot skip the large-argument path: inside a vectorized loop or a
  * declare-simd clone GCC needs straight-line code, so both paths run and
  * the three table gathers cost 2/3 of the time even when no lane needs
@@ -523,10 +548,10 @@ KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
  * fixed-length loop (vectorized) of the fast path, or else of the full
  * one. The scalar symbol is the full function. Only the variants this
  * target can use are defined (GCC calls no other); nothing is left
- * undefined, which tests/vectorize_check.sh checks with nm -u. */
-#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define KILN_VM_TRIG_DISPATCH 1
-
+ * undefined, which tests/vectorize_check.sh checks with nm -u. They are
+ * compiled into every kernel, used or not (GCC must not drop them before
+ * its vectorizer calls them): about 0.2 s more per cold compile. */
+#if KILN_VM_TRIG_DISPATCH
 /* The two paths over 16 floats (q0 = 0: sin, 1: cos), out of line, so a
  * kernel compiles each once, not once per variant; a fixed count leaves
  * no remainder loops to compile (inlined per variant, with remainders,
