@@ -14,9 +14,9 @@
  *         split Cody-Waite (9 + 24 bits), Cephes degree-7 polynomial as
  *         1 + r (1 + r P(r)) in two FMAs, times 2^n built in the exponent
  *         bits in two steps (so results down to the smallest denormal are
- *         right). Overflow -> +inf, underflow -> 0. sigmoid and tanh use
- *         exp_core instead, which splits 1 + r exactly and returns the
- *         rounding error too (slower, 0.78 ulp).
+ *         right). Overflow -> +inf, underflow -> 0. sigmoid uses exp_core
+ *         instead, which splits 1 + r exactly and returns the rounding
+ *         error too (slower, 0.78 ulp); tanh uses kiln_expf.
  *   log   x = m 2^e with m in [sqrt(1/2), sqrt(2)); Cephes polynomial in
  *         m - 1; e ln2 added Cody-Waite. Denormals are scaled by 2^23 first.
  *   sin   |x| < 4096 (with FMA): the fast path, all in float: r = x - j pi/2
@@ -254,8 +254,8 @@ KILN_VM_INLINE float kiln_vm_exp_core(float x, float *lo, int32_t *n) {
 
 /* e^x = p 2^*n, cheaper than exp_core: r = x - n ln2 as there, and
  * p = 1 + r (1 + r P(r)) in two FMAs instead of the compensated sum (the
- * inner rounding is scaled by |r| <= 0.35: 0.89 ulp against 0.78; sigmoid
- * and tanh keep exp_core, whose low part they need). */
+ * inner rounding is scaled by |r| <= 0.35: 0.89 ulp against 0.78;
+ * sigmoid keeps exp_core, whose low part it needs). */
 KILN_VM_INLINE float kiln_vm_exp_lean(float x, int32_t *n) {
     const float magic = 12582912.0f;
     float t = x * 1.44269504088896341f + magic;
