@@ -59,26 +59,26 @@
  *
  *   function        no FMA, scalar       FMA, vectorized, all 2^32   asserted
  *                   (every 61st float)   (-O3 -march=native, AVX-512)
- *   kiln_expf       1.17                 0.89 *                      1.5
+ *   kiln_expf       1.17                 0.89                        1.5
  *   kiln_logf       0.80                 0.83                        1.0
- *   kiln_sinf       1.57                 1.59 *                      2.0
- *   kiln_cosf       1.57                 1.58 *                      2.0
+ *   kiln_sinf       1.57                 1.59                        2.0
+ *   kiln_cosf       1.57                 1.58                        2.0
  *   kiln_tanhf      1.31                 1.34                        2.0
- *   kiln_erff       1.39                 1.21 *                      2.0
+ *   kiln_erff       1.39                 1.21                        2.0
  *   kiln_sigmoidf   1.13                 1.15                        1.5
  *   kiln_floorf, kiln_ceilf: bit-exact (signed zeros too).
  *
- * (*) changed since the all-2^32 run; measured since: exp 0.89 over every
- * float with 2^-5 <= |x| <= 88.7; sin 1.560 and cos 1.559 over every float
- * in [0.5, 4096) (the fast path; below 0.5, r = x), larger |x| as before;
- * erf 1.00 over every float in [1, 4.5] (the changed branch). The bound
- * for sin and cos holds over the whole float range, not just near 0;
+ * (exp, sin, cos and erf measured again after the fast paths; tanh, which
+ * calls kiln_expf, was not: 1.24 every 1021st float.) sin and cos hold
+ * their bound over the whole float range, not just near 0: the fast path
+ * scores 1.560 (sin) and 1.559 (cos) over every float in [0.5, 4096), and
  * tests/test_vecmath.c also sweeps the floats nearest multiples of pi/2.
  * Speed (bench/vecmath.sh: kernel-style loops over 4096 floats in cache,
- * one thread, AVX-512, ns per element; before these changes in brackets):
- * sin and cos 0.7 (3.2; 1.5 when 1 value in 64 has |x| >= 4096), exp 0.50
- * (0.62), erf 0.70 (1.3), log 0.77, tanh 1.05, sigmoid 1.0. libm scalar
- * (older figures): exp 6.5, log 6.1, sin 5.8, tanh 25, erf 21, sigmoid 8.3.
+ * one thread, AVX-512, ns per element; before the fast paths in brackets):
+ * sin and cos 0.69 (3.0-3.1; 1.5 when 1 value in 64 has |x| >= 4096), exp
+ * 0.49 (0.60), erf 0.65 (1.17), tanh 0.88 (1.03), log 0.73, sigmoid 1.0.
+ * libm scalar, older figures: exp 6.5, log 6.1, sin 5.8, tanh 25, erf 21,
+ * sigmoid 8.3.
  *
  * FMA: __builtin_fmaf only where the target has it, else a*b+c (which
  * -std=c11 never contracts), so a build gives the same results scalar or
@@ -550,7 +550,8 @@ KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
  * target can use are defined (GCC calls no other); nothing is left
  * undefined, which tests/vectorize_check.sh checks with nm -u. They are
  * compiled into every kernel, used or not (GCC must not drop them before
- * its vectorizer calls them): about 0.2 s more per cold compile. */
+ * its vectorizer calls them): about 0.1 s more per cold compile (kiln
+ * compile_ms of examples/chain.kiln and softmax.kiln: 95-127 -> 205-257). */
 #if KILN_VM_TRIG_DISPATCH
 /* The two paths over 16 floats (q0 = 0: sin, 1: cos), out of line, so a
  * kernel compiles each once, not once per variant; a fixed count leaves
