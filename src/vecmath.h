@@ -11,25 +11,34 @@
  * Cephes and SLEEF:
  *
  *   exp   n = round(x log2 e) by the 1.5*2^23 trick, r = x - n ln2 with ln2
- *         split Cody-Waite (9 + 24 bits), Cephes degree-7 polynomial with
- *         1 + r split exactly so the sum rounds once, times 2^n built in the
- *         exponent bits in two steps (so results down to the smallest
- *         denormal are right). Overflow -> +inf, underflow -> 0.
+ *         split Cody-Waite (9 + 24 bits), Cephes degree-7 polynomial as
+ *         1 + r (1 + r P(r)) in two FMAs, times 2^n built in the exponent
+ *         bits in two steps (so results down to the smallest denormal are
+ *         right). Overflow -> +inf, underflow -> 0. sigmoid uses exp_core
+ *         instead, which splits 1 + r exactly and returns the rounding
+ *         error too (slower, 0.78 ulp); tanh uses kiln_expf.
  *   log   x = m 2^e with m in [sqrt(1/2), sqrt(2)); Cephes polynomial in
  *         m - 1; e ln2 added Cody-Waite. Denormals are scaled by 2^23 first.
- *   sin   |x| < 2^24: j = round(x 2/pi) and r = x - j pi/2 in double, with
- *   cos   pi/2 in three parts (29 + 29 + 53 bits) so each j * part is exact;
+ *   sin   |x| < 4096 (with FMA): the fast path, all in float: r = x - j pi/2
+ *   cos   with pi/2 in three floats, kept as rh + rl (TwoSum, FMA splits).
+ *         Else |x| < 2^24: j = round(x 2/pi) and r = x - j pi/2 in double,
+ *         pi/2 in three parts (29 + 29 + 53 bits) so each j * part is exact;
  *         |x| >= 2^24: Payne-Hanek style, x = M 2^k and (2^k 2/pi mod 4)
- *         from a 104-entry table in three parts. Either way r is right to
- *         far below a float ulp over the WHOLE float range (both reductions
- *         are computed and selected; the large one costs three gathers).
- *         Then Cephes float polynomials for sin and cos on [-pi/4, pi/4] and
- *         a quadrant select.
+ *         from a 104-entry table in three parts. Every way r is right to
+ *         far below a float ulp over the WHOLE float range. Then Cephes
+ *         float polynomials for sin and cos on [-pi/4, pi/4] and a quadrant
+ *         select. Written branch-free, all paths would run for every
+ *         element (the table gathers alone cost 2/3 of the time), so with
+ *         GCC on x86-64 sin and cos are vector functions whose variants
+ *         (below) take the fast path for a whole vector when every lane
+ *         allows it; other compilers compute all paths and select.
  *   tanh  |x| < 0.625: odd polynomial (accurate near 0, tanh(x) = x for tiny
  *         x); else 1 - 2 / (exp(2|x|) + 1); the sign is copied back.
  *   erf   |x| < 1: x + x R(x^2); 1 <= |x| < 4: 1 - exp(Q(|x|)) with Q a
- *         polynomial fitted to log(erfc); |x| >= 4 gives +-1 (erf(3.92) is
- *         already 1.0f). Coefficients fitted for kiln (minimax-like, mpmath).
+ *         polynomial fitted to log(erfc), and exp without clamps or the
+ *         denormal step (Q is in [-18, -1.8]); |x| >= 4 gives +-1 (erf(3.92)
+ *         is already 1.0f). Coefficients fitted for kiln (minimax-like,
+ *         mpmath).
  *   sigmoid  e = exp(-|x|); (x >= 0 ? 1 : e) / (1 + e): no overflow, and
  *         right down to denormal results for large negative x; e is kept in
  *         two parts and the rounding of 1 + e is compensated.
@@ -50,7 +59,7 @@
  *
  *   function        no FMA, scalar       FMA, vectorized, all 2^32   asserted
  *                   (every 61st float)   (-O3 -march=native, AVX-512)
- *   kiln_expf       0.79                 0.78                        1.0
+ *   kiln_expf       1.17                 0.89                        1.5
  *   kiln_logf       0.80                 0.83                        1.0
  *   kiln_sinf       1.57                 1.59                        2.0
  *   kiln_cosf       1.57                 1.58                        2.0
@@ -59,10 +68,17 @@
  *   kiln_sigmoidf   1.13                 1.15                        1.5
  *   kiln_floorf, kiln_ceilf: bit-exact (signed zeros too).
  *
- * sin and cos hold their bound over the whole float range, not just near 0.
- * Speed on the dev machine (AVX-512, ns per element, libm scalar in
- * brackets): exp 1.1 (6.5), log 1.3 (6.1), sin 3.2 (5.8; 1.3 without the
- * large-argument path), tanh 1.5 (25), erf 1.9 (21), sigmoid 1.1 (8.3).
+ * (exp, sin, cos and erf measured again after the fast paths; tanh, which
+ * calls kiln_expf, was not: 1.24 every 1021st float.) sin and cos hold
+ * their bound over the whole float range, not just near 0: the fast path
+ * scores 1.560 (sin) and 1.559 (cos) over every float in [0.5, 4096), and
+ * tests/test_vecmath.c also sweeps the floats nearest multiples of pi/2.
+ * Speed (bench/vecmath.sh: kernel-style loops over 4096 floats in cache,
+ * one thread, AVX-512, ns per element; before the fast paths in brackets):
+ * sin and cos 0.69 (3.0-3.1; 1.5 when 1 value in 64 has |x| >= 4096), exp
+ * 0.49 (0.60), erf 0.65 (1.17), tanh 0.88 (1.03), log 0.73, sigmoid 1.0.
+ * libm scalar, older figures: exp 6.5, log 6.1, sin 5.8, tanh 25, erf 21,
+ * sigmoid 8.3.
  *
  * FMA: __builtin_fmaf only where the target has it, else a*b+c (which
  * -std=c11 never contracts), so a build gives the same results scalar or
@@ -236,13 +252,26 @@ KILN_VM_INLINE float kiln_vm_exp_core(float x, float *lo, int32_t *n) {
     return hi;
 }
 
+/* e^x = p 2^*n, cheaper than exp_core: r = x - n ln2 as there, and
+ * p = 1 + r (1 + r P(r)) in two FMAs instead of the compensated sum (the
+ * inner rounding is scaled by |r| <= 0.35: 0.89 ulp against 0.78;
+ * sigmoid keeps exp_core, whose low part it needs). */
+KILN_VM_INLINE float kiln_vm_exp_lean(float x, int32_t *n) {
+    const float magic = 12582912.0f;
+    float t = x * 1.44269504088896341f + magic;
+    float nf = t - magic;
+    *n = (int32_t)(kiln_vm_bits(t) - kiln_vm_bits(magic));
+    float r = KILN_VM_FMAF(nf, -0.693359375f, x);  /* exact, as in exp_core */
+    r = KILN_VM_FMAF(nf, 2.12194440e-4f, r);
+    return KILN_VM_FMAF(r, KILN_VM_FMAF(r, kiln_vm_exp_poly(r), 1.0f), 1.0f);
+}
+
 KILN_VM_INLINE float kiln_expf(float x) {
     float xc = kiln_vm_sel(x > 89.0f, 89.0f, x);  /* NaN passes both clamps */
     xc = kiln_vm_sel(xc < -104.0f, -104.0f, xc);
-    float lo;
     int32_t n;
-    float hi = kiln_vm_exp_core(xc, &lo, &n);
-    float y = kiln_vm_scale(hi, n);
+    float p = kiln_vm_exp_lean(xc, &n);
+    float y = kiln_vm_scale(p, n);
     y = kiln_vm_sel(x > KILN_VM_EXP_HI, KILN_VM_INF, y);
     return kiln_vm_sel(x < KILN_VM_EXP_LO, 0.0f, y);
 }
@@ -287,11 +316,16 @@ KILN_VM_INLINE float kiln_logf(float x) {
 /* ---- sin, cos ----------------------------------------------------------- */
 
 /* sin(r) and cos(r) on |r| <= pi/4 (Cephes sinf/cosf coefficients). */
-KILN_VM_INLINE float kiln_vm_sin_poly(float r, float z) {
+/* sin(r) = r + r (z P(z)), z = r^2: sin_pz gives z P(z). */
+KILN_VM_INLINE float kiln_vm_sin_pz(float z) {
     float p = -1.9515295891e-4f;
     p = KILN_VM_FMAF(p, z, 8.3321608736e-3f);
     p = KILN_VM_FMAF(p, z, -1.6666654611e-1f);
-    return KILN_VM_FMAF(p * z, r, r);
+    return p * z;
+}
+
+KILN_VM_INLINE float kiln_vm_sin_poly(float r, float z) {
+    return KILN_VM_FMAF(kiln_vm_sin_pz(z), r, r);
 }
 
 KILN_VM_INLINE float kiln_vm_cos_poly(float z) {
@@ -437,8 +471,8 @@ KILN_VM_INLINE double kiln_vm_reduce_big(float x, uint32_t *q) {
     return f * 1.5707963267948966 + (double)(x * 0.0f); /* inf, NaN: NaN */
 }
 
-/* sin(x + q0 pi/2): q0 = 0 gives sin, q0 = 1 gives cos. */
-KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) {
+/* sin(x + q0 pi/2) for any float x: q0 = 0 gives sin, q0 = 1 gives cos. */
+KILN_VM_INLINE float kiln_vm_sincos_any(float x, uint32_t q0) {
     uint32_t qs, qb;
     double rs = kiln_vm_reduce_small((double)x, &qs);
     double rb = kiln_vm_reduce_big(x, &qb);
@@ -451,12 +485,141 @@ KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) {
     return kiln_vm_float(kiln_vm_bits(y) ^ ((q & 2u) << 30));
 }
 
+/* The fast path and the per-vector dispatch below: GCC on x86-64 with FMA.
+ * Elsewhere the fast path is not compiled (selected per lane, it would
+ * only add its cost to the full path's). */
+#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define KILN_VM_TRIG_DISPATCH 1
+#else
+#define KILN_VM_TRIG_DISPATCH 0
+#endif
+
+#if KILN_VM_TRIG_DISPATCH
+/* The fast path, for |x| < KILN_VM_TRIG_FAST, in float only (no double, no
+ * table): j = round(x 2/pi) < 2^12, and r = x - j pi/2 as rh + rl with
+ * pi/2 = C1 + C2 + C3 (24 + 24 + 24 bits, the rest is 2^-76). x - j C1 is
+ * exact (a multiple of 2^-24 below 1), j C2 is split exactly by an FMA and
+ * subtracted by TwoSum, so rh + rl is right to about 2^-64, far below a
+ * float ulp of the smallest r there (2^-28, at x = 252.898..). The
+ * polynomials take rl as a first-order correction. Needs a real FMA. */
+#define KILN_VM_TRIG_FAST 4096.0f
+
+KILN_VM_INLINE float kiln_vm_sincos_fast(float x, uint32_t q0) {
+    const float magic = 12582912.0f, c2 = -0x1.777a5cp-25f, c3 = -0x1.ee59dap-50f;
+    float t = x * 0.636619772f + magic;
+    float j = t - magic;
+    uint32_t q = kiln_vm_bits(t) + q0;     /* the low bits of t are j */
+    float r1 = KILN_VM_FMAF(j, -0x1.921fb6p+0f, x);
+    float p = j * c2, pe = KILN_VM_FMAF(j, c2, -p);
+    float rh = r1 - p, b = rh - r1;
+    float rl = ((r1 - (rh - b)) - (p + b)) - KILN_VM_FMAF(j, c3, pe);
+    float z = rh * rh;
+    float s = rh + KILN_VM_FMAF(kiln_vm_sin_pz(z), rh, rl);
+    float c = KILN_VM_FMAF(-rh, rl, kiln_vm_cos_poly(z));
+    float y = kiln_vm_sel((int)(q & 1u), c, s);
+    return kiln_vm_float(kiln_vm_bits(y) ^ ((q & 2u) << 30));
+}
+
+/* Both paths, selected per lane: the fast one where it applies, so a
+ * value's result never depends on its neighbours in a vector. */
+KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) {
+    float f = kiln_vm_sincos_fast(x, q0);
+    return kiln_vm_sel(kiln_vm_abs(x) < KILN_VM_TRIG_FAST, f, kiln_vm_sincos_any(x, q0));
+}
+#else
+KILN_VM_INLINE float kiln_vm_sincos(float x, uint32_t q0) { return kiln_vm_sincos_any(x, q0); }
+#endif
+
 /* The select keeps sin(-0) = -0 (the polynomial would give +0). */
-KILN_VM_INLINE float kiln_sinf(float x) {
+KILN_VM_INLINE float kiln_vm_sinf(float x) {
     float y = kiln_vm_sincos(x, 0u);
     return kiln_vm_sel(x == 0.0f, x, y);
 }
-KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_sincos(x, 1u); }
+KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
+
+/* Per-vector dispatch. A branch in the scalar
+ * form cannot skip the large-argument path: inside a vectorized loop or a
+ * declare-simd clone GCC needs straight-line code, so both paths run and
+ * the three table gathers cost 2/3 of the time even when no lane needs
+ * them. So sin and cos are declared `simd` and their vector variants are
+ * written here, under the x86-64 vector function ABI names GCC calls
+ * (_ZGV<isa>N<lanes>v_<name>, as glibc's libmvec provides them): each
+ * checks whether any lane has |x| >= KILN_VM_TRIG_FAST and runs a
+ * fixed-length loop (vectorized) of the fast path, or else of the full
+ * one. The scalar symbol is the full function. Only the variants this
+ * target can use are defined (GCC calls no other); nothing is left
+ * undefined, which tests/vectorize_check.sh checks with nm -u. They are
+ * compiled into every kernel, used or not (GCC must not drop them before
+ * its vectorizer calls them): about 0.1 s more per cold compile (kiln
+ * compile_ms of examples/chain.kiln and softmax.kiln: 95-127 -> 205-257). */
+#if KILN_VM_TRIG_DISPATCH
+/* The two paths over 16 floats (q0 = 0: sin, 1: cos), out of line, so a
+ * kernel compiles each once, not once per variant; a fixed count leaves
+ * no remainder loops to compile (inlined per variant, with remainders,
+ * they took 0.35 s of every kernel's compile). Variants pad with zeros. */
+#define KILN_VM_TRIG_LOOP(name, fn)                                               \
+    __attribute__((noinline, noclone)) static void name(const float *restrict x,  \
+                                                        float *restrict y, uint32_t q0) { \
+        for (int i = 0; i < 16; i++) {                                            \
+            float v = fn(x[i], q0);                                               \
+            y[i] = kiln_vm_sel((q0 == 0u) & (x[i] == 0.0f), x[i], v); /* sin(-0) */ \
+        }                                                                         \
+    }
+KILN_VM_TRIG_LOOP(kiln_vm_trig_full, kiln_vm_sincos)
+KILN_VM_TRIG_LOOP(kiln_vm_trig_fast, kiln_vm_sincos_fast)
+
+/* The variant for ISA letter isa with n lanes, under the ABI name sym. */
+#define KILN_VM_TRIG_VARIANT(fn, q0, isa, n, sym)                              \
+    typedef float kiln_vm_##fn##_##isa##_t __attribute__((vector_size(4 * n))); \
+    __attribute__((used, noinline)) static kiln_vm_##fn##_##isa##_t            \
+        kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) __asm__(sym);         \
+    static kiln_vm_##fn##_##isa##_t kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) { \
+        union { kiln_vm_##fn##_##isa##_t v; float f[n]; } a;                     \
+        float in[16] = {0}, out[16];                                             \
+        int big = 0;                                                             \
+        a.v = x;                                                                 \
+        for (int i = 0; i < n; i++) big |= !(kiln_vm_abs(a.f[i]) < KILN_VM_TRIG_FAST); \
+        __builtin_memcpy(in, a.f, sizeof a.f);                                   \
+        if (big)                                                                 \
+            kiln_vm_trig_full(in, out, q0);                                      \
+        else                                                                     \
+            kiln_vm_trig_fast(in, out, q0);                                      \
+        __builtin_memcpy(a.f, out, sizeof a.f);                                  \
+        return a.v;                                                              \
+    }
+
+__attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_sinf_simd(float x);
+__attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_cosf_simd(float x);
+__attribute__((used, noinline)) static float kiln_vm_sinf_1(float x) __asm__("kiln_vm_sinf_simd");
+__attribute__((used, noinline)) static float kiln_vm_cosf_1(float x) __asm__("kiln_vm_cosf_simd");
+static float kiln_vm_trig_1(float x, uint32_t q0) {
+    float in[16] = {x}, out[16];
+    kiln_vm_trig_full(in, out, q0);
+    return out[0];
+}
+static float kiln_vm_sinf_1(float x) { return kiln_vm_trig_1(x, 0u); }
+static float kiln_vm_cosf_1(float x) { return kiln_vm_trig_1(x, 1u); }
+KILN_VM_TRIG_VARIANT(sinf, 0u, b, 4, "_ZGVbN4v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, b, 4, "_ZGVbN4v_kiln_vm_cosf_simd")
+#if defined(__AVX__)
+KILN_VM_TRIG_VARIANT(sinf, 0u, c, 8, "_ZGVcN8v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, c, 8, "_ZGVcN8v_kiln_vm_cosf_simd")
+#endif
+#if defined(__AVX2__)
+KILN_VM_TRIG_VARIANT(sinf, 0u, d, 8, "_ZGVdN8v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, d, 8, "_ZGVdN8v_kiln_vm_cosf_simd")
+#endif
+#if defined(__AVX512F__)
+KILN_VM_TRIG_VARIANT(sinf, 0u, e, 16, "_ZGVeN16v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, e, 16, "_ZGVeN16v_kiln_vm_cosf_simd")
+#endif
+
+KILN_VM_INLINE float kiln_sinf(float x) { return kiln_vm_sinf_simd(x); }
+KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_cosf_simd(x); }
+#else
+KILN_VM_INLINE float kiln_sinf(float x) { return kiln_vm_sinf(x); }
+KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_cosf(x); }
+#endif
 
 /* ---- tanh ---------------------------------------------------------------- */
 
@@ -506,11 +669,19 @@ KILN_VM_INLINE float kiln_vm_log_erfc(float u) {
     return KILN_VM_FMAF(p, u, -1.849605560e+00f);
 }
 
+/* e^y for y in [-18, -1.8] (log_erfc's range): no clamps, no denormals,
+ * and no compensation, as 1 - e^y hides e^y's error (e^y <= 0.16). */
+KILN_VM_INLINE float kiln_vm_exp_erfc(float y) {
+    int32_t n;
+    float p = kiln_vm_exp_lean(y, &n);
+    return kiln_vm_float(kiln_vm_bits(p) + ((uint32_t)n << 23));
+}
+
 KILN_VM_INLINE float kiln_erff(float x) {
     float a = kiln_vm_abs(x);
     float ac = kiln_vm_sel(a > 4.0f, 4.0f, a);  /* erf(x) is 1.0f past 3.92 */
-    float big = 1.0f - kiln_expf(kiln_vm_log_erfc(ac - 1.0f));
-    float y = kiln_vm_sel(a < 1.0f, kiln_vm_erf_small(a), big);
+    float big = 1.0f - kiln_vm_exp_erfc(kiln_vm_log_erfc(ac - 1.0f));
+    float y = kiln_vm_sel(!(a >= 1.0f), kiln_vm_erf_small(a), big);  /* NaN: small */
     return kiln_vm_copysign(y, x);
 }
 

@@ -1,0 +1,18 @@
+#!/bin/sh
+# vecmath.sh [REV] [ROUNDS] -- bench/vecmath.c: ns per element of each
+# vecmath.h function, REV's header (default HEAD) against the working
+# tree's, side by side in one run, with the JIT's flags.
+set -e
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+REV=${1:-HEAD}
+CC=${CC:-cc}
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+mkdir "$W/old"
+git -C "$ROOT" show "$REV:src/vecmath.h" >"$W/old/vecmath.h"
+FLAGS="-std=c11 -O3 -march=native -fopenmp -fno-math-errno"
+$CC $FLAGS -DVB_SIDE=old -I"$W/old" -c "$ROOT/bench/vecmath.c" -o "$W/old.o"
+$CC $FLAGS -DVB_SIDE=new -I"$ROOT/src" -c "$ROOT/bench/vecmath.c" -o "$W/new.o"
+$CC $FLAGS "$ROOT/bench/vecmath.c" "$W/old.o" "$W/new.o" -lm -o "$W/vb"
+echo "bench/vecmath: old = $REV:src/vecmath.h, new = working tree; 1 thread, 4096 floats in cache"
+"$W/vb" "${2:-5}"
