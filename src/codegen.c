@@ -375,6 +375,8 @@ typedef struct {
     int *outer_red;              /* outer reduction: members whose results the row nest stores */
     int nouter_red;
     bool epilogue;               /* an extern's epilogue: loops over a flat range (gen_epilogue) */
+    const char *guard;           /* inside a select's branch: when its loads are valid, or NULL */
+    int guard_level;             /* deepest loop the guard uses */
 } KGen;
 
 typedef struct {
@@ -691,6 +693,9 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
                         K->k->kernel, K->g->bufname[e->buf], ix.c);
     }
     note_access(K, e->buf, ix, USE_READ);
+    if (K->guard)          /* a select's branch may address outside the buffer */
+        return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
+                    pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c));
     return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
 }
 
@@ -755,8 +760,36 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
     return temp(K, level, rhs);
 }
 
+/* One branch of a select, its loads guarded by the conditions that choose it
+ * (pad and concat read x at v - before, out of bounds in the border; the
+ * guarded load `c ? x[i] : 0.0f` becomes a masked vector load). */
+static Val emit_branch(KGen *K, const Expr *e, int nvars, const char *cond, int level) {
+    const char *saved = K->guard;
+    int saved_level = K->guard_level;
+    K->guard = saved ? pool_printf(K->g->pool, "(%s && %s)", saved, cond) : cond;
+    K->guard_level = saved_level > level ? saved_level : level;
+    Val v = emit_expr(K, e, nvars);
+    K->guard = saved;
+    K->guard_level = saved_level;
+    return v;
+}
+
+static Val emit_select(KGen *K, const Expr *e, int nvars) {
+    Pool *P = K->g->pool;
+    IxText ix = print_index(K, e->index, nvars);
+    const char *lo = e->lo == EX_NOLO ? "" : pool_printf(P, "%s >= %lld", ix.c, (long long)e->lo);
+    const char *hi = e->hi == EX_NOHI ? "" : pool_printf(P, "%s < %lld", ix.c, (long long)e->hi);
+    const char *cond = pool_printf(P, "(%s%s%s)", lo, *lo && *hi ? " && " : "", hi);
+    Val a = emit_branch(K, e->args[0], nvars, cond, ix.level);
+    Val b = emit_branch(K, e->args[1], nvars, pool_printf(P, "!%s", cond), ix.level);
+    int level = ix.level > a.level ? ix.level : a.level;
+    if (b.level > level) level = b.level;
+    return temp(K, level, pool_printf(P, "%s ? %s : %s", cond, a.c, b.c));
+}
+
 static Val emit_expr(KGen *K, const Expr *e, int nvars) {
     switch (e->kind) {
+    case EX_SELECT: return emit_select(K, e, nvars);
     case EX_CONST: return (Val){float_lit(K->g->pool, e->value), 0};
     case EX_LOAD: return emit_load(K, e, nvars);
     case EX_OP: return emit_op(K, e, nvars);
@@ -954,6 +987,7 @@ static void plan_merges(KGen *K, bool *ok) {
         const Buffer *b = member_buf(K, i);
         m.nvars = member_vars(n);
         if (b->expr) ex_loads(b->expr, check_load, &m);
+        if (b->expr) ex_selects(b->expr, check_load, &m);
         check_index(&m, store_index(K, n->np, n->P));
     }
     for (int d = 0; d + 1 < K->ndims; d++)
