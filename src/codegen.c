@@ -784,7 +784,9 @@ static Val emit_select(KGen *K, const Expr *e, int nvars) {
     Val b = emit_branch(K, e->args[1], nvars, pool_printf(P, "!%s", cond), ix.level);
     int level = ix.level > a.level ? ix.level : a.level;
     if (b.level > level) level = b.level;
-    return temp(K, level, pool_printf(P, "%s ? %s : %s", cond, a.c, b.c));
+    /* kiln_vm_sel, not ?:, for the reason vecmath.h gives (GCC threads jumps
+     * through a ?: with a constant arm and the loop stays scalar) */
+    return temp(K, level, pool_printf(P, "kiln_vm_sel(%s, %s, %s)", cond, a.c, b.c));
 }
 
 static Val emit_expr(KGen *K, const Expr *e, int nvars) {
