@@ -637,9 +637,14 @@ kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64
     if (!norm_dim(g, "slice", xn->rank, dim, &d)) return KILN_NONE;
     if (step == 0 || step == INT64_MIN)
         return graph_fail(g, KILN_ERR_INPUT, "slice: step must not be %s",
-                          step ? "INT64_MIN" : "zero");
+                          step ? "INT64_MIN" : "0");
     int64_t size = xn->shape[d], s0 = start, e0 = end;
     int64_t len = slice_indices(size, step, &start, &end);
+    if (len == 0 && step > 0)
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "slice: range [%lld, %lld) of dim %d (size %lld) is empty",
+                          (long long)(s0 < 0 ? start : s0), (long long)end, (int)d,
+                          (long long)size);
     if (len == 0)
         return graph_fail(g, KILN_ERR_INPUT,
                           "slice: %lld:%lld:%lld of dim %d (size %lld) is empty", (long long)s0,

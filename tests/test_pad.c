@@ -296,7 +296,7 @@ TEST(pad_concat_pool_errors) {
         {7, "avg_pool: a 1-D pool needs a tensor of rank 3"},
         {8, "max_pool: the window (extent 7) is larger than the padded input (6) in dim 2"},
         {9, "avg_pool: kernel, stride and dilation must be >= 1"},
-        {10, "slice: step must not be zero"},
+        {10, "slice: step must not be 0"},
         {11, "slice: 1:3:-1 of dim 1 (size 2) is empty"},
         {12, "pad: widths -6, 0 of dim 2"},
     };
