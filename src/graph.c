@@ -684,6 +684,8 @@ kiln_value kiln_pad(kiln_graph *g, kiln_value x, kiln_pad_mode mode, int n,
     if (n != xn->rank || (n && (!before || !after)))
         return graph_fail(g, KILN_ERR_INPUT, "pad: %d pad widths given for a tensor of rank %d",
                           before && after ? n : 0, xn->rank);
+    if (xn->dtype == KILN_BOOL && mode == KILN_PAD_CONSTANT && value != 0 && value != 1)
+        return graph_fail(g, KILN_ERR_INPUT, "pad: a bool tensor pads with 0 or 1, got %g", value);
     Node r = node_like(OP_PAD, xn);
     r.dtype = xn->dtype;
     r.attr[0] = mode;

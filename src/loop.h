@@ -189,7 +189,8 @@ Expr *ex_const(Pool *p, double v);
 Expr *ex_op(Pool *p, Op op, kiln_dtype dt, int nargs, Expr *const *args);
 /* A select, folded to one branch when the range of index over ranges (nvars
  * variables) decides the predicate; a satisfied bound becomes EX_NOLO/NOHI.
- * Only args[0] may read out of bounds: codegen guards its loads. */
+ * The branch not taken may address outside its buffers (a pad's border, a
+ * concat's other parts): codegen guards the loads of both branches. */
 Expr *ex_select(Pool *p, Index *index, int64_t lo, int64_t hi, Expr *a, Expr *b, int nvars,
                 const int64_t *ranges);
 /* A copy with every load index substituted by map and simplified over ranges. */

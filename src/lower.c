@@ -11,7 +11,10 @@
  * maps a broadcast dim to 0, reshape goes through the flat index with floor
  * division and modulo). The index simplifier brings every index to a
  * canonical form, so a reshape of a contiguous buffer stays affine and two
- * reads of the same element print the same.
+ * reads of the same element print the same. A constant pad and a concat are
+ * views with a *select*: `0 <= v - before < n ? x(v - before) : value`, and
+ * `v < n0 ? a(v) : b(v - n0)`; the simplifier drops a comparison the index's
+ * range decides, so a slice of a pad's interior reads x with no test.
  *
  * A value whose function is substituted into its consumers is *inlined*
  * (recomputed in each); one that must exist in memory is *materialized*: it

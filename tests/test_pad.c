@@ -300,6 +300,7 @@ TEST(pad_concat_pool_errors) {
         {10, "slice: step must not be 0"},
         {11, "slice: 1:3:-1 of dim 1 (size 2) is empty"},
         {12, "pad: widths -6, 0 of dim 2"},
+        {13, "pad: a bool tensor pads with 0 or 1, got 0.5"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         kiln_graph *g = kiln_graph_new();
@@ -323,6 +324,10 @@ TEST(pad_concat_pool_errors) {
         case 10: v = kiln_slice(g, x, 3, 0, 5, 0); break;
         case 11: v = kiln_slice(g, x, 1, 1, 3, -1); break;
         case 12: v = kiln_pad(g, x, KILN_PAD_CONSTANT, 4, crop, a0, 0); break;
+        case 13:
+            v = kiln_pad(g, kiln_binary(g, "gt", x, kiln_scalar(g, 0)), KILN_PAD_CONSTANT, 4, b1,
+                         a0, 0.5);
+            break;
         }
         if (cases[i].what == 4) {   /* dim 0 differs too: use dim 2 for the message */
             kiln_graph_free(g);
