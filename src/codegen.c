@@ -760,14 +760,36 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
     return temp(K, level, rhs);
 }
 
+/* A select's condition as an int temporary at the depth of its index, so a
+ * test of an outer loop's variable is computed once per outer iteration and
+ * the inner loop sees a loop-invariant mask (GCC then vectorizes the masked
+ * loads of a 3-D pool's window). */
+static const char *cond_temp(KGen *K, int level, const char *cond) {
+    Pool *P = K->g->pool;
+    const char *key = pool_printf(P, "int %s", cond);
+    Ent *e = table_find(&K->cse, key);
+    if (e && valid(K, e)) return e->c;
+    const char *name = pool_printf(P, "c%d", K->ntmp++);
+    line(K, level, "int %s = %s;", name, cond);
+    table_add(P, &K->cse, key, name, level, K->epoch[level]);
+    return name;
+}
+
+static void count_load(const Expr *e, void *ud) { (void)e; ++*(int *)ud; }
+
 /* One branch of a select, its loads guarded by the conditions that choose it
  * (pad and concat read x at v - before, out of bounds in the border; the
  * guarded load `c ? x[i] : 0.0f` becomes a masked vector load). */
 static Val emit_branch(KGen *K, const Expr *e, int nvars, const char *cond, int level) {
     const char *saved = K->guard;
     int saved_level = K->guard_level;
-    K->guard = saved ? pool_printf(K->g->pool, "(%s && %s)", saved, cond) : cond;
+    int nloads = 0;
+    ex_loads(e, count_load, &nloads);
     K->guard_level = saved_level > level ? saved_level : level;
+    if (nloads)            /* a branch without loads (a pad's value) needs no guard */
+        K->guard = saved ? cond_temp(K, K->guard_level,
+                                     pool_printf(K->g->pool, "%s && %s", saved, cond))
+                         : cond;
     Val v = emit_expr(K, e, nvars);
     K->guard = saved;
     K->guard_level = saved_level;
@@ -779,7 +801,7 @@ static Val emit_select(KGen *K, const Expr *e, int nvars) {
     IxText ix = print_index(K, e->index, nvars);
     const char *lo = e->lo == EX_NOLO ? "" : pool_printf(P, "%s >= %lld", ix.c, (long long)e->lo);
     const char *hi = e->hi == EX_NOHI ? "" : pool_printf(P, "%s < %lld", ix.c, (long long)e->hi);
-    const char *cond = pool_printf(P, "(%s%s%s)", lo, *lo && *hi ? " && " : "", hi);
+    const char *cond = cond_temp(K, ix.level, pool_printf(P, "%s%s%s", lo, *lo && *hi ? " && " : "", hi));
     Val a = emit_branch(K, e->args[0], nvars, cond, ix.level);
     Val b = emit_branch(K, e->args[1], nvars, pool_printf(P, "!%s", cond), ix.level);
     int level = ix.level > a.level ? ix.level : a.level;

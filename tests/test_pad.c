@@ -156,6 +156,20 @@ TEST(pool_after_relu_is_one_kernel) {
     plan_free(p);
 }
 
+/* A 3-D window reads a materialized padded input (decompose.c: GCC does not
+ * vectorize its triple border tests): relu fuses into the pad kernel, the
+ * window reads the padded buffer with no select. */
+TEST(pool_3d_reads_a_materialized_pad) {
+    Plan *p = plan_of("input v: f32[2, 4, 8, 8, 16]\n"
+                      "y = max_pool3d(relu(v), 3, stride=1, padding=1)\noutput y\n");
+    CHECK(p);
+    char *ir = loop_ir_text(p);
+    EXPECT(p->sched->nkernels == 2 && ir && count(ir, "select(") == 3 && count(ir, "relu(") == 1,
+           "%d kernels:\n%s", p->sched->nkernels, ir);
+    free(ir);
+    plan_free(p);
+}
+
 /* Without the tap rule relu would have 9 users and be materialized (the
  * materialization the rule avoids): a relu read by 5 slices that are not a
  * pool's window is. */
