@@ -130,8 +130,10 @@ kiln_value kiln_permute(kiln_graph *g, kiln_value x, int n, const int *dims);
 kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int n, const int64_t *shape);
 /* An entry of -1 keeps that dim. */
 kiln_value kiln_expand(kiln_graph *g, kiln_value x, int n, const int64_t *shape);
-/* Python-style bounds: negative start/end count from the end and are clamped;
- * step >= 1; the result must not be empty. */
+/* Python's slice(start, end, step).indices(size): negative start/end count
+ * from the end and are clamped; step != 0, a negative step walks backwards
+ * (an end of -size-1 or below runs to the first element, like Python's
+ * None); the result must not be empty. */
 kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start,
                       int64_t end, int64_t step);
 

@@ -383,6 +383,8 @@ typedef struct {
     int *outer_red;              /* outer reduction: members whose results the row nest stores */
     int nouter_red;
     bool epilogue;               /* an extern's epilogue: loops over a flat range (gen_epilogue) */
+    const char *guard;           /* inside a select's branch: when its loads are valid, or NULL */
+    int guard_level;             /* deepest loop the guard uses */
 } KGen;
 
 typedef struct {
@@ -699,6 +701,9 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
                         K->k->kernel, K->g->bufname[e->buf], ix.c);
     }
     note_access(K, e->buf, ix, USE_READ);
+    if (K->guard)          /* a select's branch may address outside the buffer */
+        return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
+                    pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c));
     return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
 }
 
@@ -763,8 +768,60 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
     return temp(K, level, rhs);
 }
 
+/* A select's condition as an int temporary at the depth of its index, so a
+ * test of an outer loop's variable is computed once per outer iteration and
+ * the inner loop sees a loop-invariant mask (GCC then vectorizes the masked
+ * loads of a 3-D pool's window). */
+static const char *cond_temp(KGen *K, int level, const char *cond) {
+    Pool *P = K->g->pool;
+    const char *key = pool_printf(P, "int %s", cond);
+    Ent *e = table_find(&K->cse, key);
+    if (e && valid(K, e)) return e->c;
+    const char *name = pool_printf(P, "c%d", K->ntmp++);
+    line(K, level, "int %s = %s;", name, cond);
+    table_add(P, &K->cse, key, name, level, K->epoch[level]);
+    return name;
+}
+
+static void count_load(const Expr *e, void *ud) { (void)e; ++*(int *)ud; }
+
+/* One branch of a select, its loads guarded by the conditions that choose it
+ * (pad and concat read x at v - before, out of bounds in the border; the
+ * guarded load `c ? x[i] : 0.0f` becomes a masked vector load). */
+static Val emit_branch(KGen *K, const Expr *e, int nvars, const char *cond, int level) {
+    const char *saved = K->guard;
+    int saved_level = K->guard_level;
+    int nloads = 0;
+    ex_loads(e, count_load, &nloads);
+    K->guard_level = saved_level > level ? saved_level : level;
+    if (nloads)            /* a branch without loads (a pad's value) needs no guard */
+        K->guard = saved ? cond_temp(K, K->guard_level,
+                                     pool_printf(K->g->pool, "%s && %s", saved, cond))
+                         : cond;
+    Val v = emit_expr(K, e, nvars);
+    K->guard = saved;
+    K->guard_level = saved_level;
+    return v;
+}
+
+static Val emit_select(KGen *K, const Expr *e, int nvars) {
+    Pool *P = K->g->pool;
+    IxText ix = print_index(K, e->index, nvars);
+    const char *lo = e->lo == EX_NOLO ? "" : pool_printf(P, "%s >= %lld", ix.c, (long long)e->lo);
+    const char *hi = e->hi == EX_NOHI ? "" : pool_printf(P, "%s < %lld", ix.c, (long long)e->hi);
+    const char *cond = cond_temp(K, ix.level, pool_printf(P, "%s%s%s", lo, *lo && *hi ? " && " : "", hi));
+    Val a = emit_branch(K, e->args[0], nvars, cond, ix.level);
+    Val b = emit_branch(K, e->args[1], nvars, pool_printf(P, "!%s", cond), ix.level);
+    int level = ix.level > a.level ? ix.level : a.level;
+    if (b.level > level) level = b.level;
+    /* kiln_vm_sel, not ?:, for the reason vecmath.h gives (GCC threads jumps
+     * through a ?: with a constant arm and the loop stays scalar) */
+    return temp(K, level, pool_printf(P, "kiln_vm_sel(%s, %s, %s)", cond, a.c, b.c));
+}
+
 static Val emit_expr(KGen *K, const Expr *e, int nvars) {
     switch (e->kind) {
+    case EX_SELECT: return emit_select(K, e, nvars);
     case EX_CONST: return (Val){float_lit(K->g->pool, e->value), 0};
     case EX_LOAD: return emit_load(K, e, nvars);
     case EX_OP: return emit_op(K, e, nvars);
@@ -962,6 +1019,7 @@ static void plan_merges(KGen *K, bool *ok) {
         const Buffer *b = member_buf(K, i);
         m.nvars = member_vars(n);
         if (b->expr) ex_loads(b->expr, check_load, &m);
+        if (b->expr) ex_selects(b->expr, check_load, &m);
         check_index(&m, store_index(K, n->np, n->P));
     }
     for (int d = 0; d + 1 < K->ndims; d++)

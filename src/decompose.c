@@ -94,6 +94,156 @@ static int clamp(Graph *g, int x, const Node *n) {
     return x;
 }
 
+/* ---- edge and reflect padding: slices and a concat per padded dim ---------- */
+
+/* The border parts of one dim of x (size m): edge repeats the end element
+ * (a size-1 slice expanded), reflect mirrors without it (a negative-step
+ * slice: x[b:0:-1] before, x[m-2:m-2-a:-1] after). */
+static int border(Graph *g, int x, int mode, int d, int64_t width, bool front) {
+    const Node *xn = graph_node(g, x);
+    int64_t m = xn->shape[d];
+    if (mode == KILN_PAD_REFLECT) {
+        int64_t end = m - 2 - width;     /* -1 would mean "the last element": run to the start */
+        return front ? kiln_slice(g, x, d, width, 0, -1)
+                     : kiln_slice(g, x, d, m - 2, end < 0 ? INT64_MIN : end, -1);
+    }
+    int64_t shape[KILN_MAX_RANK];
+    for (int k = 0; k < xn->rank; k++) shape[k] = k == d ? width : -1;
+    int e = kiln_slice(g, x, d, front ? 0 : m - 1, front ? 1 : m, 1);
+    return e < 0 ? e : kiln_expand(g, e, xn->rank, shape);
+}
+
+static int pad_border(Graph *g, int x, const Node *n) {
+    int rank = n->rank, mode = (int)n->attr[0];
+    const int64_t *b = n->attr + 1, *a = n->attr + 1 + rank;
+    for (int d = 0; d < rank && x >= 0; d++)     /* negative widths crop first */
+        if (b[d] < 0 || a[d] < 0)
+            x = kiln_slice(g, x, d, b[d] < 0 ? -b[d] : 0,
+                           graph_node(g, x)->shape[d] + (a[d] < 0 ? a[d] : 0), 1);
+    for (int d = 0; d < rank && x >= 0; d++) {
+        int parts[3], k = 0;
+        if (b[d] > 0) parts[k++] = border(g, x, mode, d, b[d], true);
+        parts[k++] = x;
+        if (a[d] > 0) parts[k++] = border(g, x, mode, d, a[d], false);
+        if (k > 1) x = kiln_concat(g, k, parts, d);
+    }
+    return x;
+}
+
+/* ---- pooling: the window's taps as strided slices of the padded input ------ */
+
+typedef struct {
+    int ns;                  /* spatial dims: the last ns dims of x */
+    int64_t k[3], s[3], dil[3], pb[3], pe[3];
+} PoolGeom;
+
+static PoolGeom pool_geom(const Node *n) {
+    PoolGeom p;
+    p.ns = (int)n->attr[0];
+    int64_t *f[5] = {p.k, p.s, p.dil, p.pb, p.pe};
+    for (int j = 0; j < 5; j++)
+        for (int i = 0; i < p.ns; i++) f[j][i] = n->attr[1 + j * p.ns + i];
+    return p;
+}
+
+/* x padded so that every window of the output (ceil_mode's last one too)
+ * lies inside: the declared padding plus what ceil_mode's last window needs. */
+static int pool_pad(Graph *g, int x, const Node *n, const PoolGeom *p, double value) {
+    const Node *xn = graph_node(g, x);
+    int64_t before[KILN_MAX_RANK] = {0}, after[KILN_MAX_RANK] = {0};
+    for (int i = 0; i < p->ns; i++) {
+        int d = xn->rank - p->ns + i;
+        int64_t need = (n->shape[d] - 1) * p->s[i] + p->dil[i] * (p->k[i] - 1) + 1;
+        int64_t have = xn->shape[d] + p->pb[i] + p->pe[i];
+        before[d] = p->pb[i];
+        after[d] = p->pe[i] + (need > have ? need - have : 0);
+    }
+    return kiln_pad(g, x, KILN_PAD_CONSTANT, xn->rank, before, after, value);
+}
+
+/* Tap t (a flat index over the kernel's positions): one strided slice per
+ * spatial dim. Taps after the first carry NF_TAP: the window is one
+ * consumer reading k neighbours, as Inductor's pooling lowering is one user
+ * of its input, so a pointwise producer (max_pool(relu(x))) is inlined into
+ * the window instead of being materialized for having k users. */
+static int pool_tap(Graph *g, int xp, const Node *n, const PoolGeom *p, int64_t t) {
+    int v = xp, rank = n->rank;
+    for (int i = p->ns - 1; i >= 0 && v >= 0; i--) {
+        int64_t j = t % p->k[i], d = rank - p->ns + i, start = j * p->dil[i];
+        t /= p->k[i];
+        v = kiln_slice(g, v, (int)d, start, start + (n->shape[d] - 1) * p->s[i] + 1, p->s[i]);
+        if (v >= 0 && v != xp && i == p->ns - 1 && t + j > 0 && graph_node(g, v)->in[0] == xp)
+            g->nodes[v].flags |= NF_TAP;
+    }
+    return v;
+}
+
+/* How many taps of output position o (one dim) fall inside [lo, hi) of the
+ * unpadded coordinates. */
+static int64_t taps_inside(const PoolGeom *p, int i, int64_t o, int64_t lo, int64_t hi) {
+    int64_t c = 0;
+    for (int64_t j = 0; j < p->k[i]; j++) {
+        int64_t at = o * p->s[i] - p->pb[i] + j * p->dil[i];
+        c += at >= lo && at < hi;
+    }
+    return c;
+}
+
+/* avg_pool's divisor per output position, separable over the spatial dims:
+ * taps inside the declared padding (count_include_pad, PyTorch's rule: the
+ * extra padding of ceil_mode is not counted) or inside the input. A uniform
+ * divisor is a scalar; otherwise 1/count is a weight of the spatial shape
+ * computed here, at build time. */
+static int avg_scale(Graph *g, const Node *n, const Node *xn, const PoolGeom *p) {
+    int rank = n->rank, ns = p->ns;
+    int64_t shape[3], total = 1, full = 1;
+    for (int i = 0; i < ns; i++) {
+        shape[i] = n->shape[rank - ns + i];
+        total *= shape[i];
+        full *= p->k[i];
+    }
+    float *w = kmalloc(sizeof(float) * (size_t)total);
+    if (!w) return graph_fail(g, KILN_ERR_NOMEM, "out of memory");
+    bool uniform = true;
+    for (int64_t f = 0; f < total; f++) {
+        int64_t rest = f, count = 1;
+        for (int i = ns - 1; i >= 0; i--) {
+            int64_t o = rest % shape[i], in = xn->shape[rank - ns + i];
+            rest /= shape[i];
+            count *= n->flags & NF_COUNT_PAD ? taps_inside(p, i, o, -p->pb[i], in + p->pe[i])
+                                             : taps_inside(p, i, o, 0, in);
+        }
+        w[f] = 1.0f / (float)count;
+        uniform = uniform && count == full;
+    }
+    char name[64];
+    snprintf(name, sizeof name, "avg_pool_scale_%d", g->n);
+    int v = uniform ? num(g, 1.0 / (double)full) : kiln_weight(g, name, ns, shape, w);
+    kfree(w);
+    return v;
+}
+
+/* A 3-D window's taps read the padded input under three nested border
+ * tests, loads that GCC 12 does not vectorize (a masked load under a mask
+ * that is invariant in the inner loop): that kernel ran 30-180x slower than
+ * the unfused one. So a 3-D pool materializes its padded input (one
+ * vectorized pad kernel, with a pointwise producer fused into it) and the
+ * window reads it without tests. 1-D and 2-D windows stay fused. */
+static int pooling(Graph *g, int x, const Node *n) {
+    bool is_max = n->op == OP_MAX_POOL;
+    PoolGeom p = pool_geom(n);
+    int64_t taps = 1;
+    for (int i = 0; i < p.ns; i++) taps *= p.k[i];
+    int xp = pool_pad(g, x, n, &p, is_max ? -INFINITY : 0.0);
+    if (p.ns == 3 && xp >= 0)       /* see below */
+        xp = kiln_unary(g, "contiguous", xp);
+    int acc = pool_tap(g, xp, n, &p, 0);
+    for (int64_t t = 1; t < taps && acc >= 0; t++)
+        acc = bin(g, is_max ? "maximum" : "add", acc, pool_tap(g, xp, n, &p, t));
+    if (is_max || acc < 0) return acc;
+    return bin(g, "mul", acc, avg_scale(g, n, graph_node(g, x), &p));
+}
+
 /* Rewrite one composite node in dst; returns the value standing for it. */
 static int expand_composite(Graph *dst, const Node *n, const int *map) {
     int x = map[n->in[0]], dims[KILN_MAX_RANK];
@@ -111,9 +261,17 @@ static int expand_composite(Graph *dst, const Node *n, const int *map) {
     case OP_SILU: return bin(dst, "mul", x, kiln_unary(dst, "sigmoid", x));
     case OP_CLAMP: return clamp(dst, x, n);
     case OP_DROPOUT: return dropout(dst, x, n);
+    case OP_MAX_POOL: case OP_AVG_POOL: return pooling(dst, x, n);
+    case OP_PAD: return pad_border(dst, x, n);
     default: break;
     }
     return graph_fail(dst, KILN_ERR_INPUT, "no decomposition for %s", op_info[n->op].name);
+}
+
+/* Edge and reflect pads are rewritten like composites; constant pads are
+ * primitive views. */
+static bool border_pad(const Node *n) {
+    return n->op == OP_PAD && n->attr[0] != KILN_PAD_CONSTANT;
 }
 
 kiln_status dec_run(const Graph *src, Graph *dst) {
@@ -137,7 +295,7 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
             map[i] = rw_fold_conv_bn(dst, src, i, map);
             continue;
         }
-        if (op_info[n->op].kind != KIND_COMPOSITE) {
+        if (op_info[n->op].kind != KIND_COMPOSITE && !border_pad(n)) {
             map[i] = graph_copy_node(dst, src, i, map);
             continue;
         }

@@ -614,6 +614,20 @@ kiln_value kiln_expand(kiln_graph *g, kiln_value x, int n, const int64_t *shape)
     return view(g, OP_EXPAND, x, n, out, n, out);
 }
 
+/* Python's slice.indices(size): start and end clamped into [0, size] for a
+ * positive step, into [-1, size - 1] for a negative one; the length. */
+static int64_t slice_indices(int64_t size, int64_t step, int64_t *start, int64_t *end) {
+    int64_t lo = step > 0 ? 0 : -1, hi = step > 0 ? size : size - 1;
+    int64_t *b[2] = {start, end};
+    for (int i = 0; i < 2; i++) {
+        if (*b[i] < 0) *b[i] += size;
+        if (*b[i] < lo) *b[i] = lo;
+        if (*b[i] > hi) *b[i] = hi;
+    }
+    int64_t span = step > 0 ? *end - *start : *start - *end, st = step > 0 ? step : -step;
+    return span > 0 ? (span + st - 1) / st : 0;
+}
+
 kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64_t end,
                       int64_t step) {
     if (!ok_value(g, x, "slice")) return KILN_NONE;
@@ -621,22 +635,131 @@ kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64
     if (xn->rank == 0) return graph_fail(g, KILN_ERR_INPUT, "slice: cannot slice a scalar");
     int64_t d;
     if (!norm_dim(g, "slice", xn->rank, dim, &d)) return KILN_NONE;
-    if (step < 1) return graph_fail(g, KILN_ERR_INPUT, "slice: step must be >= 1, got %lld",
-                                    (long long)step);
-    int64_t size = xn->shape[d];
-    if (start < 0) start += size;
-    if (end < 0) end += size;
-    if (start < 0) start = 0;
-    if (end > size) end = size;
-    if (start >= end)
+    if (step == 0 || step == INT64_MIN)
+        return graph_fail(g, KILN_ERR_INPUT, "slice: step must not be %s",
+                          step ? "INT64_MIN" : "0");
+    int64_t size = xn->shape[d], s0 = start, e0 = end;
+    int64_t len = slice_indices(size, step, &start, &end);
+    if (len == 0 && step > 0)
         return graph_fail(g, KILN_ERR_INPUT,
                           "slice: range [%lld, %lld) of dim %d (size %lld) is empty",
-                          (long long)start, (long long)end, (int)d, (long long)size);
+                          (long long)(s0 < 0 ? start : s0), (long long)end, (int)d,
+                          (long long)size);
+    if (len == 0)
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "slice: %lld:%lld:%lld of dim %d (size %lld) is empty", (long long)s0,
+                          (long long)e0, (long long)step, (int)d, (long long)size);
     int64_t shape[KILN_MAX_RANK];
     memcpy(shape, xn->shape, sizeof shape);
-    shape[d] = (end - start + step - 1) / step;
+    shape[d] = len;
     int64_t attr[4] = {d, start, end, step};
     return view(g, OP_SLICE, x, xn->rank, shape, 4, attr);
+}
+
+/* The kept size of a dim for edge and reflect padding, after cropping. */
+static bool pad_border_ok(Graph *g, kiln_pad_mode mode, int d, int64_t size, int64_t b,
+                          int64_t a) {
+    int64_t m = size + (b < 0 ? b : 0) + (a < 0 ? a : 0);
+    if (m < 1) {
+        graph_fail(g, KILN_ERR_INPUT, "pad: cropping %lld and %lld leaves nothing of dim %d "
+                   "(size %lld) to %s", (long long)-b, (long long)-a, d, (long long)size,
+                   mode == KILN_PAD_EDGE ? "repeat" : "reflect");
+        return false;
+    }
+    if (mode == KILN_PAD_REFLECT && (b > m - 1 || a > m - 1)) {
+        graph_fail(g, KILN_ERR_INPUT, "pad: reflect padding of %lld and %lld needs dim %d to "
+                   "have more than that many elements, it has %lld", (long long)b,
+                   (long long)a, d, (long long)m);
+        return false;
+    }
+    return true;
+}
+
+kiln_value kiln_pad(kiln_graph *g, kiln_value x, kiln_pad_mode mode, int n,
+                    const int64_t *before, const int64_t *after, double value) {
+    if (!ok_value(g, x, "pad")) return KILN_NONE;
+    const Node *xn = &g->nodes[x];
+    if ((unsigned)mode > KILN_PAD_REFLECT)
+        return graph_fail(g, KILN_ERR_INPUT, "pad: unknown mode %d", (int)mode);
+    if (n != xn->rank || (n && (!before || !after)))
+        return graph_fail(g, KILN_ERR_INPUT, "pad: %d pad widths given for a tensor of rank %d",
+                          before && after ? n : 0, xn->rank);
+    if (xn->dtype == KILN_BOOL && mode == KILN_PAD_CONSTANT && value != 0 && value != 1)
+        return graph_fail(g, KILN_ERR_INPUT, "pad: a bool tensor pads with 0 or 1, got %g", value);
+    Node r = node_like(OP_PAD, xn);
+    r.dtype = xn->dtype;
+    r.attr[0] = mode;
+    for (int d = 0; d < n; d++) {
+        if (before[d] < -xn->shape[d] || before[d] > INT32_MAX || after[d] < -xn->shape[d] ||
+            after[d] > INT32_MAX)
+            return graph_fail(g, KILN_ERR_INPUT, "pad: widths %lld, %lld of dim %d (size %lld) "
+                              "are out of range", (long long)before[d], (long long)after[d], d,
+                              (long long)xn->shape[d]);
+        if (mode != KILN_PAD_CONSTANT &&
+            !pad_border_ok(g, mode, d, xn->shape[d], before[d], after[d]))
+            return KILN_NONE;
+        r.shape[d] = xn->shape[d] + before[d] + after[d];
+        r.attr[1 + d] = before[d];
+        r.attr[1 + n + d] = after[d];
+    }
+    if (!check_shape(g, "pad", r.rank, r.shape)) return KILN_NONE;
+    r.nattr = 1 + 2 * n;
+    r.nin = 1;
+    r.in[0] = x;
+    r.f[0] = value;
+    return graph_add(g, &r);
+}
+
+/* One CONCAT node of at most MAX_IN parts (checked by kiln_concat). */
+static int concat_node(Graph *g, int n, const kiln_value *xs, int64_t d) {
+    Node r = node_like(OP_CONCAT, &g->nodes[xs[0]]);
+    r.dtype = g->nodes[xs[0]].dtype;
+    r.shape[d] = 0;
+    for (int i = 0; i < n; i++) {
+        r.in[i] = xs[i];
+        r.shape[d] += g->nodes[xs[i]].shape[d];
+    }
+    r.nin = n;
+    r.nattr = 1;
+    r.attr[0] = d;
+    if (!check_shape(g, "concat", r.rank, r.shape)) return KILN_NONE;
+    return graph_add(g, &r);
+}
+
+static bool concat_part_ok(Graph *g, const Node *a, const Node *b, int i, int64_t d) {
+    bool same = a->rank == b->rank && a->dtype == b->dtype;
+    for (int k = 0; same && k < a->rank; k++) same = k == d || a->shape[k] == b->shape[k];
+    if (same) return true;
+    char sa[128], sb[128];
+    graph_shape_str(sa, sizeof sa, a->rank, a->shape);
+    graph_shape_str(sb, sizeof sb, b->rank, b->shape);
+    graph_fail(g, KILN_ERR_INPUT, "concat: part %d is %s%s, part 0 is %s%s: all dims but dim "
+               "%lld must match", i, kiln_dtype_name(b->dtype), sb, kiln_dtype_name(a->dtype),
+               sa, (long long)d);
+    return false;
+}
+
+/* More than MAX_IN parts nest: concat(concat(first MAX_IN), rest...). */
+kiln_value kiln_concat(kiln_graph *g, int n, const kiln_value *xs, int dim) {
+    if (g->status != KILN_OK) return KILN_NONE;
+    if (n < 1 || !xs) return graph_fail(g, KILN_ERR_INPUT, "concat: needs at least one value");
+    for (int i = 0; i < n; i++)
+        if (!ok_value(g, xs[i], "concat")) return KILN_NONE;
+    const Node *a = &g->nodes[xs[0]];
+    if (a->rank == 0) return graph_fail(g, KILN_ERR_INPUT, "concat: cannot concatenate scalars");
+    int64_t d;
+    if (!norm_dim(g, "concat", a->rank, dim, &d)) return KILN_NONE;
+    for (int i = 1; i < n; i++)
+        if (!concat_part_ok(g, a, &g->nodes[xs[i]], i, d)) return KILN_NONE;
+    if (n == 1) return xs[0];
+    int v = concat_node(g, n < MAX_IN ? n : MAX_IN, xs, d);
+    for (int i = MAX_IN; i < n && v >= 0; i += MAX_IN - 1) {
+        kiln_value part[MAX_IN] = {v};
+        int k = n - i < MAX_IN - 1 ? n - i : MAX_IN - 1;
+        memcpy(part + 1, xs + i, sizeof(kiln_value) * (size_t)k);
+        v = concat_node(g, k + 1, part, d);
+    }
+    return v;
 }
 
 /* ---- externs -------------------------------------------------------------- */
@@ -861,6 +984,78 @@ kiln_value kiln_conv_transpose2d(kiln_graph *g, kiln_value x, kiln_value w, kiln
     n.nattr = 9;
     memcpy(n.attr, attr, sizeof attr);
     return graph_add(g, &n);
+}
+
+/* ---- pooling --------------------------------------------------------------- */
+
+/* Output size of one pooled dim (PyTorch/ONNX): floor or ceil of
+ * (in + pads - extent) / stride, plus 1; with ceil_mode the last window must
+ * start inside the input or the left padding. -1 when no window fits. */
+static int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t dil, int64_t pb, int64_t pe,
+                        bool ceil_mode) {
+    int64_t room = in + pb + pe - (dil * (k - 1) + 1);
+    if (room < 0) return -1;
+    int64_t out = (ceil_mode ? room + s - 1 : room) / s + 1;
+    if (ceil_mode && (out - 1) * s >= in + pb) out--;
+    return out;
+}
+
+static bool pool_params_ok(Graph *g, const char *op, const Node *xn, const kiln_pool_params *p) {
+    if (!p || p->nspatial < 1 || p->nspatial > 3) {
+        graph_fail(g, KILN_ERR_INPUT, "%s: nspatial must be 1, 2 or 3, got %d", op,
+                   p ? p->nspatial : 0);
+        return false;
+    }
+    if (xn->rank != p->nspatial + 2) {
+        graph_fail(g, KILN_ERR_INPUT, "%s: a %d-D pool needs a tensor of rank %d (N, C, "
+                   "spatial...), got rank %d", op, p->nspatial, p->nspatial + 2, xn->rank);
+        return false;
+    }
+    for (int i = 0; i < p->nspatial; i++)
+        if (p->kernel[i] < 1 || p->stride[i] < 1 || p->dilation[i] < 1 || p->pad_begin[i] < 0 ||
+            p->pad_end[i] < 0 || p->kernel[i] > INT32_MAX || p->stride[i] > INT32_MAX ||
+            p->dilation[i] > INT32_MAX || p->pad_begin[i] > INT32_MAX || p->pad_end[i] > INT32_MAX) {
+            graph_fail(g, KILN_ERR_INPUT, "%s: kernel, stride and dilation must be >= 1 and "
+                       "padding >= 0 (spatial dim %d)", op, i);
+            return false;
+        }
+    return true;
+}
+
+static int pool(Graph *g, Op op, kiln_value x, const kiln_pool_params *p) {
+    const char *name = op_info[op].name;
+    if (!ok_value(g, x, name) || !want_f32(g, x, name)) return KILN_NONE;
+    const Node *xn = &g->nodes[x];
+    if (!pool_params_ok(g, name, xn, p)) return KILN_NONE;
+    Node r = node_like(op, xn);
+    int ns = p->nspatial;
+    r.attr[0] = ns;
+    for (int i = 0; i < ns; i++) {
+        int d = 2 + i;
+        r.shape[d] = pool_out(xn->shape[d], p->kernel[i], p->stride[i], p->dilation[i],
+                              p->pad_begin[i], p->pad_end[i], p->ceil_mode);
+        if (r.shape[d] < 1)
+            return graph_fail(g, KILN_ERR_INPUT, "%s: the window (extent %lld) is larger than "
+                              "the padded input (%lld) in dim %d", name,
+                              (long long)(p->dilation[i] * (p->kernel[i] - 1) + 1),
+                              (long long)(xn->shape[d] + p->pad_begin[i] + p->pad_end[i]), d);
+        const int64_t v[5] = {p->kernel[i], p->stride[i], p->dilation[i], p->pad_begin[i],
+                              p->pad_end[i]};
+        for (int k = 0; k < 5; k++) r.attr[1 + k * ns + i] = v[k];
+    }
+    r.nattr = 1 + 5 * ns;
+    r.flags = (p->ceil_mode ? NF_CEIL : 0) | (p->count_include_pad ? NF_COUNT_PAD : 0);
+    r.nin = 1;
+    r.in[0] = x;
+    return graph_add(g, &r);
+}
+
+kiln_value kiln_max_pool(kiln_graph *g, kiln_value x, const kiln_pool_params *p) {
+    return pool(g, OP_MAX_POOL, x, p);
+}
+
+kiln_value kiln_avg_pool(kiln_graph *g, kiln_value x, const kiln_pool_params *p) {
+    return pool(g, OP_AVG_POOL, x, p);
 }
 
 /* ---- random ------------------------------------------------------------- */

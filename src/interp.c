@@ -388,8 +388,52 @@ static void gather(float *out, const float *in, int rank, const int64_t *shape,
     nest_run(&s, copy_row, p);
 }
 
+/* Constant padding, element by element: out[i] = x[i - before] where that
+ * is inside x, else the value. */
+static void eval_pad(Interp *it, const Node *n, float *out)
+{
+    const Node *x = node(it, n->in[0]);
+    const float *in = operand(it, n, 0);
+    int64_t xs[KILN_MAX_RANK], total = node_numel(n);
+    assert(n->attr[0] == KILN_PAD_CONSTANT && "edge/reflect pads are decomposed");
+    contiguous_strides(x->rank, x->shape, 1, xs);
+    for (int64_t i = 0; i < total; i++) {
+        int64_t rest = i, off = 0;
+        bool inside = true;
+        for (int d = n->rank - 1; d >= 0; d--) {
+            int64_t j = rest % n->shape[d] - n->attr[1 + d];
+            rest /= n->shape[d];
+            inside = inside && j >= 0 && j < x->shape[d];
+            off += j * xs[d];
+        }
+        out[i] = inside ? in[off] : (float)n->f[0];
+    }
+}
+
+/* Concatenation: each part is a block of rows [outer, part size * inner]. */
+static void eval_concat(Interp *it, const Node *n, float *out)
+{
+    int d = (int)n->attr[0];
+    int64_t outer = 1, inner = 1, at = 0;
+    for (int k = 0; k < d; k++)
+        outer *= n->shape[k];
+    for (int k = d + 1; k < n->rank; k++)
+        inner *= n->shape[k];
+    for (int p = 0; p < n->nin; p++) {
+        const float *in = operand(it, n, p);
+        int64_t w = node(it, n->in[p])->shape[d] * inner;
+        for (int64_t o = 0; o < outer; o++)
+            memcpy(out + o * n->shape[d] * inner + at, in + o * w, sizeof(float) * (size_t)w);
+        at += w;
+    }
+}
+
 static void eval_view(Interp *it, const Node *n, float *out)
 {
+    if (n->op == OP_PAD || n->op == OP_CONCAT) {
+        (n->op == OP_PAD ? eval_pad : eval_concat)(it, n, out);
+        return;
+    }
     const Node *x = node(it, n->in[0]);
     const float *in = operand(it, n, 0);
     int64_t xs[KILN_MAX_RANK], st[KILN_MAX_RANK], offset = 0;

@@ -96,13 +96,25 @@ enum {
     NF_KEEPDIM = 1 << 0,   /* reductions: keep reduced dims as size 1 */
     NF_HAS_MIN = 1 << 1,   /* clamp */
     NF_HAS_MAX = 1 << 2,   /* clamp */
+    NF_TAP = 1 << 3,       /* a view made by a pool decomposition for a window
+                            * tap after the first: not counted as a user of
+                            * what it views (see lower.c, analyze) */
+    NF_CEIL = 1 << 4,      /* pools: ceil_mode */
+    NF_COUNT_PAD = 1 << 5, /* avg_pool: count_include_pad */
 };
 
 /*
  * One operation. Attribute meaning by op:
  *   reductions, softmax, log_softmax:  attr = dims (normalized, sorted)
  *   PERMUTE: attr = perm;  RESHAPE, EXPAND: attr = output shape
- *   SLICE:   attr = {dim, start, end, step} (normalized, in range)
+ *   SLICE:   attr = {dim, start, end, step} (normalized as Python's
+ *            slice.indices; step may be negative, then end may be -1)
+ *   PAD:     attr = {mode, before[rank], after[rank]}; f[0] = value.
+ *            Only KILN_PAD_CONSTANT reaches lowering and the interpreter;
+ *            decompose.c rewrites edge and reflect into slices and concats
+ *   CONCAT:  attr = {dim}; in = the parts (at most MAX_IN; the builder nests)
+ *   MAX_POOL, AVG_POOL: attr = {ns, kernel[ns], stride[ns], dilation[ns],
+ *            pad_begin[ns], pad_end[ns]}; flags NF_CEIL, NF_COUNT_PAD
  *   LAYER_NORM: attr = normalized_shape; f[0] = eps; in = x [, w] [, b]
  *               with flags bit 8 = has weight, bit 9 = has bias
  *   BATCH_NORM: f[0] = eps; in = x, mean, var, w, b (w/b may be -1)

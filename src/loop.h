@@ -163,7 +163,13 @@ typedef enum {
     EX_LOAD,     /* buf at index */
     EX_CONST,    /* value */
     EX_OP,       /* op(args) for a pointwise op of ops.def */
+    EX_SELECT,   /* lo <= index < hi ? args[0] : args[1] (pad, concat) */
 } ExprKind;
+
+/* An absent bound of a select: the simplifier drops a comparison that the
+ * index's range already satisfies. */
+#define EX_NOLO INT64_MIN
+#define EX_NOHI INT64_MAX
 
 typedef struct Expr Expr;
 struct Expr {
@@ -173,13 +179,20 @@ struct Expr {
     int nargs;
     Expr **args;
     int buf;             /* EX_LOAD */
-    Index *index;        /* EX_LOAD, canonical over the body's variables */
+    Index *index;        /* EX_LOAD, EX_SELECT: canonical over the body's variables */
     double value;        /* EX_CONST */
+    int64_t lo, hi;      /* EX_SELECT: the range of index that picks args[0] */
 };
 
 Expr *ex_load(Pool *p, int buf, Index *index, kiln_dtype dt);
 Expr *ex_const(Pool *p, double v);
 Expr *ex_op(Pool *p, Op op, kiln_dtype dt, int nargs, Expr *const *args);
+/* A select, folded to one branch when the range of index over ranges (nvars
+ * variables) decides the predicate; a satisfied bound becomes EX_NOLO/NOHI.
+ * The branch not taken may address outside its buffers (a pad's border, a
+ * concat's other parts): codegen guards the loads of both branches. */
+Expr *ex_select(Pool *p, Index *index, int64_t lo, int64_t hi, Expr *a, Expr *b, int nvars,
+                const int64_t *ranges);
 /* A copy with every load index substituted by map and simplified over ranges. */
 Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64_t *ranges);
 int ex_nops(const Expr *e);            /* number of EX_OP nodes */
@@ -190,6 +203,8 @@ bool op_is_expensive(Op op);
 int ex_regs(const Expr *e);
 /* Call fn for every load (in evaluation order). */
 void ex_loads(const Expr *e, void (*fn)(const Expr *load, void *ud), void *ud);
+/* Call fn for every select (its predicate index is e->index). */
+void ex_selects(const Expr *e, void (*fn)(const Expr *sel, void *ud), void *ud);
 
 /* ===== Buffers and the loop program ======================================= */
 

@@ -11,7 +11,10 @@
  * maps a broadcast dim to 0, reshape goes through the flat index with floor
  * division and modulo). The index simplifier brings every index to a
  * canonical form, so a reshape of a contiguous buffer stays affine and two
- * reads of the same element print the same.
+ * reads of the same element print the same. A constant pad and a concat are
+ * views with a *select*: `0 <= v - before < n ? x(v - before) : value`, and
+ * `v < n0 ? a(v) : b(v - n0)`; the simplifier drops a comparison the index's
+ * range decides, so a slice of a pad's interior reads x with no test.
  *
  * A value whose function is substituted into its consumers is *inlined*
  * (recomputed in each); one that must exist in memory is *materialized*: it
@@ -569,8 +572,50 @@ Expr *ex_op(Pool *p, Op op, kiln_dtype dt, int nargs, Expr *const *args) {
     return e;
 }
 
+/* Which branch a select's predicate takes over the ranges: 0 or 1, or -1
+ * when it varies; the bounds the range satisfies become absent. */
+static int select_decide(const Simp *S, const Index *ix, int64_t *lo, int64_t *hi) {
+    int64_t l, h;
+    ix_range(S, ix, &l, &h);
+    if ((*lo != EX_NOLO && h < *lo) || (*hi != EX_NOHI && l >= *hi)) return 1;
+    if (*lo != EX_NOLO && l >= *lo) *lo = EX_NOLO;
+    if (*hi != EX_NOHI && h < *hi) *hi = EX_NOHI;
+    return *lo == EX_NOLO && *hi == EX_NOHI ? 0 : -1;
+}
+
+static Expr *select_new(Pool *p, Index *ix, int64_t lo, int64_t hi, Expr *a, Expr *b) {
+    Expr *args[2] = {a, b};
+    Expr *e = ex_op(p, OP_COUNT, a->dtype, 2, args);
+    e->kind = EX_SELECT;
+    e->index = ix;
+    e->lo = lo;
+    e->hi = hi;
+    return e;
+}
+
+Expr *ex_select(Pool *p, Index *index, int64_t lo, int64_t hi, Expr *a, Expr *b, int nvars,
+                const int64_t *ranges) {
+    Simp S = {p, nvars, ranges};
+    Index *ix = ix_simplify(p, index, nvars, ranges);
+    int k = select_decide(&S, ix, &lo, &hi);
+    return k == 0 ? a : k == 1 ? b : select_new(p, ix, lo, hi, a, b);
+}
+
+/* A select whose branch is decided by the new ranges keeps only that branch. */
+static Expr *subst_select(Pool *p, const Expr *e, Index *const *map, int nvars,
+                          const int64_t *ranges) {
+    Simp S = {p, nvars, ranges};
+    int64_t lo = e->lo, hi = e->hi;
+    Index *ix = ix_simplify(p, ix_subst(p, e->index, map), nvars, ranges);
+    int k = select_decide(&S, ix, &lo, &hi);
+    if (k >= 0) return ex_subst(p, e->args[k], map, nvars, ranges);
+    return select_new(p, ix, lo, hi, ex_subst(p, e->args[0], map, nvars, ranges),
+                      ex_subst(p, e->args[1], map, nvars, ranges));
+}
+
 Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64_t *ranges) {
     switch (e->kind) {
+    case EX_SELECT: return subst_select(p, e, map, nvars, ranges);
     case EX_CONST: return (Expr *)e;     /* immutable: shared */
     case EX_LOAD:
         return ex_load(p, e->buf, ix_simplify(p, ix_subst(p, e->index, map), nvars, ranges),
@@ -584,9 +629,12 @@ Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64
     return NULL;
 }
 
+/* A select is not counted: it picks a value by index arithmetic, as a
+ * load's address does, and a pool's window would otherwise count each tap's
+ * border test against max_inline_ops. */
 int ex_nops(const Expr *e) {
     int n = e->kind == EX_OP;
-    for (int i = 0; e->kind == EX_OP && i < e->nargs; i++) n += ex_nops(e->args[i]);
+    for (int i = 0; e->kind >= EX_OP && i < e->nargs; i++) n += ex_nops(e->args[i]);
     return n;
 }
 
@@ -603,8 +651,8 @@ bool op_is_expensive(Op op) {
 }
 
 int ex_expensive(const Expr *e) {
-    if (e->kind != EX_OP) return -1;
-    if (op_is_expensive(e->op)) return (int)e->op;
+    if (e->kind < EX_OP) return -1;
+    if (e->kind == EX_OP && op_is_expensive(e->op)) return (int)e->op;
     for (int i = 0; i < e->nargs; i++) {
         int r = ex_expensive(e->args[i]);
         if (r >= 0) return r;
@@ -613,7 +661,7 @@ int ex_expensive(const Expr *e) {
 }
 
 int ex_regs(const Expr *e) {
-    if (e->kind != EX_OP || e->nargs == 0) return 1;
+    if (e->kind < EX_OP || e->nargs == 0) return 1;
     int need[MAX_IN];
     for (int i = 0; i < e->nargs; i++) need[i] = ex_regs(e->args[i]);
     for (int i = 1; i < e->nargs; i++)          /* descending: hardest first */
@@ -628,7 +676,12 @@ int ex_regs(const Expr *e) {
 
 void ex_loads(const Expr *e, void (*fn)(const Expr *load, void *ud), void *ud) {
     if (e->kind == EX_LOAD) fn(e, ud);
-    for (int i = 0; e->kind == EX_OP && i < e->nargs; i++) ex_loads(e->args[i], fn, ud);
+    for (int i = 0; e->kind >= EX_OP && i < e->nargs; i++) ex_loads(e->args[i], fn, ud);
+}
+
+void ex_selects(const Expr *e, void (*fn)(const Expr *sel, void *ud), void *ud) {
+    if (e->kind == EX_SELECT) fn(e, ud);
+    for (int i = 0; e->kind >= EX_OP && i < e->nargs; i++) ex_selects(e->args[i], fn, ud);
 }
 
 /* ---- printing ------------------------------------------------------------ */
@@ -655,6 +708,15 @@ static void ex_print_prec(Str *s, const LoopProgram *p, const Expr *e, int ctx) 
     if (e->kind == EX_LOAD) {
         str_putf(s, "load(%s, ", p->bufs[e->buf]->name);
         ix_print(s, e->index);
+        str_putf(s, ")");
+        return;
+    }
+    if (e->kind == EX_SELECT) {
+        str_putf(s, "select(");
+        if (e->lo != EX_NOLO) str_putf(s, "%lld <= ", (long long)e->lo);
+        ix_print(s, e->index);
+        if (e->hi != EX_NOHI) str_putf(s, " < %lld", (long long)e->hi);
+        for (int i = 0; i < 2; i++) { str_putf(s, ", "); ex_print_prec(s, p, e->args[i], 0); }
         str_putf(s, ")");
         return;
     }
@@ -731,7 +793,7 @@ static void analyze(Lower *L) {
             /* every use of a view is a use of what it views, unless the view
              * is an output: then it is copied once and its users read the copy */
             bool through = k == KIND_VIEW && !L->nout[i];
-            L->uses[o] += through ? L->uses[i] : 1;
+            L->uses[o] += through ? (n->flags & NF_TAP ? 0 : L->uses[i]) : 1;
             if (k == KIND_EXTERN || (through && L->ext_read[i])) L->ext_read[o] = true;
         }
     }
@@ -984,7 +1046,11 @@ static void view_map(Lower *L, const Node *n, const Node *in, Index **map) {
             map[j] = in->shape[j] == 1 ? ix_const(P, 0) : ix_var(P, d);
         }
         return;
-    case OP_SLICE:
+    case OP_PAD:        /* v - before; pad_fn adds the range tests */
+        for (int j = 0; j < in->rank; j++)
+            map[j] = ix_add(P, ix_var(P, j), ix_const(P, -n->attr[1 + j]));
+        return;
+    case OP_SLICE:      /* start + step*v, step may be negative */
         for (int j = 0; j < in->rank; j++) map[j] = ix_var(P, j);
         map[n->attr[0]] = ix_add(P, ix_const(P, n->attr[1]), ix_mul(P, ix_var(P, (int)n->attr[0]),
                                                                       n->attr[3]));
@@ -994,13 +1060,58 @@ static void view_map(Lower *L, const Node *n, const Node *in, Index **map) {
     }
 }
 
+/* pad (constant): out(v) = x(v - before) where 0 <= v_d - before_d < x_d in
+ * every padded dim, else the value: a select per padded dim around x's
+ * function read at shifted indices. Edge and reflect pads were decomposed. */
+static Expr *pad_fn(Lower *L, const Node *n, const Node *x, Expr *inner) {
+    if (n->attr[0] != KILN_PAD_CONSTANT) lower_fail(L, "lower: pad mode %d was not decomposed",
+                                                    (int)n->attr[0]);
+    Expr *e = inner, *value = ex_const(L->pool, n->f[0]);
+    for (int d = n->rank - 1; d >= 0; d--) {
+        Index *ix = ix_add(L->pool, ix_var(L->pool, d), ix_const(L->pool, -n->attr[1 + d]));
+        e = ex_select(L->pool, ix, 0, x->shape[d], e, value, n->rank, n->shape);
+    }
+    return e;
+}
+
+/* concat along d: part k covers [o_k, o_k + n_k) of d and is read at v_d - o_k;
+ * a chain of selects v_d < o_k + n_k ? part k : (the later parts). */
+static Expr *concat_fn(Lower *L, int id) {
+    const Node *n = graph_node(L->g, id);
+    int d = (int)n->attr[0];
+    int64_t off[MAX_IN], o = 0;
+    for (int k = 0; k < n->nin; k++) {
+        off[k] = o;
+        o += graph_node(L->g, n->in[k])->shape[d];
+    }
+    Expr *e = NULL;
+    for (int k = n->nin - 1; k >= 0; k--) {
+        Index *map[KILN_MAX_RANK];
+        vars(L, n->rank, map);
+        map[d] = ix_add(L->pool, map[d], ix_const(L->pool, -off[k]));
+        Expr *part = ex_subst(L->pool, L->val[n->in[k]].fn, map, n->rank, n->shape);
+        int64_t end = off[k] + graph_node(L->g, n->in[k])->shape[d];
+        e = !e ? part : ex_select(L->pool, ix_var(L->pool, d), EX_NOLO, end, part, e, n->rank,
+                                  n->shape);
+        cover_add(L, &L->val[id], L->val[n->in[k]].ncover, L->val[n->in[k]].cover);
+    }
+    return e;
+}
+
 static void lower_view(Lower *L, int id) {
     const Node *n = graph_node(L->g, id);
     int o = n->in[0];
     Index *map[KILN_MAX_RANK];
-    view_map(L, n, graph_node(L->g, o), map);
     Val *v = &L->val[id];
+    if (n->op == OP_CONCAT) {
+        v->fn = concat_fn(L, id);
+        cover_add(L, v, 1, &id);
+        if (L->nout[id]) materialize(L, id, "program output");
+        return;
+    }
+    view_map(L, n, graph_node(L->g, o), map);
     v->fn = ex_subst(L->pool, L->val[o].fn, map, n->rank, n->shape);
+    if (n->op == OP_PAD) v->fn = pad_fn(L, n, graph_node(L->g, o), v->fn);
     cover_add(L, v, L->val[o].ncover, L->val[o].cover);
     cover_add(L, v, 1, &id);
     if (L->nout[id]) materialize(L, id, "program output");
@@ -1109,12 +1220,15 @@ static void lower_node(Lower *L, int id) {
 
 /* ---- eager traffic ------------------------------------------------------------ */
 
+/* Pad and concat are views here but copies in an eager framework. */
+static bool eager_copy(Op op) { return op == OP_PAD || op == OP_CONCAT; }
+
 /* Bytes an eager op reads for operand o: views are free, so a view reads at
  * most what it views (a broadcast operand counts its own numel); a literal
  * scalar is free. */
 static int64_t operand_bytes(const Graph *g, int o) {
     int64_t e = node_numel(graph_node(g, o));
-    while (op_info[graph_node(g, o)->op].kind == KIND_VIEW) {
+    while (op_info[graph_node(g, o)->op].kind == KIND_VIEW && !eager_copy(graph_node(g, o)->op)) {
         o = graph_node(g, o)->in[0];
         int64_t m = node_numel(graph_node(g, o));
         if (m < e) e = m;
@@ -1123,13 +1237,14 @@ static int64_t operand_bytes(const Graph *g, int o) {
     return e * loop_elsize(graph_node(g, o)->dtype);
 }
 
-/* Unfused: every (live) computing op reads its operands and writes its result. */
+/* Unfused: every (live) computing op reads its operands and writes its result;
+ * pad and concat count as computing (eager frameworks copy them). */
 static int64_t unfused_traffic(const Graph *g, const bool *live) {
     int64_t total = 0;
     for (int i = 0; i < g->n; i++) {
         const Node *n = graph_node(g, i);
         OpKind k = op_info[n->op].kind;
-        if (!live[i] || k == KIND_SOURCE || k == KIND_VIEW) continue;
+        if (!live[i] || k == KIND_SOURCE || (k == KIND_VIEW && !eager_copy(n->op))) continue;
         total += node_numel(n) * loop_elsize(n->dtype);
         for (int j = 0; k != KIND_RANDOM && j < n->nin; j++)
             if (n->in[j] >= 0) total += operand_bytes(g, n->in[j]);

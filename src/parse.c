@@ -491,7 +491,7 @@ static bool lookup(Parser *p, const Token *name, kiln_value *v)
 
 /* ===== values ============================================================ */
 
-typedef enum { V_ABSENT, V_TENSOR, V_NUMBER, V_BOOL, V_LIST, V_NONE } VKind;
+typedef enum { V_ABSENT, V_TENSOR, V_NUMBER, V_BOOL, V_LIST, V_NONE, V_STRING, V_TENSORS } VKind;
 
 /* What an expression evaluated to. Literals stay literals until a tensor is
  * needed (to_tensor), so an int argument never builds a node. */
@@ -502,8 +502,8 @@ typedef struct {
     double num;               /* V_NUMBER */
     bool is_int;              /* V_NUMBER written as an integer */
     int64_t ival;             /* V_NUMBER with is_int; V_BOOL: 0 or 1 */
-    int n;                    /* V_LIST */
-    int64_t list[MAX_LIST];
+    int n;                    /* V_LIST, V_TENSORS */
+    int64_t list[MAX_LIST];   /* V_TENSORS: the tensors' values */
 } Value;
 
 static const char *describe(const Value *v)
@@ -514,6 +514,8 @@ static const char *describe(const Value *v)
     case V_BOOL: return "a boolean";
     case V_LIST: return "a list";
     case V_NONE: return "None";
+    case V_STRING: return "a string";
+    case V_TENSORS: return "a list of tensors";
     case V_ABSENT: break;
     }
     return "nothing";
@@ -546,6 +548,8 @@ typedef enum {
     A_DIMS,        /* an int, a list of ints, or None: reduction dims */
     A_INTS,        /* an int or a list of C ints (permute dims, stride) */
     A_SHAPE,       /* an int or a list of ints (reshape, expand, layer_norm) */
+    A_STRING,      /* a string (pad's mode) */
+    A_TENSORS,     /* a list of tensors (cat) */
 } ArgType;
 
 static const char *const type_desc[] = {
@@ -554,6 +558,7 @@ static const char *const type_desc[] = {
     [A_NUM] = "a number", [A_OPT_NUM] = "a number or None",
     [A_BOOL] = "true or false", [A_DIMS] = "an int, a list of ints or None",
     [A_INTS] = "an int or a list of ints", [A_SHAPE] = "an int or a list of ints",
+    [A_STRING] = "a string", [A_TENSORS] = "a list of tensors",
 };
 
 typedef struct {
@@ -734,6 +739,80 @@ static kiln_value b_dropout(Parser *p, const Sig *s, const Value *a)
     return kiln_dropout(p->g, a[0].t, a[1].num, (uint64_t)a[2].ival);
 }
 
+/* The text of a string literal token, without its quotes. */
+static bool string_is(const Parser *p, const Token *t, const char *s)
+{
+    return t->len - 2 == (int)strlen(s) && !memcmp(p->src + t->pos + 1, s, strlen(s));
+}
+
+/* pad(input, pad, mode="constant", value=0): PyTorch's F.pad. pad holds
+ * (before, after) pairs starting from the last dim; modes are "constant",
+ * "replicate" (numpy's edge) and "reflect". */
+static kiln_value b_pad(Parser *p, const Sig *s, const Value *a)
+{
+    static const char *const modes[] = {"constant", "replicate", "reflect"};
+    int mode = a[2].kind == V_STRING ? -1 : 0, rank = kiln_value_rank(p->g, a[0].t);
+    for (int m = 0; m < 3 && mode < 0; m++)
+        if (string_is(p, a[2].at, modes[m])) mode = m;
+    if (mode < 0) {
+        error_at(p, a[2].at, "pad: mode must be \"constant\", \"replicate\" or \"reflect\"");
+        return KILN_NONE;
+    }
+    if (a[1].n % 2 || a[1].n > 2 * rank) {
+        error_at(p, a[1].at, "argument 'pad' of %s must hold pairs for at most %d dims, got %d "
+                 "values", s->name, rank, a[1].n);
+        return KILN_NONE;
+    }
+    int64_t before[KILN_MAX_RANK] = {0}, after[KILN_MAX_RANK] = {0};
+    for (int i = 0; i < a[1].n / 2; i++) {
+        before[rank - 1 - i] = a[1].list[2 * i];
+        after[rank - 1 - i] = a[1].list[2 * i + 1];
+    }
+    return kiln_pad(p->g, a[0].t, (kiln_pad_mode)mode, rank, before, after, a[3].num);
+}
+
+static kiln_value b_cat(Parser *p, const Sig *s, const Value *a)
+{
+    (void)s;
+    kiln_value xs[MAX_LIST];
+    for (int i = 0; i < a[0].n; i++) xs[i] = (kiln_value)a[0].list[i];
+    return kiln_concat(p->g, a[0].n, xs, (int)a[1].ival);
+}
+
+/* An int or a list of ns ints per spatial dim (padding: 2*ns gives begins
+ * then ends, ONNX's pads). */
+static bool pool_list(Parser *p, const Sig *s, const Value *v, const char *what, int ns,
+                      bool pairs, int64_t *out, int64_t *out_end)
+{
+    bool ok = v->n == 1 || v->n == ns || (pairs && v->n == 2 * ns);
+    if (!ok)
+        return error_at(p, v->at, "argument '%s' of %s must be an int or a list of %d ints%s",
+                        what, s->name, ns, pairs ? " (or 2x that: begins, then ends)" : "");
+    for (int i = 0; i < ns; i++) {
+        out[i] = v->list[v->n == 1 ? 0 : i];
+        if (out_end) out_end[i] = v->list[v->n == 2 * ns ? ns + i : v->n == 1 ? 0 : i];
+    }
+    return true;
+}
+
+/* max_poolNd(input, kernel_size, stride=None, padding=0, dilation=1,
+ * ceil_mode=false); avg_poolNd(input, kernel_size, stride=None, padding=0,
+ * ceil_mode=false, count_include_pad=true, *, dilation=1). */
+static kiln_value b_pool(Parser *p, const Sig *s, const Value *a)
+{
+    bool is_max = s->name[0] == 'm';
+    kiln_pool_params q = {.nspatial = s->name[strlen(s->name) - 2] - '0'};
+    const Value *dil = &a[is_max ? 4 : 6];
+    if (!pool_list(p, s, &a[1], "kernel_size", q.nspatial, false, q.kernel, NULL) ||
+        !pool_list(p, s, a[2].n ? &a[2] : &a[1], "stride", q.nspatial, false, q.stride, NULL) ||
+        !pool_list(p, s, &a[3], "padding", q.nspatial, true, q.pad_begin, q.pad_end) ||
+        !pool_list(p, s, dil, "dilation", q.nspatial, false, q.dilation, NULL))
+        return KILN_NONE;
+    q.ceil_mode = (int)a[is_max ? 5 : 4].ival;
+    q.count_include_pad = !is_max && a[5].ival;
+    return is_max ? kiln_max_pool(p->g, a[0].t, &q) : kiln_avg_pool(p->g, a[0].t, &q);
+}
+
 /* ----- the table ---------------------------------------------------------- */
 
 #define REQ(n, t) {n, t, true, false, false, 0}
@@ -744,6 +823,14 @@ static kiln_value b_dropout(Parser *p, const Sig *s, const Value *a)
 #define UNARY(name) {name, b_unary, {INPUT}}
 #define BINARY(name) {name, b_binary, {INPUT, REQ("other", A_TENSOR)}}
 #define REDUCE(name) {name, b_reduce, {INPUT, OPT("dim", A_DIMS, 0), OPT("keepdim", A_BOOL, 0)}}
+#define MAX_POOL(name)                                                                       \
+    {name, b_pool, {INPUT, REQ("kernel_size", A_INTS), OPT("stride", A_DIMS, 0),              \
+                    OPT("padding", A_INTS, 0), OPT("dilation", A_INTS, 1),                    \
+                    OPT("ceil_mode", A_BOOL, 0)}}
+#define AVG_POOL(name)                                                                       \
+    {name, b_pool, {INPUT, REQ("kernel_size", A_INTS), OPT("stride", A_DIMS, 0),              \
+                    OPT("padding", A_INTS, 0), OPT("ceil_mode", A_BOOL, 0),                   \
+                    OPT("count_include_pad", A_BOOL, 1), KWONLY("dilation", A_INTS, 1)}}
 
 /* Every function of the language, with PyTorch's names and argument order. */
 static const Sig sigs[] = {
@@ -772,6 +859,11 @@ static const Sig sigs[] = {
     {"expand", b_expand, {INPUT, VARARGS("size", A_SHAPE)}},
     {"slice", b_slice,
      {INPUT, REQ("dim", A_INT), REQ("start", A_I64), REQ("end", A_I64), OPT("step", A_I64, 1)}},
+    {"pad", b_pad,
+     {INPUT, REQ("pad", A_INTS), OPT("mode", A_STRING, 0), OPT("value", A_NUM, 0)}},
+    {"cat", b_cat, {REQ("tensors", A_TENSORS), OPT("dim", A_INT, 0)}},
+    MAX_POOL("max_pool1d"), MAX_POOL("max_pool2d"), MAX_POOL("max_pool3d"),
+    AVG_POOL("avg_pool1d"), AVG_POOL("avg_pool2d"), AVG_POOL("avg_pool3d"),
     {"matmul", b_matmul, {INPUT, REQ("other", A_TENSOR)}},
     {"conv2d", b_conv2d,
      {INPUT, REQ("weight", A_TENSOR), OPT("bias", A_OPT_TENSOR, 0), OPT("stride", A_INTS, 1),
@@ -870,6 +962,10 @@ static bool convert(Parser *p, const Sig *s, const Param *pr, Value *v)
         return v->kind == V_BOOL || arg_error(p, s, pr, v);
     case A_DIMS: case A_INTS: case A_SHAPE:
         return convert_list(p, s, pr, v);
+    case A_STRING:
+        return v->kind == V_STRING || arg_error(p, s, pr, v);
+    case A_TENSORS:
+        return v->kind == V_TENSORS || arg_error(p, s, pr, v);
     }
     return false;
 }
@@ -1020,9 +1116,11 @@ static bool parse_list(Parser *p, Value *out)
             return error_at(p, peek(p), "list has too many elements (at most %d)", MAX_LIST);
         Value e;
         if (!parse_expr(p, &e)) return false;
-        if (e.kind != V_NUMBER || !e.is_int)
-            return error_at(p, e.at, "list elements must be ints, got %s", describe(&e));
-        out->list[out->n++] = e.ival;
+        if (out->n == 0 && e.kind == V_TENSOR) out->kind = V_TENSORS;   /* cat([a, b]) */
+        if (out->kind == V_TENSORS ? e.kind != V_TENSOR : e.kind != V_NUMBER || !e.is_int)
+            return error_at(p, e.at, "list elements must be %s, got %s",
+                            out->kind == V_TENSORS ? "tensors" : "ints", describe(&e));
+        out->list[out->n++] = out->kind == V_TENSORS ? e.t : e.ival;
         if (!accept(p, ",")) break;
     }
     return expect(p, "]", "expected ']' after list elements");
@@ -1058,6 +1156,11 @@ static bool parse_primary(Parser *p, Value *out)
         return true;
     }
     if (t->kind == T_NAME) return parse_name(p, out);
+    if (t->kind == T_STRING) {   /* a mode name: pad(..., mode="reflect") */
+        advance(p);
+        *out = (Value){.kind = V_STRING, .at = t};
+        return true;
+    }
     if (at_punct(p, "[")) return parse_list(p, out);
     if (!accept(p, "(")) return error_at(p, t, "expected expression");
     if (!parse_expr(p, out) || !expect(p, ")", "expected ')'")) return false;

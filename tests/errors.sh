@@ -183,7 +183,17 @@ prog sem_slice_empty 'input x: f32[3, 4]\ny = slice(x, 0, 5, 7)\noutput y\n' \
 prog sem_slice_dim 'input x: f32[3, 4]\ny = slice(x, 3, 0, 1)\noutput y\n' \
     "2:5: error: slice: dim 3 is out of range for a tensor of rank 2"
 prog sem_slice_step 'input x: f32[3, 4]\ny = slice(x, 0, 0, 2, 0)\noutput y\n' \
-    "2:5: error: slice: step must be >= 1, got 0"
+    "2:5: error: slice: step must not be 0"
+prog sem_slice_negative_step_empty 'input x: f32[3, 4]\ny = slice(x, 1, 1, 3, -1)\noutput y\n' \
+    "2:5: error: slice: 1:3:-1 of dim 1 (size 4) is empty"
+prog sem_pad_mode 'input x: f32[3, 4]\ny = pad(x, [1, 1], mode="wrap")\noutput y\n' \
+    "2:25: error: pad: mode must be \"constant\", \"replicate\" or \"reflect\""
+prog sem_pad_reflect_width 'input x: f32[3, 4]\ny = pad(x, [4, 0], mode="reflect")\noutput y\n' \
+    "2:5: error: pad: reflect padding of 4 and 0 needs dim 1 to have more than that many elements, it has 4"
+prog sem_cat_shapes 'input a: f32[2, 3]\ninput b: f32[3, 3]\ny = cat([a, b], dim=1)\noutput y\n' \
+    "3:5: error: concat: part 1 is f32[3, 3], part 0 is f32[2, 3]: all dims but dim 1 must match"
+prog sem_pool_window 'input x: f32[1, 2, 3, 3]\ny = max_pool2d(x, 5)\noutput y\n' \
+    "2:5: error: max_pool: the window (extent 5) is larger than the padded input (3) in dim 2"
 prog sem_layer_norm_shape 'input x: f32[2, 3]\ny = layer_norm(x, [4])\noutput y\n' \
     "2:5: error: layer_norm: normalized_shape [4] does not match the last dims of input shape [2, 3]"
 prog sem_dropout_p 'input x: f32[2, 3]\ny = dropout(x, p=1.5)\noutput y\n' \

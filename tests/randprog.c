@@ -5,7 +5,8 @@
  * or size-1 dims, then a random DAG of pointwise ops (unary and binary with
  * numpy broadcasting), reductions (sum/amax/amin/mean over random dims, with
  * and without keepdim), views (transpose, permute, reshape, expand, slice
- * with a step) and the row composites (softmax, layer_norm). Values stay in
+ * with a positive or negative step, pad in its three modes, cat), the row
+ * composites (softmax, layer_norm) and max/avg pooling. Values stay in
  * a numerically tame range (no exp of a big value, no log of a negative one)
  * so that fused and unfused results can be compared with a tight tolerance.
  * The same seed always gives the same program.
@@ -162,11 +163,51 @@ static void reduction(Gen *g, int v) {
     emit(g, ", keepdim=%s)\n", keep ? "true" : "false");
 }
 
+/* slice with a negative step, from a random start down to the first element */
+static void reverse_slice(Gen *g, int v, int64_t *shape) {
+    int d = pick(g, g->rank[v]);
+    int64_t n = shape[d], start = pick(g, (int)n), step = 1 + pick(g, 3);
+    shape[d] = (start + step) / step;
+    int w = new_value(g, g->rank[v], shape);
+    emit(g, "v%d = slice(v%d, %d, %lld, %lld, step=%lld)\n", w, v, d, (long long)start,
+         (long long)-(n + 1), (long long)-step);
+}
+
+/* pad of the last dim: constant (maybe cropping), replicate or reflect */
+static void pad(Gen *g, int v, int64_t *shape) {
+    static const char *modes[] = {"constant", "replicate", "reflect"};
+    int r = g->rank[v], mode = pick(g, 3);
+    int64_t n = shape[r - 1], b = pick(g, 3), a = pick(g, 3);
+    if (mode == 2 && n == 1) mode = 0;
+    if (mode == 2) { b = b < n - 1 ? b : n - 1; a = a < n - 1 ? a : n - 1; }
+    if (mode == 0 && n > 2 && pick(g, 3) == 0) b = -1;
+    if (numel(g, v) / n * (n + b + a) > 8192) b = a = 0;
+    shape[r - 1] = n + b + a;
+    int w = new_value(g, r, shape);
+    emit(g, "v%d = pad(v%d, [%lld, %lld], mode=\"%s\", value=%s)\n", w, v, (long long)b,
+         (long long)a, modes[mode], pick(g, 2) ? "0.5" : "0");
+}
+
+/* cat of v with pointwise functions of itself along a random dim */
+static void cat(Gen *g, int v, int64_t *shape) {
+    int d = pick(g, g->rank[v]), k = 2 + pick(g, 2);
+    if (numel(g, v) * k > 8192) k = 1;
+    shape[d] *= k;
+    int w = new_value(g, g->rank[v], shape);
+    emit(g, "v%d = cat([v%d", w, v);
+    if (k > 1) emit(g, ", relu(v%d)", v);
+    if (k > 2) emit(g, ", v%d * 0.5", v);
+    emit(g, "], dim=%d)\n", d - (pick(g, 2) ? g->rank[v] : 0));
+}
+
 static void view(Gen *g, int v) {
     int r = g->rank[v];
     int64_t shape[6];
     memcpy(shape, g->shape[v], sizeof shape);
-    int kind = r == 0 ? 2 : pick(g, 5);
+    int kind = r == 0 ? 2 : pick(g, 8);
+    if (kind == 5) { reverse_slice(g, v, shape); return; }
+    if (kind == 6) { pad(g, v, shape); return; }
+    if (kind == 7) { cat(g, v, shape); return; }
     if (kind == 0 && r >= 2) { /* transpose */
         int a = pick(g, r), b = pick(g, r);
         int64_t t = shape[a]; shape[a] = shape[b]; shape[b] = t;
@@ -208,9 +249,38 @@ static void view(Gen *g, int v) {
     }
 }
 
+/* max or avg pooling over the last r-2 dims (PyTorch's limits: padding at
+ * most half the kernel, so every window holds an element of the input) */
+static void pool(Gen *g, int v) {
+    int r = g->rank[v], ns = r - 2, is_max = pick(g, 2), ceil = pick(g, 2);
+    int64_t shape[6], k[3], st[3], pd[3];
+    memcpy(shape, g->shape[v], sizeof shape);
+    for (int i = 0; i < ns; i++) {
+        int64_t n = shape[2 + i];
+        k[i] = 1 + pick(g, n < 3 ? (int)n : 3);
+        st[i] = 1 + pick(g, 2);
+        pd[i] = pick(g, (int)(k[i] / 2 + 1));
+        int64_t room = n + 2 * pd[i] - k[i];
+        int64_t out = (ceil ? room + st[i] - 1 : room) / st[i] + 1;
+        if (ceil && (out - 1) * st[i] >= n + pd[i]) out--;
+        shape[2 + i] = out;
+    }
+    int w = new_value(g, r, shape);
+    emit(g, "v%d = %s_pool%dd(v%d, [", w, is_max ? "max" : "avg", ns, v);
+    for (int i = 0; i < ns; i++) emit(g, "%s%lld", i ? ", " : "", (long long)k[i]);
+    emit(g, "], stride=[");
+    for (int i = 0; i < ns; i++) emit(g, "%s%lld", i ? ", " : "", (long long)st[i]);
+    emit(g, "], padding=[");
+    for (int i = 0; i < ns; i++) emit(g, "%s%lld", i ? ", " : "", (long long)pd[i]);
+    emit(g, "], ceil_mode=%s", ceil ? "true" : "false");
+    if (!is_max) emit(g, ", count_include_pad=%s", pick(g, 2) ? "true" : "false");
+    emit(g, ")\n");
+}
+
 static void composite(Gen *g, int v) {
     int r = g->rank[v];
     if (r == 0) { unary(g, v); return; }
+    if (r >= 3 && pick(g, 3) == 0) { pool(g, v); return; }
     int w = new_value(g, r, g->shape[v]);
     if (pick(g, 2)) emit(g, "v%d = softmax(v%d, dim=%d)\n", w, v, pick(g, r) - (pick(g, 2) ? r : 0));
     else emit(g, "v%d = layer_norm(v%d, [%lld])\n", w, v, (long long)g->shape[v][r - 1]);

@@ -427,6 +427,11 @@ static float apply(Op op, const float *x) {
 static float ev(float **data, const Expr *e, const int64_t *v) {
     if (e->kind == EX_CONST) return (float)e->value;
     if (e->kind == EX_LOAD) return data[e->buf][ix_eval(e->index, v)];
+    if (e->kind == EX_SELECT) {   /* only the chosen branch: the other may read out of bounds */
+        int64_t i = ix_eval(e->index, v);
+        bool in = (e->lo == EX_NOLO || i >= e->lo) && (e->hi == EX_NOHI || i < e->hi);
+        return ev(data, e->args[in ? 0 : 1], v);
+    }
     float x[3] = {0, 0, 0};
     for (int i = 0; i < e->nargs; i++) x[i] = ev(data, e->args[i], v);
     return apply(e->op, x);

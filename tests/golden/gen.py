@@ -250,6 +250,55 @@ def torch_crosscheck():
           file=sys.stderr)
 
 
+def torch_pad(x, pad, mode="constant", value=0.0):
+    """F.pad: pad holds (before, after) pairs from the last dim; negative
+    widths crop first."""
+    idx, widths = [slice(None)] * x.ndim, [(0, 0)] * x.ndim
+    for i in range(len(pad) // 2):
+        d, b, a = x.ndim - 1 - i, pad[2 * i], pad[2 * i + 1]
+        idx[d] = slice(max(-b, 0), x.shape[d] - max(-a, 0))
+        widths[d] = (max(b, 0), max(a, 0))
+    x = x[tuple(idx)]
+    if mode == "constant":
+        return np.pad(x, widths, mode="constant", constant_values=value)
+    return np.pad(x, widths, mode={"replicate": "edge", "reflect": "reflect"}[mode])
+
+
+def pool_out(n, k, s, d, pb, pe, ceil):
+    """PyTorch's pooling_output_shape."""
+    room = n + pb + pe - (d * (k - 1) + 1)
+    out = (-(-room // s) if ceil else room // s) + 1
+    if ceil and (out - 1) * s >= n + pb:
+        out -= 1
+    return out
+
+
+def pool(x, kind, k, s=None, pads=None, d=None, ceil=False, include_pad=True):
+    """Max or average pooling over the spatial dims x.shape[2:], window by
+    window: the taps inside the input, the divisor by PyTorch's rule (taps
+    inside the declared padding, or inside the input)."""
+    ns = x.ndim - 2
+    s, d = s or k, d or [1] * ns
+    pb, pe = pads or ([0] * ns, [0] * ns)
+    size = x.shape[2:]
+    outs = [pool_out(size[i], k[i], s[i], d[i], pb[i], pe[i], ceil) for i in range(ns)]
+    y = np.zeros(x.shape[:2] + tuple(outs))
+    for o in np.ndindex(*outs):
+        pos = [[o[i] * s[i] - pb[i] + j * d[i] for j in range(k[i])] for i in range(ns)]
+        v = x
+        for i in range(ns):
+            v = np.take(v, [p for p in pos[i] if 0 <= p < size[i]], axis=2 + i)
+        axes = tuple(range(2, 2 + ns))
+        if kind == "max":
+            y[(Ellipsis,) + o] = v.max(axis=axes)
+            continue
+        lo = [-pb[i] if include_pad else 0 for i in range(ns)]
+        hi = [size[i] + pe[i] if include_pad else size[i] for i in range(ns)]
+        count = np.prod([sum(lo[i] <= p < hi[i] for p in pos[i]) for i in range(ns)])
+        y[(Ellipsis,) + o] = v.sum(axis=axes) / count
+    return y
+
+
 # ---- the cases -----------------------------------------------------------
 
 CASES = []
@@ -1423,6 +1472,105 @@ def draw(c, rng, name, dtype, shape):
 def save(path, a):
     with open(path, "wb") as f:
         np.save(f, a, allow_pickle=False)
+
+
+# -- pad, cat, negative-step slices, pooling (kiln issue 8)
+case("pad_constant", """
+    input x: f32[3, 4, 5]
+    a = pad(x, [1, 2, 0, 3], value=1.5)
+    b = pad(x, [2, 2, 1, 1, 1, 0])
+    c = pad(x, [-1, 2, 1, -2], value=-3.0)
+    output a, b, c
+""", lambda v: {"a": torch_pad(v.x, [1, 2, 0, 3], value=1.5),
+                "b": torch_pad(v.x, [2, 2, 1, 1, 1, 0]),
+                "c": torch_pad(v.x, [-1, 2, 1, -2], value=-3.0)})
+case("pad_replicate", """
+    input x: f32[2, 3, 4]
+    a = pad(x, [2, 3, 1, 0], mode="replicate")
+    b = pad(x, [-1, 2, 3, -1], mode="replicate")
+    output a, b
+""", lambda v: {"a": torch_pad(v.x, [2, 3, 1, 0], "replicate"),
+                "b": torch_pad(v.x, [-1, 2, 3, -1], "replicate")})
+case("pad_reflect", """
+    input x: f32[3, 4, 5]
+    a = pad(x, [4, 3, 2, 3], mode="reflect")
+    b = pad(x, [1, -2, 0, 1, 2, 1], mode="reflect")
+    output a, b
+""", lambda v: {"a": torch_pad(v.x, [4, 3, 2, 3], "reflect"),
+                "b": torch_pad(v.x, [1, -2, 0, 1, 2, 1], "reflect")})
+case("pad_of_pointwise", """
+    input x: f32[4, 6]
+    p = pad(relu(x) * 2.0, [1, 1, 2, 0], value=-1.0)
+    y = p + 1.0
+    s = sum(pad(exp(x), [1, 1], mode="reflect"), dim=1)
+    output y, s
+""", lambda v: {"y": torch_pad(np.maximum(v.x, 0) * 2, [1, 1, 2, 0], value=-1.0) + 1,
+                "s": torch_pad(np.exp(v.x), [1, 1], "reflect").sum(1)})
+case("cat_three", """
+    input a: f32[2, 3, 4]
+    input b: f32[2, 1, 4]
+    input c: f32[2, 5, 4]
+    x = cat([a, b, c], dim=1)
+    y = cat([a * 2.0, relu(a), a + 1.0], dim=-1)
+    z = sum(cat([exp(c), b], 1), dim=1)
+    output x, y, z
+""", lambda v: {"x": np.concatenate([v.a, v.b, v.c], 1),
+                "y": np.concatenate([v.a * 2, np.maximum(v.a, 0), v.a + 1], -1),
+                "z": np.concatenate([np.exp(v.c), v.b], 1).sum(1)})
+case("cat_many", """
+    input a: f32[2, 3]
+    input b: f32[1, 3]
+    y = cat([a, b, a, b, a, b, a], dim=0)
+    output y
+""", lambda v: {"y": np.concatenate([v.a, v.b, v.a, v.b, v.a, v.b, v.a], 0)})
+case("slice_negative_step", """
+    input x: f32[7, 6]
+    input w: f32[6, 4]
+    a = slice(x, 1, 5, 1, step=-2)
+    b = slice(x, 0, -1, -100, step=-1)
+    c = slice(x, 1, 100, -100, step=-3)
+    d = matmul(slice(x, 0, -1, -100, step=-1), slice(w, 0, -1, -100, step=-1))
+    e = sum(slice(x, 0, 5, 0, step=-2) * 2.0, dim=0)
+    output a, b, c, d, e
+""", lambda v: {"a": v.x[:, 5:1:-2], "b": v.x[::-1], "c": v.x[:, ::-3],
+                "d": v.x[::-1] @ v.w[::-1], "e": (v.x[5:0:-2] * 2).sum(0)})
+case("max_pool_1d_2d", """
+    input x: f32[2, 3, 11]
+    input y: f32[2, 2, 9, 10]
+    a = max_pool1d(x, 3, stride=2, padding=1)
+    b = max_pool2d(y, 3, stride=2, padding=1, dilation=2, ceil_mode=true)
+    c = max_pool2d(relu(y), [2, 3], stride=[2, 3], ceil_mode=true)
+    d = max_pool2d(y, 3, stride=1, padding=[0, 1, 1, 0])
+    output a, b, c, d
+""", lambda v: {"a": pool(v.x, "max", [3], [2], ([1], [1])),
+                "b": pool(v.y, "max", [3, 3], [2, 2], ([1, 1], [1, 1]), [2, 2], True),
+                "c": pool(np.maximum(v.y, 0), "max", [2, 3], [2, 3], ceil=True),
+                "d": pool(v.y, "max", [3, 3], [1, 1], ([0, 1], [1, 0]))})
+case("max_pool_3d", """
+    input x: f32[1, 2, 5, 6, 7]
+    a = max_pool3d(x, 2, ceil_mode=true)
+    b = max_pool3d(x, [3, 2, 3], stride=[1, 2, 2], padding=[1, 0, 1])
+    output a, b
+""", lambda v: {"a": pool(v.x, "max", [2, 2, 2], ceil=True),
+                "b": pool(v.x, "max", [3, 2, 3], [1, 2, 2], ([1, 0, 1], [1, 0, 1]))})
+case("avg_pool", """
+    input x: f32[2, 3, 11]
+    input y: f32[2, 2, 9, 10]
+    input z: f32[1, 2, 5, 6, 7]
+    a = avg_pool1d(x, 4, stride=3, padding=2, count_include_pad=false)
+    b = avg_pool2d(y, 3, stride=2, padding=1, ceil_mode=true)
+    c = avg_pool2d(y, [3, 2], stride=[2, 3], padding=1, ceil_mode=true, count_include_pad=false)
+    d = avg_pool3d(z, [2, 3, 2], stride=2, padding=1)
+    e = avg_pool2d(y, 3, padding=[1, 0, 0, 1], dilation=2)
+    f = avg_pool2d(relu(y) + 1.0, 2)
+    output a, b, c, d, e, f
+""", lambda v: {"a": pool(v.x, "avg", [4], [3], ([2], [2]), include_pad=False),
+                "b": pool(v.y, "avg", [3, 3], [2, 2], ([1, 1], [1, 1]), ceil=True),
+                "c": pool(v.y, "avg", [3, 2], [2, 3], ([1, 1], [1, 1]), ceil=True,
+                          include_pad=False),
+                "d": pool(v.z, "avg", [2, 3, 2], [2, 2, 2], ([1, 1, 1], [1, 1, 1])),
+                "e": pool(v.y, "avg", [3, 3], [3, 3], ([1, 0], [0, 1]), [2, 2]),
+                "f": pool(np.maximum(v.y, 0) + 1, "avg", [2, 2])})
 
 
 def write_case(c):
