@@ -26,10 +26,75 @@
 #include "externs.h"
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* ---- OpenBLAS's kernels -----------------------------------------------------
+ *
+ * A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels from the CPU model
+ * when it loads, and falls back to SSE3 "Prescott" kernels on a model it
+ * does not know: 0.3.21 does so on this Xeon (family 6, model 207), and
+ * sgemm runs 5-7x slower than with the SkylakeX kernels the CPU can run.
+ * OPENBLAS_CORETYPE fixes it, but OpenBLAS reads it in its constructor,
+ * before any of kiln's code runs.
+ *
+ * So on first use kiln asks OpenBLAS which core it chose; when that is the
+ * Prescott fallback, the user did not choose it (OPENBLAS_CORETYPE unset)
+ * and the CPU and OS support AVX-512 (F, BW, VL, DQ: SkylakeX) or AVX2+FMA
+ * (Haswell), it sets the variable and runs OpenBLAS's own selection again:
+ * gotoblas_dynamic_quit() forgets the choice, gotoblas_dynamic_init() reads
+ * the variable and initializes the chosen core's parameters, exactly as at
+ * load time; then the variable is removed again. Both are exported by every
+ * DYNAMIC_ARCH build (`nm -D`); they are weak references here, so an
+ * OpenBLAS built for one CPU (no such symbols, nothing to fix) links and
+ * runs unchanged. Nothing else changes with the core: OpenBLAS allocates
+ * its buffers lazily at the build's fixed size and (OpenMP build) has no
+ * thread pool of its own. The alternatives were worse: loading OpenBLAS
+ * with dlopen would drop the link-time dependency that `make install` and
+ * kiln.pc describe and route every cblas call through a pointer; setting
+ * the variable and re-executing the process is not a library's business.
+ * A core OpenBLAS chose itself is kept: it knows the CPUs it names. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu) {
+    if ((user && *user) || !current || strcasecmp(current, "Prescott") != 0) return NULL;
+    if (cpu & EXT_CPU_AVX512) return "SkylakeX";
+    if (cpu & EXT_CPU_AVX2) return "Haswell";
+    return NULL;
+}
+
+/* This CPU's features, as the OS lets programs use them (GCC's
+ * __builtin_cpu_supports checks XCR0 for the AVX and AVX-512 state). */
+unsigned ext_cpu_features(void) {
+    __builtin_cpu_init();
+    unsigned f = 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= EXT_CPU_AVX2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        f |= EXT_CPU_AVX512;
+    return f;
+}
+
+static void blas_pick_core(void) {
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    const char *core = ext_blas_core_choice(getenv("OPENBLAS_CORETYPE"), openblas_get_corename(),
+                                            ext_cpu_features());
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* Once per process, before the first BLAS call kiln makes. */
+void ext_blas_init(void) { pthread_once(&blas_once, blas_pick_core); }
 
 void ext_set_threads(int n) {
+    ext_blas_init();
     if (n < 1) return;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
@@ -178,6 +243,7 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
 
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx) {
+    ext_blas_init();
     int nb = crank - 2;
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     int64_t batches = 1, rows = block_rows(M, N, epi != NULL), arow = av->stride[av->rank - 2];
@@ -310,6 +376,7 @@ static void finish_slab(const ConvShape *s, const SlabEnd *e, float *y, int64_t 
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                    ExtEpilogue epi, void *ctx) {
+    ext_blas_init();
     ConvShape s = conv_shape(xs, ws, ys, attr);
     if (s.groups == s.c && s.o == s.c) {
         conv_depthwise(&s, x, w, bias, y, epi, ctx);

@@ -44,4 +44,16 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
 void ext_set_epilogue_rows(int64_t rows);
 void ext_set_threads(int n);
 int ext_get_threads(void);
+
+/* OpenBLAS's kernels: once per process, replace its Prescott fallback on a
+ * CPU it does not know by the kernels the CPU can run (see externs.c);
+ * every extern and ext_set_threads call it first. */
+void ext_blas_init(void);
+/* CPU features (ext_cpu_features) as the choice below needs them. */
+enum { EXT_CPU_AVX2 = 1, EXT_CPU_AVX512 = 2 };
+unsigned ext_cpu_features(void);
+/* The core to force, or NULL to keep OpenBLAS's: user is OPENBLAS_CORETYPE
+ * (set: the user's choice wins), current the core OpenBLAS chose, cpu the
+ * EXT_CPU_* bits. */
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu);
 #endif

@@ -1,10 +1,13 @@
 /*
  * test_externs.c -- the library kernels (OpenBLAS matmul, im2col conv2d)
  * against naive loops written here, over odd sizes, transposed views,
- * batch broadcasting, and every conv2d parameter.
+ * batch broadcasting, and every conv2d parameter; and the choice of
+ * OpenBLAS's kernels.
  */
 #include "test.h"
 #include "testutil.h"
+#include <cblas.h>
+#include <strings.h>
 
 static float *randbuf(int64_t n, uint64_t seed) {
     float *p = malloc(sizeof(float) * (size_t)n);
@@ -156,4 +159,37 @@ TEST(externs_conv2d_params) {
             }
         free(x); free(w); free(b); free(y); free(ref);
     }
+}
+
+/* OpenBLAS's core: kiln replaces the Prescott fallback (an unknown CPU) by
+ * the kernels the CPU supports, and never overrides the user or a core
+ * OpenBLAS chose itself. */
+TEST(externs_blas_core_choice) {
+    unsigned avx512 = EXT_CPU_AVX2 | EXT_CPU_AVX512;
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", avx512), "SkylakeX"));
+    CHECK(!strcmp(ext_blas_core_choice("", "prescott", avx512), "SkylakeX"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", EXT_CPU_AVX2), "Haswell"));
+    CHECK(!ext_blas_core_choice(NULL, "Prescott", 0));
+    CHECK(!ext_blas_core_choice("Prescott", "Prescott", avx512)); /* the user's choice */
+    CHECK(!ext_blas_core_choice("Haswell", "Prescott", avx512));
+    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512)); /* OpenBLAS knew the CPU */
+    CHECK(!ext_blas_core_choice(NULL, "Haswell", avx512));
+}
+
+/* The real library after kiln's first BLAS use: on a CPU with AVX2 the core
+ * is not the SSE3 Prescott fallback (5-7x slower sgemm). Skipped on other
+ * CPUs and when the user set OPENBLAS_CORETYPE. */
+TEST(externs_blas_core_not_prescott) {
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    if (!(ext_cpu_features() & EXT_CPU_AVX2) || (user && *user)) {
+        printf("  skipped: %s\n", user && *user ? "OPENBLAS_CORETYPE is set" : "no AVX2");
+        return;
+    }
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4];
+    int64_t s[2] = {2, 2};
+    ExtView v = test_dense_view(2, s);
+    CHECK(ext_matmul(a, &v, b, &v, c, 2, s) == 0);
+    CHECK(c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50);
+    const char *core = openblas_get_corename();
+    CHECKF(strcasecmp(core, "Prescott") != 0, "OpenBLAS core is %s on a CPU with AVX2", core);
 }
