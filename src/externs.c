@@ -1,7 +1,9 @@
 /*
  * externs.c -- the library kernels behind kiln's extern ops: matmul through
- * OpenBLAS cblas_sgemm, conv2d through im2col + sgemm (1x1 convolutions go
- * straight to sgemm, depthwise ones to a direct loop).
+ * OpenBLAS cblas_sgemm; conv2d through oneDNN (conv_dnnl.c) except 1x1
+ * stride-1 convolutions, which are one sgemm per image; im2col + sgemm
+ * (depthwise: a direct loop) for what oneDNN declines, or everything with
+ * ext_set_conv_backend(EXT_CONV_IM2COL).
  *
  * Operands arrive as strided views (ExtView), so a transposed operand is
  * passed to BLAS as a transpose flag with a leading dimension instead of
@@ -149,8 +151,8 @@ int ext_get_threads(void) { return omp_get_max_threads(); }
 /* Run epi over elements [start, start + count) of c, whose rows (or planes)
  * are `unit` elements: serially when small, else in pieces of whole units
  * shared among the threads. Called outside any parallel region. */
-static void run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
-                         int64_t unit) {
+void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
+                      int64_t unit) {
     if (!epi || count <= 0) return;
     if (count < EXT_EPI_PARALLEL_MIN) {
         epi(ctx, c, start, count);
@@ -162,6 +164,20 @@ static void run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, in
         int64_t s = start + i * per, e = s + per < start + count ? s + per : start + count;
         epi(ctx, c, s, e - s);
     }
+}
+
+/* The epilogue of nslabs consecutive slabs of `slab` elements (an image's
+ * groups), each called within its own slab: large slabs one after another,
+ * each on every thread; small ones shared among the threads. */
+void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t nslabs,
+                            int64_t slab, int64_t unit) {
+    if (!epi) return;
+    if (nslabs == 1 || slab >= EXT_EPI_PARALLEL_MIN) {
+        for (int64_t i = 0; i < nslabs; i++) ext_run_epilogue(epi, ctx, c, start + i * slab, slab, unit);
+        return;
+    }
+    #pragma omp parallel for schedule(static) if (nslabs * slab >= EXT_EPI_PARALLEL_MIN)
+    for (int64_t i = 0; i < nslabs; i++) epi(ctx, c, start + i * slab, slab);
 }
 
 /* Rows per block set by a test (ext_set_epilogue_rows); 0: the policy. */
@@ -260,7 +276,7 @@ int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtV
                 if (!tb && !(tb = kmalloc(sizeof(float) * (size_t)(K * N)))) goto nomem;
                 gemm2d(pa + r * arow, av, pb, bv, pc, m, N, K, ta, tb);
             }
-            run_epilogue(epi, ctx, c, (i * M + r) * N, m * N, N);
+            ext_run_epilogue(epi, ctx, c, (i * M + r) * N, m * N, N);
         }
     }
     kfree(ta);
@@ -373,11 +389,22 @@ static void finish_slab(const ConvShape *s, const SlabEnd *e, float *y, int64_t 
         slab_piece(s, e, y, n, o0 + i * per, per < no - i * per ? per : no - i * per);
 }
 
+static ExtConvBackend conv_backend = EXT_CONV_DNNL;
+
+void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
+
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                    ExtEpilogue epi, void *ctx) {
     ext_blas_init();
     ConvShape s = conv_shape(xs, ws, ys, attr);
+    bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
+     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md). */
+    if (conv_backend == EXT_CONV_DNNL && !direct) {
+        int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, epi, ctx);
+        if (r <= 0) return r;
+    }
     if (s.groups == s.c && s.o == s.c) {
         conv_depthwise(&s, x, w, bias, y, epi, ctx);
         return 0;
@@ -385,7 +412,6 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
     SlabEnd end = {bias, epi, ctx};
     int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
     int64_t kdim = cg * s.kh * s.kw;
-    bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     float *col = direct ? NULL : kmalloc(sizeof(float) * (size_t)(kdim * plane));
     if (!direct && !col) return -1;
     for (int64_t n = 0; n < s.n; n++)

@@ -39,6 +39,25 @@ int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                    ExtEpilogue epi, void *ctx);
+/* conv2d's backend (process-wide, for tests and benchmarks): oneDNN
+ * (conv_dnnl.c, the default; a shape it declines goes to im2col) or
+ * kiln's own im2col + sgemm, direct 1x1 and depthwise loops. */
+typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
+void ext_set_conv_backend(ExtConvBackend b);
+/* conv_dnnl.c: ext_conv2d_epi through oneDNN; 0, -1 (out of memory or a
+ * oneDNN failure) or 1 when oneDNN declines the shape. */
+int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                    ExtEpilogue epi, void *ctx);
+/* Run epi over elements [start, start + count) of c, whose rows (or planes)
+ * are `unit` elements long, on every thread when it is large; call outside
+ * any parallel region. */
+void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
+                      int64_t unit);
+/* The same over nslabs slabs of `slab` elements from start (an image's
+ * groups), each range within one slab. */
+void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t nslabs,
+                            int64_t slab, int64_t unit);
 /* Tests: rows per matmul block when there is an epilogue, so small
  * matrices still cross block boundaries (process-wide; 0: the policy). */
 void ext_set_epilogue_rows(int64_t rows);
