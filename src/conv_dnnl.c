@@ -8,11 +8,12 @@
  * im2col + OpenBLAS sgemm and depthwise ones at 20-50x the direct loop,
  * even counting the reorders from and to kiln's NCHW.
  *
- * How: one primitive per shape computes ONE image; a call reorders the
- * weights into oneDNN's layout once, then for each image reorders its
- * input in, convolves (bias included), reorders its output back to NCHW in
- * y and runs the epilogue on it while it is in cache, on each (image,
- * group) slab as the im2col path does. Primitives, reorders and memory objects are
+ * How: one primitive per shape computes a few images (as many as keep the
+ * output of a call within CALL_BYTES, often one); a call reorders the
+ * weights into oneDNN's layout once, then for each few images reorders
+ * their input in, convolves (bias included), reorders the output back to
+ * NCHW in y and runs the epilogue on it while it is in cache, on each
+ * (image, group) slab as the im2col path does. Primitives, reorders and memory objects are
  * made on the first call for a shape (and thread count: oneDNN partitions
  * the work when it creates a primitive) and kept in a small cache for the
  * life of the process; the scratch buffers (blocked input, weights and
@@ -31,8 +32,8 @@
 #include <string.h>
 
 /* What identifies a primitive: xs[1..3], ws[0..3], ys[2..3], attr[0..6],
- * bias or not, threads. */
-#define KEY_LEN 18
+ * then these: */
+enum { K_GROUPS = 15, K_BIAS, K_THREADS, K_IMAGES, KEY_LEN };
 
 /* Memory objects (no buffer of their own; handles set per call). */
 enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD, M_COUNT };
@@ -56,10 +57,10 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
 
 static void make_key(int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
-                     const int64_t ys[4], const int64_t attr[7], bool bias) {
+                     const int64_t ys[4], const int64_t attr[7], bool bias, int64_t nb) {
     int64_t k[KEY_LEN] = {xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3],
                           attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6],
-                          bias, omp_get_max_threads()};
+                          bias, omp_get_max_threads(), nb};
     memcpy(key, k, sizeof k);
 }
 
@@ -95,8 +96,8 @@ typedef struct {
 } ConvDescs;
 
 static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t ws[4],
-                                const int64_t ys[4], int64_t g) {
-    dnnl_dims_t x = {1, xs[1], xs[2], xs[3]}, y = {1, ys[1], ys[2], ys[3]}, b = {ws[0]};
+                                const int64_t ys[4], int64_t g, int64_t nb) {
+    dnnl_dims_t x = {nb, xs[1], xs[2], xs[3]}, y = {nb, ys[1], ys[2], ys[3]}, b = {ws[0]};
     dnnl_dims_t w4 = {ws[0], ws[1], ws[2], ws[3]}, w5 = {g, ws[0] / g, ws[1], ws[2], ws[3]};
     int wn = g > 1 ? 5 : 4;
     const int64_t *w = g > 1 ? w5 : w4;
@@ -157,7 +158,7 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
     memcpy(d->key, key, sizeof d->key);
     ConvDescs c;
     dnnl_primitive_desc_t pd = NULL;
-    dnnl_status_t st = make_descs(&c, xs, ws, ys, attr[6]);
+    dnnl_status_t st = make_descs(&c, xs, ws, ys, attr[6], key[K_IMAGES]);
     if (!st) st = make_pd(&pd, &c, attr, bias);
     if (!st) st = dnnl_primitive_create(&d->conv, pd);
     if (!st) st = make_mems(d, &c, pd);
@@ -171,9 +172,9 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
 /* The entry for a shape (made on a miss); NULL: oneDNN declines it. Called
  * with the lock held. */
 static DnnlConv *lookup(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
-                        const int64_t attr[7], bool bias) {
+                        const int64_t attr[7], bool bias, int64_t nb) {
     int64_t key[KEY_LEN];
-    make_key(key, xs, ws, ys, attr, bias);
+    make_key(key, xs, ws, ys, attr, bias, nb);
     for (int i = 0; i < CACHE_SIZE; i++)
         if (cache[i] && !memcmp(cache[i]->key, key, sizeof key)) return cache[i];
     if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return NULL;
@@ -194,11 +195,11 @@ static dnnl_status_t reorder(DnnlConv *d, dnnl_primitive_t r, int from, int to) 
     return exec(d, r, 2, args);
 }
 
-/* Image n: input in, convolution, output back to y, epilogue. */
-static dnnl_status_t conv_image(DnnlConv *d, const float *x, float *y, int64_t n,
-                                const int64_t xs[4], const int64_t ys[4], ExtEpilogue epi,
-                                void *ctx) {
-    int64_t xn = xs[1] * xs[2] * xs[3], yn = ys[1] * ys[2] * ys[3];
+/* Images [n, n + nb): input in, convolution, output back to y, epilogue. */
+static dnnl_status_t conv_images(DnnlConv *d, const float *x, float *y, int64_t n,
+                                 const int64_t xs[4], const int64_t ys[4], ExtEpilogue epi,
+                                 void *ctx) {
+    int64_t xn = xs[1] * xs[2] * xs[3], yn = ys[1] * ys[2] * ys[3], nb = d->key[K_IMAGES];
     dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_SRC_PLAIN], (void *)(x + n * xn));
     if (!st) st = dnnl_memory_set_data_handle(d->mem[M_DST_PLAIN], y + n * yn);
     if (!d->src_in && !st) st = dnnl_memory_set_data_handle(d->mem[M_SRC], (void *)(x + n * xn));
@@ -207,11 +208,11 @@ static dnnl_status_t conv_image(DnnlConv *d, const float *x, float *y, int64_t n
     dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, d->mem[M_SRC]}, {DNNL_ARG_WEIGHTS, d->mem[M_WEI]},
                                {DNNL_ARG_DST, d->mem[M_DST]}, {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]},
                                {DNNL_ARG_BIAS, d->mem[M_BIAS]}};
-    if (!st) st = exec(d, d->conv, d->key[16] ? 5 : 4, args);
+    if (!st) st = exec(d, d->conv, d->key[K_BIAS] ? 5 : 4, args);
     if (d->dst_out && !st) st = reorder(d, d->dst_out, M_DST, M_DST_PLAIN);
     if (!st) st = dnnl_stream_wait(d->stream);
-    int64_t groups = d->key[15];
-    if (!st) ext_run_epilogue_slabs(epi, ctx, y, n * yn, groups, yn / groups, ys[2] * ys[3]);
+    int64_t groups = d->key[K_GROUPS];
+    if (!st) ext_run_epilogue_slabs(epi, ctx, y, n * yn, nb * groups, yn / groups, ys[2] * ys[3]);
     return st;
 }
 
@@ -237,16 +238,29 @@ static int run(DnnlConv *d, const float *x, const int64_t xs[4], const float *w,
     if (!st) st = dnnl_memory_set_data_handle(d->mem[M_PAD], pad);
     if (!st && bias) st = dnnl_memory_set_data_handle(d->mem[M_BIAS], (void *)bias);
     if (!st && d->wei_in) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
-    for (int64_t n = 0; n < xs[0] && !st; n++) st = conv_image(d, x, y, n, xs, ys, epi, ctx);
+    for (int64_t n = 0; n < xs[0] && !st; n += d->key[K_IMAGES])
+        st = conv_images(d, x, y, n, xs, ys, epi, ctx);
     kfree(block);
     return st == dnnl_success ? 0 : -1;
+}
+
+/* Output bytes per call: images are taken together up to this much (the
+ * largest divisor of N that fits, at least one image), so small images
+ * (ResNet's later layers: 7x7 and 14x14) still give oneDNN enough work per
+ * call, while the output of a call stays in the L2 for the epilogue. */
+#define CALL_BYTES ((int64_t)1 << 20)
+
+static int64_t images_per_call(const int64_t ys[4]) {
+    int64_t image = ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float), nb = ys[0];
+    while (nb > 1 && (nb * image > CALL_BYTES || ys[0] % nb)) nb--;
+    return nb;
 }
 
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                     ExtEpilogue epi, void *ctx) {
     pthread_mutex_lock(&lock);
-    DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL);
+    DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, images_per_call(ys));
     int r = d ? run(d, x, xs, w, bias, y, ys, epi, ctx) : 1;
     pthread_mutex_unlock(&lock);
     return r;
