@@ -38,7 +38,7 @@
  * A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels from the CPU model
  * when it loads, and falls back to SSE3 "Prescott" kernels on a model it
  * does not know: 0.3.21 does so on this Xeon (family 6, model 207), and
- * sgemm runs 5-7x slower than with the SkylakeX kernels the CPU can run.
+ * sgemm runs about 5x slower than with the SkylakeX kernels the CPU can run.
  * OPENBLAS_CORETYPE fixes it, but OpenBLAS reads it in its constructor,
  * before any of kiln's code runs.
  *
