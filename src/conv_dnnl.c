@@ -13,11 +13,13 @@
  * weights into oneDNN's layout once, then for each few images reorders
  * their input in, convolves (bias included), reorders the output back to
  * NCHW in y and runs the epilogue on it while it is in cache, on each
- * (image, group) slab as the im2col path does. Primitives, reorders and memory objects are
+ * (image, group) slab as the im2col path does. An image whose output is
+ * larger than that (the stem: 3.2 MB) goes back in parts of 16 channels,
+ * each followed by its epilogue (part_new). Primitives, reorders and memory objects are
  * made on the first call for a shape (and thread count: oneDNN partitions
  * the work when it creates a primitive) and kept in a small cache for the
  * life of the process; the scratch buffers (blocked input, weights and
- * output of one image, oneDNN's scratchpad) are allocated per call with
+ * output of one call, oneDNN's scratchpad) are allocated per call with
  * kmalloc. One mutex covers the cache and the execution: the memory objects
  * are shared, and two convolutions at once would only fight over the same
  * OpenMP threads (oneDNN here uses kiln's libgomp pool).
@@ -35,18 +37,28 @@
  * then these: */
 enum { K_GROUPS = 15, K_BIAS, K_THREADS, K_IMAGES, KEY_LEN };
 
-/* Memory objects (no buffer of their own; handles set per call). */
-enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD, M_COUNT };
+/* Memory objects (no buffer of their own; handles set per call); the last
+ * two are a block of channels of M_DST and M_DST_PLAIN (see part_new). */
+enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD, M_PART,
+       M_PART_PLAIN, M_COUNT };
 
 /* One shape, ready to run on one image at a time. */
 typedef struct {
     int64_t key[KEY_LEN];
     dnnl_primitive_t conv;
     dnnl_primitive_t src_in, wei_in, dst_out; /* reorders; NULL where layouts agree */
+    dnnl_primitive_t part_out;   /* dst_out for `part` channels; NULL: whole images */
+    int64_t part, part_stride;   /* channels per part; elements between parts in M_DST */
     dnnl_memory_t mem[M_COUNT];
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
     dnnl_stream_t stream;
 } DnnlConv;
+
+/* Output bytes per call: images are taken together up to this much (the
+ * largest divisor of N that fits, at least one image), so small images
+ * (ResNet's later layers: 7x7 and 14x14) still give oneDNN enough work per
+ * call, while the output of a call stays in the L2 for the epilogue. */
+#define CALL_BYTES ((int64_t)1 << 20)
 
 /* The cache: a handful of shapes per network layer type; when full, the
  * oldest entry goes (round robin). */
@@ -70,6 +82,7 @@ static void conv_free(DnnlConv *d) {
     dnnl_primitive_destroy(d->src_in);
     dnnl_primitive_destroy(d->wei_in);
     dnnl_primitive_destroy(d->dst_out);
+    dnnl_primitive_destroy(d->part_out);
     for (int i = 0; i < M_COUNT; i++) dnnl_memory_destroy(d->mem[i]);
     dnnl_stream_destroy(d->stream);
     free(d);
@@ -93,6 +106,7 @@ static dnnl_status_t make_reorder(dnnl_primitive_t *r, const dnnl_memory_desc_t 
  * what oneDNN may choose. */
 typedef struct {
     dnnl_memory_desc_t src, wei, bias, dst, src_any, wei_any, dst_any;
+    dnnl_memory_desc_t dst_blk;   /* nChw16c: see conv_new */
 } ConvDescs;
 
 static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t ws[4],
@@ -108,19 +122,20 @@ static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->src_any, 4, x, dnnl_f32, dnnl_format_tag_any);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_any, 4, y, dnnl_f32, dnnl_format_tag_any);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->wei_any, wn, w, dnnl_f32, dnnl_format_tag_any);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_blk, 4, y, dnnl_f32, dnnl_nChw16c);
     return st;
 }
 
 /* The convolution primitive's descriptor, with a user-managed scratchpad
  * (allocated per call, so nothing is shared between calls but the cache). */
 static dnnl_status_t make_pd(dnnl_primitive_desc_t *pd, const ConvDescs *c,
-                             const int64_t attr[7], bool bias) {
+                             const dnnl_memory_desc_t *dst, const int64_t attr[7], bool bias) {
     dnnl_dims_t strides = {attr[0], attr[1]}, dil = {attr[4] - 1, attr[5] - 1};
     dnnl_dims_t pad = {attr[2], attr[3]};
     dnnl_convolution_desc_t cd;
     dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
         &cd, dnnl_forward_inference, dnnl_convolution_direct, &c->src_any, &c->wei_any,
-        bias ? &c->bias : NULL, &c->dst_any, strides, dil, pad, pad);
+        bias ? &c->bias : NULL, dst, strides, dil, pad, pad);
     if (st != dnnl_success) return st;
     dnnl_primitive_attr_t pa;
     if ((st = dnnl_primitive_attr_create(&pa)) != dnnl_success) return st;
@@ -131,13 +146,13 @@ static dnnl_status_t make_pd(dnnl_primitive_desc_t *pd, const ConvDescs *c,
 }
 
 static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_desc_t pd) {
-    const dnnl_memory_desc_t *md[M_COUNT] = {
+    const dnnl_memory_desc_t *md[M_PART] = {
         &c->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
         &c->wei, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
         &c->bias, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
         &c->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)};
     dnnl_status_t st = dnnl_success;
-    for (int i = 0; i < M_COUNT && !st; i++)
+    for (int i = 0; i < M_PART && !st; i++)
         st = dnnl_memory_create(&d->mem[i], md[i], engine, DNNL_MEMORY_NONE);
     if (st) return st;
     st = make_reorder(&d->src_in, md[M_SRC_PLAIN], md[M_SRC]);
@@ -150,6 +165,36 @@ static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_d
     return st;
 }
 
+/* When one call's output is larger than CALL_BYTES (one big image: the
+ * stem of a ResNet), the reorder back to NCHW and the epilogue go in parts
+ * of `part` channels, each part's epilogue right after its reorder, so it
+ * finds the part in the L2. That needs oneDNN's output blocked by channels
+ * only (nChw16c, nChw8c) and one group: a part is then one contiguous piece
+ * of both layouts, and one reorder between sub-memories serves every part
+ * with moved handles. Otherwise (or when oneDNN declines) part stays 0. */
+static void part_new(DnnlConv *d, const dnnl_memory_desc_t *dst, const dnnl_memory_desc_t *plain,
+                     int64_t groups) {
+    const dnnl_blocking_desc_t *b = &dst->format_desc.blocking;
+    int64_t c = dst->dims[1], plane = dst->dims[2] * dst->dims[3], blk;
+    if (!d->dst_out || groups != 1 || dst->format_kind != dnnl_blocked || b->inner_nblks != 1 ||
+        b->inner_idxs[0] != 1 || dnnl_memory_desc_get_size(dst) <= (size_t)CALL_BYTES)
+        return;
+    blk = b->inner_blks[0];
+    int64_t part = CALL_BYTES / (plane * (int64_t)sizeof(float)) / blk * blk;
+    while (part > 0 && c % part) part -= blk;
+    if (part <= 0 || part >= c) return;
+    dnnl_dims_t dims = {dst->dims[0], part, dst->dims[2], dst->dims[3]}, zero = {0, 0, 0, 0};
+    dnnl_memory_desc_t sub, sub_plain;
+    if (dnnl_memory_desc_init_submemory(&sub, dst, dims, zero) ||
+        dnnl_memory_desc_init_submemory(&sub_plain, plain, dims, zero) ||
+        dnnl_memory_create(&d->mem[M_PART], &sub, engine, DNNL_MEMORY_NONE) ||
+        dnnl_memory_create(&d->mem[M_PART_PLAIN], &sub_plain, engine, DNNL_MEMORY_NONE) ||
+        make_reorder(&d->part_out, &sub, &sub_plain) || !d->part_out)
+        return;
+    d->part = part;
+    d->part_stride = part / blk * b->strides[1];
+}
+
 /* A new entry for this shape, or NULL when oneDNN declines it. */
 static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
                           const int64_t ys[4], const int64_t attr[7], bool bias) {
@@ -159,10 +204,17 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
     ConvDescs c;
     dnnl_primitive_desc_t pd = NULL;
     dnnl_status_t st = make_descs(&c, xs, ws, ys, attr[6], key[K_IMAGES]);
-    if (!st) st = make_pd(&pd, &c, attr, bias);
+    /* An output larger than CALL_BYTES goes back to NCHW in parts of
+     * channels (part_new), which needs it blocked by channels: oneDNN's own
+     * choice can be NHWC (the stem: 3 input channels). */
+    int64_t bytes = key[K_IMAGES] * ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float);
+    bool blk = !st && attr[6] == 1 && ys[1] % 16 == 0 && bytes > CALL_BYTES;
+    if (blk && make_pd(&pd, &c, &c.dst_blk, attr, bias) != dnnl_success) pd = NULL;
+    if (!st && !pd) st = make_pd(&pd, &c, &c.dst_any, attr, bias);
     if (!st) st = dnnl_primitive_create(&d->conv, pd);
     if (!st) st = make_mems(d, &c, pd);
     if (!st) st = dnnl_stream_create(&d->stream, engine, dnnl_stream_default_flags);
+    if (!st) part_new(d, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &c.dst, attr[6]);
     dnnl_primitive_desc_destroy(pd);
     if (st == dnnl_success) return d;
     conv_free(d);
@@ -195,6 +247,25 @@ static dnnl_status_t reorder(DnnlConv *d, dnnl_primitive_t r, int from, int to) 
     return exec(d, r, 2, args);
 }
 
+/* The output of one call back to NCHW in y (images from n), in parts of
+ * d->part channels each followed by its epilogue (see part_new). */
+static dnnl_status_t out_parts(DnnlConv *d, float *y, int64_t n, const int64_t ys[4],
+                               ExtEpilogue epi, void *ctx) {
+    int64_t plane = ys[2] * ys[3], yn = ys[1] * plane;
+    void *dst = NULL;
+    dnnl_status_t st = dnnl_memory_get_data_handle(d->mem[M_DST], &dst);
+    for (int64_t c = 0; c < ys[1] && !st; c += d->part) {
+        float *part = (float *)dst + c / d->part * d->part_stride;
+        st = dnnl_memory_set_data_handle(d->mem[M_PART], part);
+        if (!st) st = dnnl_memory_set_data_handle(d->mem[M_PART_PLAIN], y + n * yn + c * plane);
+        if (!st) st = reorder(d, d->part_out, M_PART, M_PART_PLAIN);
+        if (!st) st = dnnl_stream_wait(d->stream);
+        for (int64_t i = 0; i < d->key[K_IMAGES] && !st; i++)
+            ext_run_epilogue(epi, ctx, y, (n + i) * yn + c * plane, d->part * plane, plane);
+    }
+    return st;
+}
+
 /* Images [n, n + nb): input in, convolution, output back to y, epilogue. */
 static dnnl_status_t conv_images(DnnlConv *d, const float *x, float *y, int64_t n,
                                  const int64_t xs[4], const int64_t ys[4], ExtEpilogue epi,
@@ -209,6 +280,7 @@ static dnnl_status_t conv_images(DnnlConv *d, const float *x, float *y, int64_t 
                                {DNNL_ARG_DST, d->mem[M_DST]}, {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]},
                                {DNNL_ARG_BIAS, d->mem[M_BIAS]}};
     if (!st) st = exec(d, d->conv, d->key[K_BIAS] ? 5 : 4, args);
+    if (d->part && !st) return out_parts(d, y, n, ys, epi, ctx);
     if (d->dst_out && !st) st = reorder(d, d->dst_out, M_DST, M_DST_PLAIN);
     if (!st) st = dnnl_stream_wait(d->stream);
     int64_t groups = d->key[K_GROUPS];
@@ -243,12 +315,6 @@ static int run(DnnlConv *d, const float *x, const int64_t xs[4], const float *w,
     kfree(block);
     return st == dnnl_success ? 0 : -1;
 }
-
-/* Output bytes per call: images are taken together up to this much (the
- * largest divisor of N that fits, at least one image), so small images
- * (ResNet's later layers: 7x7 and 14x14) still give oneDNN enough work per
- * call, while the output of a call stays in the L2 for the epilogue. */
-#define CALL_BYTES ((int64_t)1 << 20)
 
 static int64_t images_per_call(const int64_t ys[4]) {
     int64_t image = ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float), nb = ys[0];

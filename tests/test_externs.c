@@ -159,6 +159,7 @@ static const int64_t conv_cases[][15] = {
     {1, 3, 5, 5, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0},   /* 1x1 stride 2 */
     {3, 32, 12, 12, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* blocked channels, batch 3 */
     {4, 8, 40, 40, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: two calls of two images */
+    {2, 3, 128, 128, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: output back in parts */
     {2, 20, 13, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20, 0}, /* depthwise, odd sizes */
     {1, 4, 5, 6, 4, 3, 3, 2, 1, 3, 2, 2, 3, 4, 1},   /* depthwise, strides and dilations */
     {1, 2, 5, 3, 2, 3, 3, 1, 2, 1, 3, 1, 3, 2, 1},   /* depthwise: a tap wholly in the padding */
