@@ -20,7 +20,9 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 BLAS_DIR  = /usr/lib/$(MULTIARCH)/openblas-openmp
 BLAS_INC  = -I/usr/include/$(MULTIARCH)/openblas-openmp
 KCFLAGS  = -std=c11 -Wall -Wextra -Iinclude -Isrc -I$(BUILD)/gen -D_GNU_SOURCE -fopenmp $(BLAS_INC) $(CFLAGS) $(SAN)
-LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -ldl
+# oneDNN (Debian's libdnnl-dev) for conv2d, see src/conv_dnnl.c.
+DNNL_LIBS = -ldnnl
+LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas $(DNNL_LIBS) -lm -ldl
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIBSRC  = $(filter-out src/main.c,$(wildcard src/*.c))
@@ -87,7 +89,7 @@ install: all
 	install -m 755 $(BUILD)/kiln $(DESTDIR)$(PREFIX)/bin/kiln
 	install -m 644 $(BUILD)/libkiln.a $(DESTDIR)$(PREFIX)/lib/libkiln.a
 	install -m 644 include/kiln.h $(DESTDIR)$(PREFIX)/include/kiln.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' kiln.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kiln.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' kiln.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kiln.pc
 
 clean:
 	rm -rf $(BUILD)
@@ -134,15 +136,14 @@ fuzz-npy: $(FUZZ_DIR)/fuzz_npy
 	    $(FUZZ_ARGS) corpus-npy seed-npy
 
 # ---- benchmarks (issue 5; not tests) ---------------------------------------
-# make bench-conv: ext_conv2d (im2col + sgemm, 1x1, depthwise) on ResNet-18
-# layer shapes at 1 and 2 threads, in GFLOP/s; with oneDNN beside it when
-# Debian's libdnnl-dev is installed. BENCH_ARGS is passed on, e.g.
+# make bench-conv: ext_conv2d (oneDNN, and im2col + sgemm, 1x1, depthwise) on ResNet-18
+# layer shapes at 1 and 2 threads, in GFLOP/s, with oneDNN called directly
+# beside them. BENCH_ARGS is passed on, e.g.
 # make bench-conv BENCH_ARGS="--batch 1 --threads 1 --only layer1"
-DNNL_H := $(wildcard /usr/include/oneapi/dnnl/dnnl.h)
 .PHONY: bench-conv
 $(BUILD)/bench/conv_bench: bench/conv_bench.c $(BUILD)/libkiln.a $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(KCFLAGS) $(if $(DNNL_H),-DKILN_BENCH_DNNL) -o $@ $< $(BUILD)/libkiln.a $(LDLIBS) $(if $(DNNL_H),-ldnnl)
+	$(CC) $(KCFLAGS) -DKILN_BENCH_DNNL -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
 
 bench-conv: $(BUILD)/bench/conv_bench
 	$(BUILD)/bench/conv_bench $(BENCH_ARGS)

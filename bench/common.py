@@ -40,8 +40,15 @@ def build_kiln(kiln=None):
 def build_ktime(tmp, kiln):
     """bench/ktime.c against the libkiln.a next to the kiln binary; None
     (and a note) when it does not build."""
+    return build_api_tool(tmp, kiln, "ktime", "the outputs-reused column is left out")
+
+
+def build_api_tool(tmp, kiln, name, missing):
+    """bench/NAME.c, a program on kiln's API, against the libkiln.a next to
+    the kiln binary; None (and a note saying `missing`) when it does not
+    build."""
     lib = os.path.join(os.path.dirname(kiln), "libkiln.a")
-    exe = os.path.join(tmp, "ktime")
+    exe = os.path.join(tmp, name)
     if not os.path.exists(lib) and os.path.dirname(kiln) == os.path.join(ROOT, BUILD):
         subprocess.run(["make", "--no-print-directory", "BUILD=" + BUILD, BUILD + "/libkiln.a"],
                        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -49,11 +56,11 @@ def build_ktime(tmp, kiln):
         or "x86_64-linux-gnu"
     blas = "/usr/lib/%s/openblas-openmp" % arch
     r = subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-I", os.path.join(ROOT, "include"),
-                        os.path.join(BENCH, "ktime.c"), lib, "-L" + blas, "-Wl,-rpath," + blas,
-                        "-lopenblas", "-lm", "-ldl", "-o", exe],
+                        os.path.join(BENCH, name + ".c"), lib, "-L" + blas, "-Wl,-rpath," + blas,
+                        "-lopenblas", "-ldnnl", "-lm", "-ldl", "-o", exe],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode:
-        log("bench: bench/ktime.c does not build (the outputs-reused column is left out):\n" + r.stdout[-2000:])
+        log("bench: bench/%s.c does not build (%s):\n%s" % (name, missing, r.stdout[-2000:]))
         return None
     return exe
 

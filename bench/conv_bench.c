@@ -1,16 +1,18 @@
 /*
  * conv_bench.c -- how fast is kiln's conv2d? (`make bench-conv`; not a test)
  *
- * Times ext_conv2d (src/externs.c: im2col + OpenBLAS sgemm, a straight
- * sgemm for 1x1 stride-1 convolutions, direct loops for depthwise) on the
- * convolution layers of ResNet-18 at batch 1 and 8, plus a few 1x1 and
- * depthwise shapes that reach the other two paths, at 1 and 2 threads, and
- * prints milliseconds and GFLOP/s (2 * N * O * OH * OW * C/groups * KH * KW
- * flops per convolution; the bias add is not counted).
+ * Times ext_conv2d with both of kiln's backends: oneDNN (src/conv_dnnl.c,
+ * the default: reorders from and to NCHW included, weights reordered on
+ * every call) and im2col (src/externs.c: im2col + OpenBLAS sgemm, a
+ * straight sgemm for 1x1 stride-1 convolutions, direct loops for
+ * depthwise), on the convolution layers of ResNet-18 at batch 1 and 8,
+ * plus a few 1x1 and depthwise shapes that reach the other two paths, at 1
+ * and 2 threads, and prints milliseconds and GFLOP/s (2 * N * O * OH * OW *
+ * C/groups * KH * KW flops per convolution; the bias add is not counted)
+ * and the speed-up of the default over im2col.
  *
- * Built with -DKILN_BENCH_DNNL (the Makefile does so when Debian's
- * libdnnl-dev is installed) it times oneDNN's convolution on the same shapes
- * twice: with kiln's layout (NCHW activations in and out; the weights, being
+ * Built with -DKILN_BENCH_DNNL (the Makefile does) it also times oneDNN's
+ * convolution called directly on the same shapes twice: with kiln's layout (NCHW activations in and out; the weights, being
  * compile-time constants, reordered once beforehand into oneDNN's preferred
  * layout), and with oneDNN choosing every layout (blocked nChw16c
  * activations; the reorders to and from NCHW are not timed, so this is an
@@ -218,9 +220,12 @@ static void bench_shape(const Shape *s, int64_t n, int threads, const Options *o
     k.x = x; k.w = w; k.b = b; k.y = y;
     double gflop = 2.0 * (double)(n * s->o * oh * ow) * (double)(ws[1] * s->k * s->k) / 1e9;
     ext_set_threads(threads);
+    ext_set_conv_backend(EXT_CONV_IM2COL);
+    double ims = best_ms(run_kiln, &k, o);
+    ext_set_conv_backend(EXT_CONV_DNNL);
     double ms = best_ms(run_kiln, &k, o);
-    printf("| %-26s | %lld | %d | %7.3f | %8.2f | %6.1f |", s->name, (long long)n, threads, gflop,
-           ms, gflop / ms * 1e3);
+    printf("| %-26s | %lld | %d | %7.3f | %8.2f | %6.1f | %8.2f | %6.1f | %5.2fx |", s->name,
+           (long long)n, threads, gflop, ms, gflop / ms * 1e3, ims, gflop / ims * 1e3, ims / ms);
 #ifdef KILN_BENCH_DNNL
     double diff, diff2;
     const char *impl = "", *impl2 = "";
@@ -255,7 +260,8 @@ int main(int argc, char **argv) {
         else { fprintf(stderr, "usage: %s [--threads 1,2] [--batch 1,8] [--reps N] "
                                "[--min-ms T] [--only NAME]\n", argv[0]); return 2; }
     }
-    printf("| shape | N | threads | GFLOP | kiln ms | kiln GFLOP/s |");
+    printf("| shape | N | threads | GFLOP | kiln ms | kiln GFLOP/s | im2col ms | GFLOP/s | "
+           "speed-up |");
 #ifdef KILN_BENCH_DNNL
     printf(" oneDNN nchw ms | GFLOP/s | impl | oneDNN blocked ms | GFLOP/s | impl | max diff |");
 #endif

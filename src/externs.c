@@ -1,7 +1,9 @@
 /*
  * externs.c -- the library kernels behind kiln's extern ops: matmul through
- * OpenBLAS cblas_sgemm, conv2d through im2col + sgemm (1x1 convolutions go
- * straight to sgemm, depthwise ones to a direct loop).
+ * OpenBLAS cblas_sgemm; conv2d through oneDNN (conv_dnnl.c) except 1x1
+ * stride-1 convolutions, which are one sgemm per image; im2col + sgemm
+ * (depthwise: a direct loop) for what oneDNN declines, or everything with
+ * ext_set_conv_backend(EXT_CONV_IM2COL).
  *
  * Operands arrive as strided views (ExtView), so a transposed operand is
  * passed to BLAS as a transpose flag with a leading dimension instead of
@@ -26,10 +28,75 @@
 #include "externs.h"
 #include <cblas.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+
+/* ---- OpenBLAS's kernels -----------------------------------------------------
+ *
+ * A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels from the CPU model
+ * when it loads, and falls back to SSE3 "Prescott" kernels on a model it
+ * does not know: 0.3.21 does so on this Xeon (family 6, model 207), and
+ * sgemm runs about 5x slower than with the SkylakeX kernels the CPU can run.
+ * OPENBLAS_CORETYPE fixes it, but OpenBLAS reads it in its constructor,
+ * before any of kiln's code runs.
+ *
+ * So on first use kiln asks OpenBLAS which core it chose; when that is the
+ * Prescott fallback, the user did not choose it (OPENBLAS_CORETYPE unset)
+ * and the CPU and OS support AVX-512 (F, BW, VL, DQ: SkylakeX) or AVX2+FMA
+ * (Haswell), it sets the variable and runs OpenBLAS's own selection again:
+ * gotoblas_dynamic_quit() forgets the choice, gotoblas_dynamic_init() reads
+ * the variable and initializes the chosen core's parameters, exactly as at
+ * load time; then the variable is removed again. Both are exported by every
+ * DYNAMIC_ARCH build (`nm -D`); they are weak references here, so an
+ * OpenBLAS built for one CPU (no such symbols, nothing to fix) links and
+ * runs unchanged. Nothing else changes with the core: OpenBLAS allocates
+ * its buffers lazily at the build's fixed size and (OpenMP build) has no
+ * thread pool of its own. The alternatives were worse: loading OpenBLAS
+ * with dlopen would drop the link-time dependency that `make install` and
+ * kiln.pc describe and route every cblas call through a pointer; setting
+ * the variable and re-executing the process is not a library's business.
+ * A core OpenBLAS chose itself is kept: it knows the CPUs it names. */
+extern void gotoblas_dynamic_init(void) __attribute__((weak));
+extern void gotoblas_dynamic_quit(void) __attribute__((weak));
+
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu) {
+    if ((user && *user) || !current || strcasecmp(current, "Prescott") != 0) return NULL;
+    if (cpu & EXT_CPU_AVX512) return "SkylakeX";
+    if (cpu & EXT_CPU_AVX2) return "Haswell";
+    return NULL;
+}
+
+/* This CPU's features, as the OS lets programs use them (GCC's
+ * __builtin_cpu_supports checks XCR0 for the AVX and AVX-512 state). */
+unsigned ext_cpu_features(void) {
+    __builtin_cpu_init();
+    unsigned f = 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= EXT_CPU_AVX2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        f |= EXT_CPU_AVX512;
+    return f;
+}
+
+static void blas_pick_core(void) {
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    const char *core = ext_blas_core_choice(getenv("OPENBLAS_CORETYPE"), openblas_get_corename(),
+                                            ext_cpu_features());
+    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    unsetenv("OPENBLAS_CORETYPE");
+}
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+
+/* Once per process, before the first BLAS call kiln makes. */
+void ext_blas_init(void) { pthread_once(&blas_once, blas_pick_core); }
 
 void ext_set_threads(int n) {
+    ext_blas_init();
     if (n < 1) return;
     omp_set_num_threads(n);
     openblas_set_num_threads(n);
@@ -84,8 +151,8 @@ int ext_get_threads(void) { return omp_get_max_threads(); }
 /* Run epi over elements [start, start + count) of c, whose rows (or planes)
  * are `unit` elements: serially when small, else in pieces of whole units
  * shared among the threads. Called outside any parallel region. */
-static void run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
-                         int64_t unit) {
+void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
+                      int64_t unit) {
     if (!epi || count <= 0) return;
     if (count < EXT_EPI_PARALLEL_MIN) {
         epi(ctx, c, start, count);
@@ -97,6 +164,20 @@ static void run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, in
         int64_t s = start + i * per, e = s + per < start + count ? s + per : start + count;
         epi(ctx, c, s, e - s);
     }
+}
+
+/* The epilogue of nslabs consecutive slabs of `slab` elements (an image's
+ * groups), each called within its own slab: large slabs one after another,
+ * each on every thread; small ones shared among the threads. */
+void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t nslabs,
+                            int64_t slab, int64_t unit) {
+    if (!epi) return;
+    if (nslabs == 1 || slab >= EXT_EPI_PARALLEL_MIN) {
+        for (int64_t i = 0; i < nslabs; i++) ext_run_epilogue(epi, ctx, c, start + i * slab, slab, unit);
+        return;
+    }
+    #pragma omp parallel for schedule(static) if (nslabs * slab >= EXT_EPI_PARALLEL_MIN)
+    for (int64_t i = 0; i < nslabs; i++) epi(ctx, c, start + i * slab, slab);
 }
 
 /* Rows per block set by a test (ext_set_epilogue_rows); 0: the policy. */
@@ -178,6 +259,7 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
 
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx) {
+    ext_blas_init();
     int nb = crank - 2;
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     int64_t batches = 1, rows = block_rows(M, N, epi != NULL), arow = av->stride[av->rank - 2];
@@ -194,7 +276,7 @@ int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtV
                 if (!tb && !(tb = kmalloc(sizeof(float) * (size_t)(K * N)))) goto nomem;
                 gemm2d(pa + r * arow, av, pb, bv, pc, m, N, K, ta, tb);
             }
-            run_epilogue(epi, ctx, c, (i * M + r) * N, m * N, N);
+            ext_run_epilogue(epi, ctx, c, (i * M + r) * N, m * N, N);
         }
     }
     kfree(ta);
@@ -227,29 +309,43 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
     return s;
 }
 
-/* Depthwise (one input and one output channel per group): direct loops;
- * the thread that computed a plane runs the epilogue on it. */
+/* Depthwise (one input and one output channel per group): direct loops,
+ * the fallback when oneDNN is switched off. Each output row starts at the
+ * bias and gets one pass per filter tap over the columns whose input is in
+ * range: a unit-stride (or strided) loop without bounds tests that
+ * vectorizes, where a per-element test of every tap ran at 1-2 GFLOP/s.
+ * The thread that computed a plane runs the epilogue on it. */
+static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+
+static void depthwise_row(const ConvShape *s, const float *xp, const float *wp, float b,
+                          int64_t oh, float *yr) {
+    for (int64_t ow = 0; ow < s->ow; ow++) yr[ow] = b;
+    for (int64_t kh = 0; kh < s->kh; kh++) {
+        int64_t ih = oh * s->sh - s->ph + kh * s->dh;
+        if (ih < 0 || ih >= s->h) continue;
+        const float *xr = xp + ih * s->w;
+        for (int64_t kw = 0; kw < s->kw; kw++) {
+            int64_t off = kw * s->dw - s->pw, sw = s->sw;   /* iw = ow * sw + off */
+            int64_t lo = off >= 0 ? 0 : ceil_div(-off, sw);
+            int64_t hi = s->w - 1 - off < 0 ? 0 : (s->w - 1 - off) / sw + 1;
+            if (hi > s->ow) hi = s->ow;
+            float wv = wp[kh * s->kw + kw];
+            #pragma omp simd
+            for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + off];
+        }
+    }
+}
+
 static void conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
                            float *y, ExtEpilogue epi, void *ctx) {
     #pragma omp parallel for collapse(2) schedule(static)
     for (int64_t n = 0; n < s->n; n++)
         for (int64_t c = 0; c < s->c; c++) {
             const float *xp = x + (n * s->c + c) * s->h * s->w;
-            const float *wp = w + c * s->kh * s->kw;
             float *yp = y + (n * s->c + c) * s->oh * s->ow;
             for (int64_t oh = 0; oh < s->oh; oh++)
-                for (int64_t ow = 0; ow < s->ow; ow++) {
-                    float acc = bias ? bias[c] : 0.0f;
-                    for (int64_t kh = 0; kh < s->kh; kh++) {
-                        int64_t ih = oh * s->sh - s->ph + kh * s->dh;
-                        if (ih < 0 || ih >= s->h) continue;
-                        for (int64_t kw = 0; kw < s->kw; kw++) {
-                            int64_t iw = ow * s->sw - s->pw + kw * s->dw;
-                            if (iw >= 0 && iw < s->w) acc += xp[ih * s->w + iw] * wp[kh * s->kw + kw];
-                        }
-                    }
-                    yp[oh * s->ow + ow] = acc;
-                }
+                depthwise_row(s, xp, w + c * s->kh * s->kw, bias ? bias[c] : 0.0f, oh,
+                              yp + oh * s->ow);
             if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
         }
 }
@@ -307,10 +403,22 @@ static void finish_slab(const ConvShape *s, const SlabEnd *e, float *y, int64_t 
         slab_piece(s, e, y, n, o0 + i * per, per < no - i * per ? per : no - i * per);
 }
 
+static ExtConvBackend conv_backend = EXT_CONV_DNNL;
+
+void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
+
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                    ExtEpilogue epi, void *ctx) {
+    ext_blas_init();
     ConvShape s = conv_shape(xs, ws, ys, attr);
+    bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
+     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md). */
+    if (conv_backend == EXT_CONV_DNNL && !direct) {
+        int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, epi, ctx);
+        if (r <= 0) return r;
+    }
     if (s.groups == s.c && s.o == s.c) {
         conv_depthwise(&s, x, w, bias, y, epi, ctx);
         return 0;
@@ -318,7 +426,6 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
     SlabEnd end = {bias, epi, ctx};
     int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
     int64_t kdim = cg * s.kh * s.kw;
-    bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     float *col = direct ? NULL : kmalloc(sizeof(float) * (size_t)(kdim * plane));
     if (!direct && !col) return -1;
     for (int64_t n = 0; n < s.n; n++)

@@ -39,6 +39,25 @@ int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                    ExtEpilogue epi, void *ctx);
+/* conv2d's backend (process-wide, for tests and benchmarks): oneDNN
+ * (conv_dnnl.c, the default; a shape it declines goes to im2col) or
+ * kiln's own im2col + sgemm, direct 1x1 and depthwise loops. */
+typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
+void ext_set_conv_backend(ExtConvBackend b);
+/* conv_dnnl.c: ext_conv2d_epi through oneDNN; 0, -1 (out of memory or a
+ * oneDNN failure) or 1 when oneDNN declines the shape. */
+int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                    ExtEpilogue epi, void *ctx);
+/* Run epi over elements [start, start + count) of c, whose rows (or planes)
+ * are `unit` elements long, on every thread when it is large; call outside
+ * any parallel region. */
+void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
+                      int64_t unit);
+/* The same over nslabs slabs of `slab` elements from start (an image's
+ * groups), each range within one slab. */
+void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t nslabs,
+                            int64_t slab, int64_t unit);
 /* Tests: rows per matmul block when there is an epilogue, so small
  * matrices still cross block boundaries (process-wide; 0: the policy). */
 void ext_set_epilogue_rows(int64_t rows);
@@ -63,4 +82,16 @@ int ext_gather(const float *data, const ExtView *dv, const float *idx, const Ext
 int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
                          const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
                          const int64_t attr[9], ExtEpilogue epi, void *ctx);
+
+/* OpenBLAS's kernels: once per process, replace its Prescott fallback on a
+ * CPU it does not know by the kernels the CPU can run (see externs.c);
+ * every extern and ext_set_threads call it first. */
+void ext_blas_init(void);
+/* CPU features (ext_cpu_features) as the choice below needs them. */
+enum { EXT_CPU_AVX2 = 1, EXT_CPU_AVX512 = 2 };
+unsigned ext_cpu_features(void);
+/* The core to force, or NULL to keep OpenBLAS's: user is OPENBLAS_CORETYPE
+ * (set: the user's choice wins), current the core OpenBLAS chose, cpu the
+ * EXT_CPU_* bits. */
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu);
 #endif

@@ -160,6 +160,7 @@ static void col2im_plane(const CtShape *s, const float *col, float *yp, float b)
 int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
                          const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
                          const int64_t attr[9], ExtEpilogue epi, void *ctx) {
+    ext_blas_init(); /* OpenBLAS's kernel choice, as every sgemm caller */
     CtShape s = ct_shape(xs, ws, ys, attr);
     int64_t cig = s.c / s.groups, cog = s.o / s.groups, taps = s.kh * s.kw;
     int64_t hw = s.h * s.w, plane = s.oh * s.ow, rows = cog * taps;

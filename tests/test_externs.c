@@ -1,10 +1,14 @@
 /*
  * test_externs.c -- the library kernels (OpenBLAS matmul, im2col conv2d)
  * against naive loops written here, over odd sizes, transposed views,
- * batch broadcasting, and every conv2d parameter.
+ * batch broadcasting, and every conv2d parameter through both conv2d
+ * backends (oneDNN, im2col) with an epilogue; and the choice of OpenBLAS's
+ * kernels.
  */
 #include "test.h"
 #include "testutil.h"
+#include <cblas.h>
+#include <strings.h>
 
 static float *randbuf(int64_t n, uint64_t seed) {
     float *p = malloc(sizeof(float) * (size_t)n);
@@ -124,36 +128,126 @@ static void naive_conv(const float *x, const int64_t xs[4], const float *w, cons
                 }
 }
 
-TEST(externs_conv2d_params) {
-    /* N C H W | O KH KW | sh sw ph pw dh dw groups | bias */
-    int64_t cases[][15] = {
-        {1, 3, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 1x1 direct */
-        {2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 3x3 pad 1 */
-        {1, 4, 16, 16, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* 7x7 stride 2 */
-        {1, 2, 11, 10, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 1}, /* dilation 2 */
-        {2, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},   /* groups 2 */
-        {1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, 1},   /* depthwise */
-        {1, 3, 5, 5, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0},   /* 1x1 stride 2 */
-    };
-    for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
-        int64_t *c = cases[t];
-        int64_t xs[4] = {c[0], c[1], c[2], c[3]}, ws[4] = {c[4], c[1] / c[13], c[5], c[6]};
-        int64_t at_[7] = {c[7], c[8], c[9], c[10], c[11], c[12], c[13]};
-        int64_t ys[4] = {c[0], c[4], (c[2] + 2 * c[9] - c[11] * (c[5] - 1) - 1) / c[7] + 1,
-                         (c[3] + 2 * c[10] - c[12] * (c[6] - 1) - 1) / c[8] + 1};
-        int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
-        int64_t ny = ys[0] * ys[1] * ys[2] * ys[3];
-        float *x = randbuf(nx, 10 + t), *w = randbuf(nw, 20 + t), *b = randbuf(ws[0], 30 + t);
-        float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
-        const float *bias = c[14] ? b : NULL;
-        EXPECT(ext_conv2d(x, xs, w, ws, bias, y, ys, at_) == 0, "case %zu failed", t);
-        naive_conv(x, xs, w, ws, bias, ref, ys, at_);
-        for (int64_t i = 0; i < ny; i++)
-            if (fabsf(y[i] - ref[i]) > 1e-4f + 1e-4f * fabsf(ref[i])) {
-                test_failf(__FILE__, __LINE__, "conv case %zu element %lld: %g vs %g", t,
-                           (long long)i, y[i], ref[i]);
-                break;
-            }
-        free(x); free(w); free(b); free(y); free(ref);
+/* Counts each element the epilogue sees and adds 1 to it. */
+typedef struct {
+    unsigned char *seen;
+    int64_t n;
+    int bad;
+} Seen;
+
+static void plus_one(void *ctx, float *c, int64_t start, int64_t count) {
+    Seen *s = ctx;
+    if (start < 0 || count < 1 || start + count > s->n) {
+        #pragma omp atomic write
+        s->bad = 1;
+        return;
     }
+    for (int64_t i = start; i < start + count; i++) {
+        c[i] += 1.0f;
+        s->seen[i]++;   /* ranges are disjoint: no two threads share an element */
+    }
+}
+
+/* N C H W | O KH KW | sh sw ph pw dh dw groups | bias */
+static const int64_t conv_cases[][15] = {
+    {1, 3, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 1x1 direct */
+    {2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 3x3 pad 1 */
+    {1, 4, 16, 16, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* 7x7 stride 2 */
+    {1, 2, 11, 10, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 1}, /* dilation 2 */
+    {2, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},   /* groups 2 */
+    {1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, 1},   /* depthwise */
+    {1, 3, 5, 5, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0},   /* 1x1 stride 2 */
+    {3, 32, 12, 12, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* blocked channels, batch 3 */
+    {4, 8, 40, 40, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: two calls of two images */
+    {2, 3, 128, 128, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: output back in parts */
+    {2, 20, 13, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20, 0}, /* depthwise, odd sizes */
+    {1, 4, 5, 6, 4, 3, 3, 2, 1, 3, 2, 2, 3, 4, 1},   /* depthwise, strides and dilations */
+    {1, 2, 5, 3, 2, 3, 3, 1, 2, 1, 3, 1, 3, 2, 1},   /* depthwise: a tap wholly in the padding */
+    {1, 3, 7, 9, 3, 5, 5, 1, 2, 2, 2, 1, 1, 3, 1},   /* depthwise 5x5, column stride 2 */
+};
+#define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
+
+/* One case through ext_conv2d_epi (dnnl_only: through ext_conv2d_dnnl,
+ * which must not decline it) against the naive loops, with an epilogue
+ * that must see every element once. */
+static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
+    const int64_t *c = conv_cases[t];
+    int64_t xs[4] = {c[0], c[1], c[2], c[3]}, ws[4] = {c[4], c[1] / c[13], c[5], c[6]};
+    int64_t at_[7] = {c[7], c[8], c[9], c[10], c[11], c[12], c[13]};
+    int64_t ys[4] = {c[0], c[4], (c[2] + 2 * c[9] - c[11] * (c[5] - 1) - 1) / c[7] + 1,
+                     (c[3] + 2 * c[10] - c[12] * (c[6] - 1) - 1) / c[8] + 1};
+    int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    int64_t ny = ys[0] * ys[1] * ys[2] * ys[3];
+    float *x = randbuf(nx, 10 + t), *w = randbuf(nw, 20 + t), *b = randbuf(ws[0], 30 + t);
+    float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
+    Seen seen = {calloc((size_t)ny, 1), ny, 0};
+    const float *bias = c[14] ? b : NULL;
+    int rc = dnnl_only ? ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, at_, plus_one, &seen)
+                       : ext_conv2d_epi(x, xs, w, ws, bias, y, ys, at_, plus_one, &seen);
+    EXPECT(rc == 0, "%s: case %zu: rc %d", backend, t, rc);
+    naive_conv(x, xs, w, ws, bias, ref, ys, at_);
+    for (int64_t i = 0; i < ny && rc == 0; i++) {
+        float want = ref[i] + 1.0f;
+        if (!(fabsf(y[i] - want) <= 1e-4f + 1e-4f * fabsf(want)) || seen.seen[i] != 1) {
+            test_failf(__FILE__, __LINE__, "%s: conv case %zu element %lld: %g vs %g, seen %d times",
+                       backend, t, (long long)i, y[i], want, seen.seen[i]);
+            break;
+        }
+    }
+    EXPECT(!seen.bad, "%s: case %zu: an epilogue range out of bounds", backend, t);
+    free(x); free(w); free(b); free(y); free(ref); free(seen.seen);
+}
+
+TEST(externs_conv2d_params) {
+    for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, false, "default");
+}
+
+TEST(externs_conv2d_params_im2col) {
+    ext_set_conv_backend(EXT_CONV_IM2COL);
+    for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, false, "im2col");
+    ext_set_conv_backend(EXT_CONV_DNNL);
+}
+
+/* oneDNN takes every case itself (none falls back to im2col), and again
+ * from its cache of primitives, at another thread count too. */
+TEST(externs_conv2d_params_dnnl) {
+    int threads = ext_get_threads();
+    for (int round = 0; round < 2; round++)
+        for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN");
+    ext_set_threads(threads > 1 ? 1 : 2);
+    for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN, other threads");
+    ext_set_threads(threads);
+}
+
+/* OpenBLAS's core: kiln replaces the Prescott fallback (an unknown CPU) by
+ * the kernels the CPU supports, and never overrides the user or a core
+ * OpenBLAS chose itself. */
+TEST(externs_blas_core_choice) {
+    unsigned avx512 = EXT_CPU_AVX2 | EXT_CPU_AVX512;
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", avx512), "SkylakeX"));
+    CHECK(!strcmp(ext_blas_core_choice("", "prescott", avx512), "SkylakeX"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", EXT_CPU_AVX2), "Haswell"));
+    CHECK(!ext_blas_core_choice(NULL, "Prescott", 0));
+    CHECK(!ext_blas_core_choice("Prescott", "Prescott", avx512)); /* the user's choice */
+    CHECK(!ext_blas_core_choice("Haswell", "Prescott", avx512));
+    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512)); /* OpenBLAS knew the CPU */
+    CHECK(!ext_blas_core_choice(NULL, "Haswell", avx512));
+}
+
+/* The real library after kiln's first BLAS use: on a CPU with AVX2 the core
+ * is not the SSE3 Prescott fallback (5-7x slower sgemm). Skipped on other
+ * CPUs and when the user set OPENBLAS_CORETYPE. */
+TEST(externs_blas_core_not_prescott) {
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    if (!(ext_cpu_features() & EXT_CPU_AVX2) || (user && *user)) {
+        printf("  skipped: %s\n", user && *user ? "OPENBLAS_CORETYPE is set" : "no AVX2");
+        return;
+    }
+    float a[4] = {1, 2, 3, 4}, b[4] = {5, 6, 7, 8}, c[4];
+    int64_t s[2] = {2, 2};
+    ExtView v = test_dense_view(2, s);
+    CHECK(ext_matmul(a, &v, b, &v, c, 2, s) == 0);
+    CHECK(c[0] == 19 && c[1] == 22 && c[2] == 43 && c[3] == 50);
+    const char *core = openblas_get_corename();
+    CHECKF(strcasecmp(core, "Prescott") != 0, "OpenBLAS core is %s on a CPU with AVX2", core);
 }

@@ -1,0 +1,145 @@
+/*
+ * epilogue_bench.c -- what an extern epilogue costs (issue 5; bench/run
+ * builds and runs it; not a test).
+ *
+ *   epilogue_bench BARE.kiln FULL.kiln [--threads N] [--repeat R]
+ *
+ * BARE is the library call alone (y = x @ w, y = conv2d(x, w)); FULL is the
+ * same call with a pointwise tail (bias + relu, batch norm + relu). Three
+ * programs are compiled through the API and run side by side:
+ *
+ *   bare       BARE
+ *   epilogue   FULL, the tail run on each output block inside the library
+ *              call (kiln's default)
+ *   separate   FULL with extern_epilogue = 0: the library call, then a
+ *              kernel of its own for the tail (Inductor's schedule)
+ *
+ * The inputs are generated once (kiln_fill_randn, the same seeds for both
+ * programs), the outputs allocated once (kiln_program_run_into), so the
+ * runs time the kernels, not page faults. After one warm-up run of each,
+ * each of R rounds runs the three once, in turn, so a burst of other load
+ * on a shared machine hits all three alike; each time is the median of its
+ * R runs. The epilogue and separate outputs must agree (max_diff).
+ *
+ * Prints one JSON line: bare_ms, epi_ms, sep_ms (medians of the wall time),
+ * their minimums, bare_cpu_ms, epi_cpu_ms, sep_cpu_ms (medians of the
+ * process CPU time), max_diff, threads, repeat.
+ */
+#include "kiln.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { BARE, EPI, SEP, VARIANTS };
+
+typedef struct {
+    kiln_graph *g;
+    kiln_program *p;
+    kiln_tensor *in, *out;
+    int ni, no;
+} Prog;
+
+static double clock_ms(clockid_t c) {
+    struct timespec t;
+    clock_gettime(c, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void die(const char *what, const char *msg) {
+    fprintf(stderr, "epilogue_bench: %s: %s\n", what, msg);
+    exit(1);
+}
+
+/* Parse, make inputs (seeded by position) and outputs, compile. */
+static void load(Prog *p, const char *file, int threads, int epilogue) {
+    p->g = kiln_graph_new();
+    if (!p->g || kiln_parse_file(p->g, file) != KILN_OK) die(file, p->g ? kiln_error(p->g) : "no memory");
+    p->ni = kiln_num_inputs(p->g);
+    p->no = kiln_num_outputs(p->g);
+    p->in = calloc((size_t)p->ni + 1, sizeof *p->in);
+    p->out = calloc((size_t)p->no + 1, sizeof *p->out);
+    for (int i = 0; i < p->ni; i++) {
+        p->in[i] = kiln_input_desc(p->g, i);
+        if (kiln_tensor_alloc(&p->in[i]) != KILN_OK) die(file, "no memory");
+        kiln_fill_randn(p->in[i].data, kiln_tensor_numel(&p->in[i]), (uint64_t)i + 1);
+    }
+    for (int i = 0; i < p->no; i++) {
+        p->out[i] = kiln_output_desc(p->g, i);
+        if (kiln_tensor_alloc(&p->out[i]) != KILN_OK) die(file, "no memory");
+    }
+    kiln_options o = kiln_default_options();
+    o.threads = threads;
+    o.extern_epilogue = epilogue;
+    if (kiln_compile_with(p->g, &o, &p->p) != KILN_OK) die(file, kiln_error(p->g));
+}
+
+/* One run: wall time, and in *cpu the CPU time of all threads (with
+ * OMP_WAIT_POLICY=passive idle threads sleep, so this is the work done;
+ * unlike the wall time it does not grow while other jobs hold the cores). */
+static double run_ms(Prog *p, double *cpu) {
+    double c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_ms(CLOCK_MONOTONIC);
+    if (kiln_program_run_into(p->p, p->in, p->out) != KILN_OK) die("run", kiln_program_error(p->p));
+    double t = clock_ms(CLOCK_MONOTONIC) - t0;
+    *cpu = clock_ms(CLOCK_PROCESS_CPUTIME_ID) - c0;
+    return t;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
+static double max_diff(const kiln_tensor *a, const kiln_tensor *b) {
+    const float *x = a->data, *y = b->data;
+    double m = 0;
+    for (int64_t i = 0; i < kiln_tensor_numel(a); i++) {
+        double d = fabs((double)x[i] - y[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+int main(int argc, char **argv) {
+    const char *files[2] = {NULL, NULL};
+    int threads = 1, repeat = 11, nf = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
+        else if (nf < 2 && argv[i][0] != '-') files[nf++] = argv[i];
+        else nf = 3;
+    }
+    if (nf != 2 || threads < 1 || repeat < 1 || repeat > 1000) {
+        fprintf(stderr, "usage: epilogue_bench BARE.kiln FULL.kiln [--threads N] [--repeat R]\n");
+        return 2;
+    }
+    Prog p[VARIANTS];
+    load(&p[BARE], files[0], threads, 1);
+    load(&p[EPI], files[1], threads, 1);
+    load(&p[SEP], files[1], threads, 0);
+    double *t[VARIANTS], *c[VARIANTS], med[VARIANTS], min[VARIANTS], cpu[VARIANTS], unused;
+    for (int v = 0; v < VARIANTS; v++) {
+        t[v] = calloc((size_t)repeat, sizeof(double));
+        c[v] = calloc((size_t)repeat, sizeof(double));
+        run_ms(&p[v], &unused);
+    }
+    for (int r = 0; r < repeat; r++)
+        for (int v = 0; v < VARIANTS; v++) t[v][r] = run_ms(&p[v], &c[v][r]);
+    for (int v = 0; v < VARIANTS; v++) {
+        med[v] = median(t[v], repeat);
+        min[v] = t[v][0];
+        cpu[v] = median(c[v], repeat);
+    }
+    printf("{\"bare_ms\": %.4f, \"epi_ms\": %.4f, \"sep_ms\": %.4f, \"bare_min_ms\": %.4f, "
+           "\"epi_min_ms\": %.4f, \"sep_min_ms\": %.4f, \"bare_cpu_ms\": %.4f, \"epi_cpu_ms\": %.4f, "
+           "\"sep_cpu_ms\": %.4f, \"max_diff\": %.3g, \"threads\": %d, \"repeat\": %d}\n",
+           med[BARE], med[EPI], med[SEP], min[BARE], min[EPI], min[SEP], cpu[BARE], cpu[EPI],
+           cpu[SEP], max_diff(&p[EPI].out[0], &p[SEP].out[0]), threads, repeat);
+    return 0;
+}

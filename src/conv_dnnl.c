@@ -1,0 +1,333 @@
+/*
+ * conv_dnnl.c -- conv2d through oneDNN (Debian's libdnnl, the library
+ * behind PyTorch's CPU convolutions), kiln's default conv2d backend.
+ *
+ * Why: measured side by side (bench/conv_bench.c, docs/benchmarks.md),
+ * oneDNN's direct convolutions in its blocked layout (nChw16c activations,
+ * blocked weights) run ResNet-18's 3x3 layers at 2-4x the GFLOP/s of
+ * im2col + OpenBLAS sgemm and depthwise ones at 20-50x the direct loop,
+ * even counting the reorders from and to kiln's NCHW.
+ *
+ * How: one primitive per shape computes a few images (as many as keep the
+ * output of a call within CALL_BYTES, often one); a call reorders the
+ * weights into oneDNN's layout once, then for each few images reorders
+ * their input in, convolves (bias included), reorders the output back to
+ * NCHW in y and runs the epilogue on it while it is in cache, on each
+ * (image, group) slab as the im2col path does. An image whose output is
+ * larger than that (the stem: 3.2 MB) goes back in parts of 16 channels,
+ * each followed by its epilogue (part_new). Primitives, reorders and memory objects are
+ * made on the first call for a shape (and thread count: oneDNN partitions
+ * the work when it creates a primitive) and kept in a small cache for the
+ * life of the process; the scratch buffers (blocked input, weights and
+ * output of one call, oneDNN's scratchpad) are allocated per call with
+ * kmalloc. One mutex covers the cache and the execution: the memory objects
+ * are shared, and two convolutions at once would only fight over the same
+ * OpenMP threads (oneDNN here uses kiln's libgomp pool).
+ *
+ * A shape oneDNN declines (ext_conv2d_dnnl returns 1) goes to im2col.
+ */
+#include "externs.h"
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* What identifies a primitive: xs[1..3], ws[0..3], ys[2..3], attr[0..6],
+ * then these: */
+enum { K_GROUPS = 15, K_BIAS, K_THREADS, K_IMAGES, KEY_LEN };
+
+/* Memory objects (no buffer of their own; handles set per call); the last
+ * two are a block of channels of M_DST and M_DST_PLAIN (see part_new). */
+enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD, M_PART,
+       M_PART_PLAIN, M_COUNT };
+
+/* One shape, ready to run on one image at a time. */
+typedef struct {
+    int64_t key[KEY_LEN];
+    dnnl_primitive_t conv;
+    dnnl_primitive_t src_in, wei_in, dst_out; /* reorders; NULL where layouts agree */
+    dnnl_primitive_t part_out;   /* dst_out for `part` channels; NULL: whole images */
+    int64_t part, part_stride;   /* channels per part; elements between parts in M_DST */
+    dnnl_memory_t mem[M_COUNT];
+    size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
+    dnnl_stream_t stream;
+} DnnlConv;
+
+/* Output bytes per call: images are taken together up to this much (the
+ * largest divisor of N that fits, at least one image), so small images
+ * (ResNet's later layers: 7x7 and 14x14) still give oneDNN enough work per
+ * call, while the output of a call stays in the L2 for the epilogue. */
+#define CALL_BYTES ((int64_t)1 << 20)
+
+/* The cache: a handful of shapes per network layer type; when full, the
+ * oldest entry goes (round robin). */
+#define CACHE_SIZE 64
+static DnnlConv *cache[CACHE_SIZE];
+static int cache_next;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t engine;
+
+static void make_key(int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
+                     const int64_t ys[4], const int64_t attr[7], bool bias, int64_t nb) {
+    int64_t k[KEY_LEN] = {xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3],
+                          attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6],
+                          bias, omp_get_max_threads(), nb};
+    memcpy(key, k, sizeof k);
+}
+
+static void conv_free(DnnlConv *d) {
+    if (!d) return;
+    dnnl_primitive_destroy(d->conv);
+    dnnl_primitive_destroy(d->src_in);
+    dnnl_primitive_destroy(d->wei_in);
+    dnnl_primitive_destroy(d->dst_out);
+    dnnl_primitive_destroy(d->part_out);
+    for (int i = 0; i < M_COUNT; i++) dnnl_memory_destroy(d->mem[i]);
+    dnnl_stream_destroy(d->stream);
+    free(d);
+}
+
+/* A reorder from -> to, or NULL (and success) when the layouts agree. */
+static dnnl_status_t make_reorder(dnnl_primitive_t *r, const dnnl_memory_desc_t *from,
+                                  const dnnl_memory_desc_t *to) {
+    *r = NULL;
+    if (dnnl_memory_desc_equal(from, to)) return dnnl_success;
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
+    if (st != dnnl_success) return st;
+    st = dnnl_primitive_create(r, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+/* The convolution's descriptors: kiln's NCHW for one image, the weights as
+ * [O, C/g, KH, KW] (groups: [g, O/g, C/g, KH, KW]), and "any" layouts for
+ * what oneDNN may choose. */
+typedef struct {
+    dnnl_memory_desc_t src, wei, bias, dst, src_any, wei_any, dst_any;
+    dnnl_memory_desc_t dst_blk;   /* nChw16c: see conv_new */
+} ConvDescs;
+
+static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t ws[4],
+                                const int64_t ys[4], int64_t g, int64_t nb) {
+    dnnl_dims_t x = {nb, xs[1], xs[2], xs[3]}, y = {nb, ys[1], ys[2], ys[3]}, b = {ws[0]};
+    dnnl_dims_t w4 = {ws[0], ws[1], ws[2], ws[3]}, w5 = {g, ws[0] / g, ws[1], ws[2], ws[3]};
+    int wn = g > 1 ? 5 : 4;
+    const int64_t *w = g > 1 ? w5 : w4;
+    dnnl_status_t st = dnnl_memory_desc_init_by_tag(&c->src, 4, x, dnnl_f32, dnnl_nchw);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst, 4, y, dnnl_f32, dnnl_nchw);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->wei, wn, w, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->bias, 1, b, dnnl_f32, dnnl_x);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->src_any, 4, x, dnnl_f32, dnnl_format_tag_any);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_any, 4, y, dnnl_f32, dnnl_format_tag_any);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->wei_any, wn, w, dnnl_f32, dnnl_format_tag_any);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_blk, 4, y, dnnl_f32, dnnl_nChw16c);
+    return st;
+}
+
+/* The convolution primitive's descriptor, with a user-managed scratchpad
+ * (allocated per call, so nothing is shared between calls but the cache). */
+static dnnl_status_t make_pd(dnnl_primitive_desc_t *pd, const ConvDescs *c,
+                             const dnnl_memory_desc_t *dst, const int64_t attr[7], bool bias) {
+    dnnl_dims_t strides = {attr[0], attr[1]}, dil = {attr[4] - 1, attr[5] - 1};
+    dnnl_dims_t pad = {attr[2], attr[3]};
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
+        &cd, dnnl_forward_inference, dnnl_convolution_direct, &c->src_any, &c->wei_any,
+        bias ? &c->bias : NULL, dst, strides, dil, pad, pad);
+    if (st != dnnl_success) return st;
+    dnnl_primitive_attr_t pa;
+    if ((st = dnnl_primitive_attr_create(&pa)) != dnnl_success) return st;
+    st = dnnl_primitive_attr_set_scratchpad_mode(pa, dnnl_scratchpad_mode_user);
+    if (!st) st = dnnl_primitive_desc_create(pd, &cd, pa, engine, NULL);
+    dnnl_primitive_attr_destroy(pa);
+    return st;
+}
+
+static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_desc_t pd) {
+    const dnnl_memory_desc_t *md[M_PART] = {
+        &c->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+        &c->wei, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+        &c->bias, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
+        &c->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)};
+    dnnl_status_t st = dnnl_success;
+    for (int i = 0; i < M_PART && !st; i++)
+        st = dnnl_memory_create(&d->mem[i], md[i], engine, DNNL_MEMORY_NONE);
+    if (st) return st;
+    st = make_reorder(&d->src_in, md[M_SRC_PLAIN], md[M_SRC]);
+    if (!st) st = make_reorder(&d->wei_in, md[M_WEI_PLAIN], md[M_WEI]);
+    if (!st) st = make_reorder(&d->dst_out, md[M_DST], md[M_DST_PLAIN]);
+    d->src_bytes = d->src_in ? dnnl_memory_desc_get_size(md[M_SRC]) : 0;
+    d->wei_bytes = d->wei_in ? dnnl_memory_desc_get_size(md[M_WEI]) : 0;
+    d->dst_bytes = d->dst_out ? dnnl_memory_desc_get_size(md[M_DST]) : 0;
+    d->pad_bytes = dnnl_memory_desc_get_size(md[M_PAD]);
+    return st;
+}
+
+/* When one call's output is larger than CALL_BYTES (one big image: the
+ * stem of a ResNet), the reorder back to NCHW and the epilogue go in parts
+ * of `part` channels, each part's epilogue right after its reorder, so it
+ * finds the part in the L2. That needs oneDNN's output blocked by channels
+ * only (nChw16c, nChw8c) and one group: a part is then one contiguous piece
+ * of both layouts, and one reorder between sub-memories serves every part
+ * with moved handles. Otherwise (or when oneDNN declines) part stays 0. */
+static void part_new(DnnlConv *d, const dnnl_memory_desc_t *dst, const dnnl_memory_desc_t *plain,
+                     int64_t groups) {
+    const dnnl_blocking_desc_t *b = &dst->format_desc.blocking;
+    int64_t c = dst->dims[1], plane = dst->dims[2] * dst->dims[3], blk;
+    if (!d->dst_out || groups != 1 || dst->format_kind != dnnl_blocked || b->inner_nblks != 1 ||
+        b->inner_idxs[0] != 1 || dnnl_memory_desc_get_size(dst) <= (size_t)CALL_BYTES)
+        return;
+    blk = b->inner_blks[0];
+    int64_t part = CALL_BYTES / (plane * (int64_t)sizeof(float)) / blk * blk;
+    while (part > 0 && c % part) part -= blk;
+    if (part <= 0 || part >= c) return;
+    dnnl_dims_t dims = {dst->dims[0], part, dst->dims[2], dst->dims[3]}, zero = {0, 0, 0, 0};
+    dnnl_memory_desc_t sub, sub_plain;
+    if (dnnl_memory_desc_init_submemory(&sub, dst, dims, zero) ||
+        dnnl_memory_desc_init_submemory(&sub_plain, plain, dims, zero) ||
+        dnnl_memory_create(&d->mem[M_PART], &sub, engine, DNNL_MEMORY_NONE) ||
+        dnnl_memory_create(&d->mem[M_PART_PLAIN], &sub_plain, engine, DNNL_MEMORY_NONE) ||
+        make_reorder(&d->part_out, &sub, &sub_plain) || !d->part_out)
+        return;
+    d->part = part;
+    d->part_stride = part / blk * b->strides[1];
+}
+
+/* A new entry for this shape, or NULL when oneDNN declines it. */
+static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
+                          const int64_t ys[4], const int64_t attr[7], bool bias) {
+    DnnlConv *d = calloc(1, sizeof *d);
+    if (!d) return NULL;
+    memcpy(d->key, key, sizeof d->key);
+    ConvDescs c;
+    dnnl_primitive_desc_t pd = NULL;
+    dnnl_status_t st = make_descs(&c, xs, ws, ys, attr[6], key[K_IMAGES]);
+    /* An output larger than CALL_BYTES goes back to NCHW in parts of
+     * channels (part_new), which needs it blocked by channels: oneDNN's own
+     * choice can be NHWC (the stem: 3 input channels). */
+    int64_t bytes = key[K_IMAGES] * ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float);
+    bool blk = !st && attr[6] == 1 && ys[1] % 16 == 0 && bytes > CALL_BYTES;
+    if (blk && make_pd(&pd, &c, &c.dst_blk, attr, bias) != dnnl_success) pd = NULL;
+    if (!st && !pd) st = make_pd(&pd, &c, &c.dst_any, attr, bias);
+    if (!st) st = dnnl_primitive_create(&d->conv, pd);
+    if (!st) st = make_mems(d, &c, pd);
+    if (!st) st = dnnl_stream_create(&d->stream, engine, dnnl_stream_default_flags);
+    if (!st) part_new(d, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), &c.dst, attr[6]);
+    dnnl_primitive_desc_destroy(pd);
+    if (st == dnnl_success) return d;
+    conv_free(d);
+    return NULL;
+}
+
+/* The entry for a shape (made on a miss); NULL: oneDNN declines it. Called
+ * with the lock held. */
+static DnnlConv *lookup(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                        const int64_t attr[7], bool bias, int64_t nb) {
+    int64_t key[KEY_LEN];
+    make_key(key, xs, ws, ys, attr, bias, nb);
+    for (int i = 0; i < CACHE_SIZE; i++)
+        if (cache[i] && !memcmp(cache[i]->key, key, sizeof key)) return cache[i];
+    if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return NULL;
+    DnnlConv *d = conv_new(key, xs, ws, ys, attr, bias);
+    if (!d) return NULL;
+    conv_free(cache[cache_next]);
+    cache[cache_next] = d;
+    cache_next = (cache_next + 1) % CACHE_SIZE;
+    return d;
+}
+
+static dnnl_status_t exec(DnnlConv *d, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args) {
+    return dnnl_primitive_execute(p, d->stream, n, args);
+}
+
+static dnnl_status_t reorder(DnnlConv *d, dnnl_primitive_t r, int from, int to) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, d->mem[from]}, {DNNL_ARG_TO, d->mem[to]}};
+    return exec(d, r, 2, args);
+}
+
+/* The output of one call back to NCHW in y (images from n), in parts of
+ * d->part channels each followed by its epilogue (see part_new). */
+static dnnl_status_t out_parts(DnnlConv *d, float *y, int64_t n, const int64_t ys[4],
+                               ExtEpilogue epi, void *ctx) {
+    int64_t plane = ys[2] * ys[3], yn = ys[1] * plane;
+    void *dst = NULL;
+    dnnl_status_t st = dnnl_memory_get_data_handle(d->mem[M_DST], &dst);
+    for (int64_t c = 0; c < ys[1] && !st; c += d->part) {
+        float *part = (float *)dst + c / d->part * d->part_stride;
+        st = dnnl_memory_set_data_handle(d->mem[M_PART], part);
+        if (!st) st = dnnl_memory_set_data_handle(d->mem[M_PART_PLAIN], y + n * yn + c * plane);
+        if (!st) st = reorder(d, d->part_out, M_PART, M_PART_PLAIN);
+        if (!st) st = dnnl_stream_wait(d->stream);
+        for (int64_t i = 0; i < d->key[K_IMAGES] && !st; i++)
+            ext_run_epilogue(epi, ctx, y, (n + i) * yn + c * plane, d->part * plane, plane);
+    }
+    return st;
+}
+
+/* Images [n, n + nb): input in, convolution, output back to y, epilogue. */
+static dnnl_status_t conv_images(DnnlConv *d, const float *x, float *y, int64_t n,
+                                 const int64_t xs[4], const int64_t ys[4], ExtEpilogue epi,
+                                 void *ctx) {
+    int64_t xn = xs[1] * xs[2] * xs[3], yn = ys[1] * ys[2] * ys[3], nb = d->key[K_IMAGES];
+    dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_SRC_PLAIN], (void *)(x + n * xn));
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_DST_PLAIN], y + n * yn);
+    if (!d->src_in && !st) st = dnnl_memory_set_data_handle(d->mem[M_SRC], (void *)(x + n * xn));
+    if (!d->dst_out && !st) st = dnnl_memory_set_data_handle(d->mem[M_DST], y + n * yn);
+    if (d->src_in && !st) st = reorder(d, d->src_in, M_SRC_PLAIN, M_SRC);
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, d->mem[M_SRC]}, {DNNL_ARG_WEIGHTS, d->mem[M_WEI]},
+                               {DNNL_ARG_DST, d->mem[M_DST]}, {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]},
+                               {DNNL_ARG_BIAS, d->mem[M_BIAS]}};
+    if (!st) st = exec(d, d->conv, d->key[K_BIAS] ? 5 : 4, args);
+    if (d->part && !st) return out_parts(d, y, n, ys, epi, ctx);
+    if (d->dst_out && !st) st = reorder(d, d->dst_out, M_DST, M_DST_PLAIN);
+    if (!st) st = dnnl_stream_wait(d->stream);
+    int64_t groups = d->key[K_GROUPS];
+    if (!st) ext_run_epilogue_slabs(epi, ctx, y, n * yn, nb * groups, yn / groups, ys[2] * ys[3]);
+    return st;
+}
+
+/* 64-byte aligned pieces of one scratch block. */
+static void *carve(char **p, size_t bytes) {
+    char *r = *p;
+    *p += (bytes + 63) / 64 * 64;
+    return bytes ? r : NULL;
+}
+
+static int run(DnnlConv *d, const float *x, const int64_t xs[4], const float *w,
+               const float *bias, float *y, const int64_t ys[4], ExtEpilogue epi, void *ctx) {
+    size_t total = 64 * 5 + d->src_bytes + d->wei_bytes + d->dst_bytes + d->pad_bytes;
+    char *block = kmalloc(total), *p = block;
+    if (!block) return -1;
+    p += (64 - (uintptr_t)p % 64) % 64;
+    void *src = carve(&p, d->src_bytes), *wei = carve(&p, d->wei_bytes);
+    void *dst = carve(&p, d->dst_bytes), *pad = carve(&p, d->pad_bytes);
+    dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)w);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], d->wei_in ? wei : (void *)w);
+    if (!st && src) st = dnnl_memory_set_data_handle(d->mem[M_SRC], src);
+    if (!st && dst) st = dnnl_memory_set_data_handle(d->mem[M_DST], dst);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_PAD], pad);
+    if (!st && bias) st = dnnl_memory_set_data_handle(d->mem[M_BIAS], (void *)bias);
+    if (!st && d->wei_in) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
+    for (int64_t n = 0; n < xs[0] && !st; n += d->key[K_IMAGES])
+        st = conv_images(d, x, y, n, xs, ys, epi, ctx);
+    kfree(block);
+    return st == dnnl_success ? 0 : -1;
+}
+
+static int64_t images_per_call(const int64_t ys[4]) {
+    int64_t image = ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float), nb = ys[0];
+    while (nb > 1 && (nb * image > CALL_BYTES || ys[0] % nb)) nb--;
+    return nb;
+}
+
+int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                    ExtEpilogue epi, void *ctx) {
+    pthread_mutex_lock(&lock);
+    DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, images_per_call(ys));
+    int r = d ? run(d, x, xs, w, bias, y, ys, epi, ctx) : 1;
+    pthread_mutex_unlock(&lock);
+    return r;
+}
