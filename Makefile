@@ -8,6 +8,8 @@
 #   make fuzz-parse, make fuzz-npy   libFuzzer (clang) on the parser and the
 #                   .npy reader; FUZZ_ARGS (default -runs=1000000) is passed on
 #   make valgrind   memcheck over test_kiln (VALGRIND_FILTER picks the tests)
+#   make conformance  the ONNX backend tests of libonnx-testdata (issue 8);
+#                   summary in docs/conformance.md
 CC      ?= cc
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
@@ -20,16 +22,16 @@ MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu
 BLAS_DIR  = /usr/lib/$(MULTIARCH)/openblas-openmp
 BLAS_INC  = -I/usr/include/$(MULTIARCH)/openblas-openmp
 KCFLAGS  = -std=c11 -Wall -Wextra -Iinclude -Isrc -I$(BUILD)/gen -D_GNU_SOURCE -fopenmp $(BLAS_INC) $(CFLAGS) $(SAN)
-LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lm -ldl
+LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas -lprotobuf-c -lm -ldl
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIBSRC  = $(filter-out src/main.c,$(wildcard src/*.c))
-LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o)
+LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/onnx.pb-c.o
 TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/kiln_int.h src/ops.def $(wildcard src/*.h)
 
-.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-deps valgrind
+.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-deps valgrind conformance
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -46,6 +48,20 @@ $(BUILD)/gen/vecmath_src.inc: src/vecmath.h
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 $(BUILD)/obj/codegen.o: $(BUILD)/gen/vecmath_src.inc
+
+# ONNX (issue 8): the protobuf-c reader of onnx.proto is generated at build
+# time from the copy Debian's libonnx-dev ships; no hand-written decoder.
+# Generated code is not ours to warn about (-w).
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
+$(BUILD)/gen/onnx.pb-c.c: $(ONNX_PROTO)
+	@mkdir -p $(dir $@)
+	cp $< $(BUILD)/gen/onnx.proto
+	cd $(BUILD)/gen && protoc-c --c_out=. onnx.proto
+$(BUILD)/gen/onnx.pb-c.h: $(BUILD)/gen/onnx.pb-c.c
+$(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) -w -c $< -o $@
+$(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(TESTOBJ) $(BUILD)/obj/main.o: $(BUILD)/gen/onnx.pb-c.h
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
 	@rm -f $@
@@ -161,6 +177,16 @@ VALGRIND_FILTER ?= ^parse_ ^npy_ ^interp_ ^golden_ ^lower_ ^sched_ ^rewrite_ \
                    ^regress_ ^alloc_fail_each_interpret
 VALGRIND = valgrind -q --leak-check=full --errors-for-leak-kinds=definite \
            --show-leak-kinds=definite --error-exitcode=1
+
+# ---- ONNX conformance (issue 8) ---------------------------------------------
+# Every test of the four backend-test folders of libonnx-testdata, compiled
+# (fused) and compared with ONNX's tolerances; counts per folder and each
+# failure. The JIT cache ($(BUILD)/conformance-cache) makes a rerun fast.
+ONNX_DATA ?= /usr/share/libonnx-testdata/data
+CONFORMANCE_ARGS ?=
+conformance: deps $(BUILD)/kiln
+	KILN_CACHE_DIR=$(CURDIR)/$(BUILD)/conformance-cache $(BUILD)/kiln onnx-test $(CONFORMANCE_ARGS) \
+	    $(ONNX_DATA)/node $(ONNX_DATA)/pytorch-converted $(ONNX_DATA)/pytorch-operator $(ONNX_DATA)/simple
 
 valgrind:
 	@sh scripts/deps.sh valgrind
