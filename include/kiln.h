@@ -325,7 +325,9 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
                                     const kiln_onnx_input *shapes, kiln_onnx_io *io);
 
 /* ONNX TensorProto files (.pb, as in ONNX's test data): f32 f64 i32 i64
- * bool; other element types are an error naming the type. */
+ * bool; other element types are an error naming the type. A dim may be 0
+ * (data then holds nothing): only an ONNX model's specialized int input
+ * can be empty (ReduceSum's axes). */
 kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t errlen);
 kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name,
                           char *err, size_t errlen);

@@ -70,7 +70,8 @@ static const char *usage_run =
     "                      an ONNX model's int inputs take int32/int64 files)\n"
     "  --shape NAME=D0,D1,...  the shape of ONNX input NAME where the model\n"
     "                      leaves dims symbolic or unknown (a file given with\n"
-    "                      -i gives its shape too)\n"
+    "                      -i gives its shape too, and its value where the\n"
+    "                      model needs one at import: a Reshape's shape)\n"
     "  --seed N            seed for generated inputs\n"
     "  -o DIR              write each output as DIR/NAME.npy; without -o a\n"
     "                      summary of each output is printed (an ONNX\n"
@@ -214,9 +215,7 @@ static bool parse_count(const char *s, int lo, int hi, int *out) {
 static bool parse_shape(char *s, kiln_onnx_input *out) {
     char *eq = strrchr(s, '=');
     if (!eq || eq == s) return false;
-    *eq = 0;
-    out->name = s;
-    out->rank = 0;
+    *out = (kiln_onnx_input){s, 0, {0}, NULL};
     for (char *p = eq + 1; *p;) {
         char *end;
         errno = 0;
@@ -227,6 +226,7 @@ static bool parse_shape(char *s, kiln_onnx_input *out) {
         else if (*end) return false;
         else p = end;
     }
+    *eq = 0;
     return true;
 }
 
@@ -303,13 +303,17 @@ static void free_tensors(kiln_tensor *t, int n) {
     kfree(t);
 }
 
-/* Generated input i: its own stream of the seed, so inputs differ. */
-static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i) {
+/* Generated input i: its own stream of the seed, so inputs differ. An
+ * ONNX int input (integer) gets integers from 0 to 9. */
+static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i, bool integer) {
     kiln_status st = kiln_tensor_alloc(t);
     if (st != KILN_OK) return st;
     int64_t n = kiln_tensor_numel(t);
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-    if (t->dtype == KILN_F32) {
+    if (t->dtype == KILN_F32 && integer) {
+        for (int64_t k = 0; k < n; k++)
+            ((float *)t->data)[k] = floorf(util_rand_uniform(s, (uint64_t)k) * 10);
+    } else if (t->dtype == KILN_F32) {
         kiln_fill_randn(t->data, n, s);
     } else {
         uint8_t *b = t->data;
@@ -352,7 +356,9 @@ static kiln_status convert_input(const kiln_graph *g, int i, const char *path, k
 }
 
 /* Bind every input: from its -i file, or generated. */
-static int load_inputs(const kiln_graph *g, const Options *o, bool onnx, kiln_tensor **out) {
+static int load_inputs(const kiln_graph *g, const Options *o, const kiln_onnx_io *io,
+                       kiln_tensor **out) {
+    bool onnx = io->output_type != NULL;
     int n = kiln_num_inputs(g);
     for (int b = 0; b < o->nbind; b++) {
         bool known = false;
@@ -374,7 +380,8 @@ static int load_inputs(const kiln_graph *g, const Options *o, bool onnx, kiln_te
                 st = convert_input(g, i, o->bind_file[b], &t[i], err, sizeof err);
         } else {
             t[i] = kiln_input_desc(g, i);
-            st = generate_input(&t[i], o->seed, i);
+            kiln_dtype ot = onnx ? io->input_type[i] : KILN_F32;
+            st = generate_input(&t[i], o->seed, i, ot == KILN_I32 || ot == KILN_I64);
             if (st)
                 util_fmt(err, sizeof err, "out of memory: %.3g bytes for input '%s'",
                          (double)kiln_tensor_numel(&t[i]) * (double)kiln_dtype_size(t[i].dtype),
@@ -488,33 +495,37 @@ static int write_outputs(const kiln_graph *g, const Options *o, const kiln_onnx_
 
 /* ---- commands ------------------------------------------------------------ */
 
-/* The shapes an ONNX import binds: --shape, then the files given with -i. */
-static int onnx_shapes(const Options *o, kiln_onnx_input *s, int *n) {
+/* What an ONNX import is told of its inputs: --shape, then the files
+ * given with -i, shape and value. A run (or bench) uses those very values,
+ * so the model is specialized to them: an int input that sets a shape (a
+ * Reshape's shape) becomes a constant. vals[] receives the tensors read. */
+static int onnx_inputs(const Options *o, kiln_onnx_input *s, kiln_tensor *vals, int *n) {
     *n = o->nshapes;
     memcpy(s, o->shapes, sizeof(kiln_onnx_input) * (size_t)o->nshapes);
     for (int b = 0; b < o->nbind; b++) {
         bool given = false;
         for (int k = 0; k < o->nshapes; k++) given |= !strcmp(o->shapes[k].name, o->bind_name[b]);
-        if (given || *n == 2 * MAX_BINDINGS) continue;
-        kiln_tensor t;
+        if (given) continue;
         char err[1024];
-        kiln_status st = read_tensor(o->bind_file[b], &t, err, sizeof err);
+        kiln_status st = read_tensor(o->bind_file[b], &vals[b], err, sizeof err);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln: %s\n", err);
             return exit_for(st);
         }
-        s[*n] = (kiln_onnx_input){o->bind_name[b], t.rank, {0}, NULL};
-        memcpy(s[(*n)++].shape, t.shape, sizeof t.shape);
-        kiln_tensor_free(&t);
+        s[*n] = (kiln_onnx_input){o->bind_name[b], vals[b].rank, {0}, &vals[b]};
+        memcpy(s[(*n)++].shape, vals[b].shape, sizeof vals[b].shape);
     }
     return 0;
 }
 
 static kiln_status import_onnx(kiln_graph *g, const Options *o, kiln_onnx_io *io, int *rc) {
     kiln_onnx_input s[2 * MAX_BINDINGS];
+    kiln_tensor vals[MAX_BINDINGS] = {{0}};
     int n;
-    if ((*rc = onnx_shapes(o, s, &n))) return KILN_ERR_INPUT;
-    return kiln_onnx_import(g, o->prog, n, s, io);
+    kiln_status st = KILN_ERR_INPUT;
+    if (!(*rc = onnx_inputs(o, s, vals, &n))) st = kiln_onnx_import(g, o->prog, n, s, io);
+    for (int b = 0; b < o->nbind; b++) kiln_tensor_free(&vals[b]);
+    return st;
 }
 
 /* Parse a .kiln program or import an ONNX model; io receives the model's
@@ -697,7 +708,7 @@ static int cmd_run(const Options *o) {
     if (rc) return rc;
     kiln_tensor *in = NULL, *out = NULL;
     int nout = kiln_num_outputs(g);
-    if ((rc = load_inputs(g, o, io.output_type != NULL, &in))) goto done;
+    if ((rc = load_inputs(g, o, &io, &in))) goto done;
     out = kcalloc((size_t)(nout ? nout : 1), sizeof *out);
     if (!out) { rc = EXIT_NOMEM; goto done; }
     if (o->interpret && (o->check || o->report)) {
@@ -843,7 +854,7 @@ static int cmd_bench(const Options *o) {
     BenchReport r;
     bool hit = false;
     if (!b.out) { rc = EXIT_NOMEM; goto done; }
-    if ((rc = load_inputs(g, o, io.output_type != NULL, &in)) ||
+    if ((rc = load_inputs(g, o, &io, &in)) ||
         (rc = compile_program(g, o, &b.p)))
         goto done;
     b.in = in;

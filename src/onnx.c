@@ -307,6 +307,10 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
     v->type = type;
     const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
     if (!input_shape(im, vi, given, v)) return false;
+    if (ox_numel(v) == 0 && given && given->value && (type == OT_INT32 || type == OT_INT64))
+        return set_value(im, v, given->value);   /* empty axes: a constant only */
+    if (ox_numel(v) == 0)
+        return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name, "");
     v->v = kiln_input(im->g, name, type == OT_BOOL ? KILN_BOOL : KILN_F32, v->rank, v->shape);
     if (v->v < 0) {
         char msg[1024];
@@ -449,8 +453,7 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     int kt = kiln_type(t->data_type);
     const char *why = tensor_dims(t, &out->rank, out->shape, &n);
     if (!why && kt < 0) why = "unsupported element type";
-    if (!why && n == 0) why = "the tensor is empty (kiln tensors are non-empty)";
-    double *vals = why ? NULL : kmalloc(sizeof(double) * (size_t)n);
+    double *vals = why ? NULL : kmalloc(sizeof(double) * (size_t)(n ? n : 1));
     if (!why && !vals) why = "out of memory";
     if (!why) why = tensor_values(t, n, vals);
     if (!why) {

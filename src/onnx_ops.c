@@ -187,7 +187,8 @@ static int const_ints(OxNode *n, int k, int64_t *out, int max, const char *what)
     const double *c = known(v);
     if (!c)
         return nfail(n, "unsupported: the %s input '%s' is computed at run time (kiln's "
-                     "shapes are static: give its value at import)", what, v->name), -1;
+                     "shapes are static: give its value, kiln run -i %s=FILE)", what, v->name,
+                     v->name), -1;
     int64_t m = ox_numel(v);
     if (m > max) return nfail(n, "the %s input has %lld values, at most %d", what, (long long)m, max), -1;
     for (int64_t i = 0; i < m; i++) {

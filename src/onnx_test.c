@@ -24,6 +24,8 @@
 typedef struct {
     kiln_tensor in[OXT_MAX_IO], out[OXT_MAX_IO];
     int nin, nout;
+    char names[OXT_MAX_IO][256];   /* the model's input names, in input_K order */
+    int nnames;
 } DataSet;
 
 static void free_set(DataSet *d) {
@@ -147,15 +149,25 @@ static bool compare(const kiln_tensor *got, const kiln_tensor *want, int k, cons
     return true;
 }
 
+/* The data file of graph input i (by name: an empty specialized input
+ * has no graph input); -1 when none. */
+static int file_of(kiln_graph *g, const DataSet *d, int i) {
+    for (int k = 0; k < d->nnames && k < d->nin; k++)
+        if (!strcmp(d->names[k], kiln_input_name(g, i))) return k;
+    return -1;
+}
+
 /* Inputs converted to the graph's dtypes (f32 or bool); false with why. */
 static bool graph_inputs(kiln_graph *g, const DataSet *d, kiln_tensor *conv, char *why,
                          size_t whylen) {
-    if (d->nin != kiln_num_inputs(g))
-        return util_fmt(why, whylen, "%d input files for %d inputs", d->nin, kiln_num_inputs(g)),
-               false;
-    for (int i = 0; i < d->nin; i++) {
+    for (int i = 0; i < kiln_num_inputs(g); i++) {
         char err[512];
-        if (kiln_tensor_convert(&d->in[i], kiln_input_desc(g, i).dtype, &conv[i], err,
+        int k = file_of(g, d, i);
+        if (k < 0) {
+            for (int j = 0; j < i; j++) kiln_tensor_free(&conv[j]);
+            return util_fmt(why, whylen, "no input file for '%s'", kiln_input_name(g, i)), false;
+        }
+        if (kiln_tensor_convert(&d->in[k], kiln_input_desc(g, i).dtype, &conv[i], err,
                                 sizeof err) != KILN_OK) {
             for (int k = 0; k < i; k++) kiln_tensor_free(&conv[k]);
             return util_fmt(why, whylen, "input %d: %s", i, err), false;
@@ -185,18 +197,19 @@ static bool check_set(kiln_graph *g, kiln_program *p, bool also_interp, const Da
         for (int k = 0; k < nout && ok; k++) ok = compare(&out[k], &d->out[k], k, who, why, whylen);
         for (int k = 0; k < nout; k++) kiln_tensor_free(&out[k]);
     }
-    for (int i = 0; i < d->nin; i++) kiln_tensor_free(&conv[i]);
+    for (int i = 0; i < kiln_num_inputs(g); i++) kiln_tensor_free(&conv[i]);
     return ok;
 }
 
-static OxTestVerdict import_model(kiln_graph *g, const char *dir, const DataSet *d, char *why,
+static OxTestVerdict import_model(kiln_graph *g, const char *dir, DataSet *d, char *why,
                                   size_t whylen) {
-    char model[4200], names[OXT_MAX_IO][256];
+    char model[4200];
     kiln_onnx_input shapes[OXT_MAX_IO];
     util_fmt(model, sizeof model, "%s/model.onnx", dir);
-    int n = input_names(model, names, OXT_MAX_IO);
+    int n = input_names(model, d->names, OXT_MAX_IO);
+    d->nnames = n < 0 ? 0 : n;
     for (int i = 0; i < n && i < d->nin; i++) {
-        shapes[i].name = names[i];
+        shapes[i].name = d->names[i];
         shapes[i].rank = d->in[i].rank;
         memcpy(shapes[i].shape, d->in[i].shape, sizeof shapes[i].shape);
         shapes[i].value = &d->in[i];
@@ -209,7 +222,7 @@ static OxTestVerdict import_model(kiln_graph *g, const char *dir, const DataSet 
 
 /* Import (specialized to the data set's input values: see
  * kiln_onnx_input) and compile. */
-static OxTestVerdict build(kiln_graph **g, kiln_program **p, const char *dir, const DataSet *d,
+static OxTestVerdict build(kiln_graph **g, kiln_program **p, const char *dir, DataSet *d,
                            const kiln_options *opt, char *why, size_t whylen) {
     kiln_program_free(*p);
     kiln_graph_free(*g);
