@@ -624,6 +624,7 @@ static kiln_value to_2d(Graph *g, kiln_value x) {
 static kiln_value weight_2d(OxNode *n, OxVal *w) {
     if (!w->c || w->v >= 0) return to_2d(n->im->g, ox_graph(n, w));
     OxVal t = *w;
+    t.name = NULL;   /* a weight of its own, numbered */
     t.rank = 4;
     t.shape[2] = 1;
     t.shape[3] = w->shape[2];
@@ -646,17 +647,89 @@ static kiln_value pad_spatial(Graph *g, kiln_value x, const Geom *gm, int rank) 
 
 static bool conv_geom(OxNode *n, OxVal *x, OxVal *w, Geom *gm) {
     int ns = x->rank - 2;
-    if (ns < 1 || ns > 2) return nfail(n, "unsupported: %d-D convolution (kiln has 1-D and 2-D)", ns);
+    if (ns < 1 || ns > 3) return nfail(n, "unsupported: %d-D convolution", ns);
     if (w->rank != x->rank) return nfail(n, "the weight has rank %d, the input %d", w->rank, x->rank);
     if (!geom_read(n, ns, x->shape + 2, w->shape + 2, gm)) return false;
     geom_auto_pad(n, gm);
     return true;
 }
 
+/* Depth tap kd of a 3-D weight (M, C, KD, KH, KW) as a 2-D one: a weight
+ * of its own when w is a constant. */
+static kiln_value weight_tap(OxNode *n, OxVal *w, int64_t kd) {
+    Graph *g = n->im->g;
+    int64_t s4[4] = {w->shape[0], w->shape[1], w->shape[3], w->shape[4]}, hw = s4[2] * s4[3];
+    if (!w->c) {
+        kiln_value t = kiln_slice(g, ox_graph(n, w), 2, kd, kd + 1, 1);
+        return kiln_reshape(g, t, 4, s4);
+    }
+    OxVal t = {.type = OT_FLOAT, .rank = 4, .v = KILN_NONE};   /* unnamed: numbered */
+    memcpy(t.shape, s4, sizeof s4);
+    t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(s4[0] * s4[1] * hw));
+    if (!t.c) return nomem(n), KILN_NONE;
+    for (int64_t mc = 0; mc < s4[0] * s4[1]; mc++)
+        memcpy(t.c + mc * hw, w->c + (mc * w->shape[2] + kd) * hw, sizeof(double) * (size_t)hw);
+    return materialize(n, &t);
+}
+
+/* A 3-D convolution as 2-D ones (kiln's conv is 2-D): output depth od sums
+ * conv2d(x[:, :, id], w[:, :, kd]) over the depth taps kd, id = od * stride
+ * + kd * dilation - pad (taps in the padding add nothing); the depth
+ * slices are concatenated. */
+static bool conv3d(OxNode *n, const Geom *gm, kiln_conv_params p) {
+    Graph *g = n->im->g;
+    OxVal *xv = in(n, 0), *wv = in(n, 1);
+    int64_t d = xv->shape[2], od_n = (d + gm->pb[0] + gm->pe[0] - (gm->dil[0] * (gm->k[0] - 1) + 1)) / gm->stride[0] + 1;
+    kiln_value x = gin(n, 0), *slices = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)(od_n > 0 ? od_n : 1));
+    if (x < 0 || od_n < 1 || !slices) return x >= 0 && od_n < 1 ? nfail(n, "the kernel is larger than the input") : false;
+    if (gm->pb[1] != gm->pe[1] || gm->pb[2] != gm->pe[2]) {
+        int64_t b[5] = {0, 0, 0, gm->pb[1], gm->pb[2]}, e[5] = {0, 0, 0, gm->pe[1], gm->pe[2]};
+        x = kiln_pad(g, x, KILN_PAD_CONSTANT, 5, b, e, 0);
+        p.padding[0] = p.padding[1] = 0;
+    }
+    const int64_t *xs = kiln_value_shape(g, x);
+    kiln_value *taps = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)gm->k[0]);
+    if (!xs || !taps) return xs ? nomem(n) : false;
+    for (int64_t kd = 0; kd < gm->k[0]; kd++)
+        if ((taps[kd] = weight_tap(n, wv, kd)) < 0) return false;
+    int64_t x4[4] = {xs[0], xs[1], xs[3], xs[4]};
+    for (int64_t od = 0; od < od_n; od++) {
+        kiln_value acc = KILN_NONE;
+        for (int64_t kd = 0; kd < gm->k[0]; kd++) {
+            int64_t id = od * gm->stride[0] + kd * gm->dil[0] - gm->pb[0];
+            if (id < 0 || id >= d) continue;
+            kiln_value xi = kiln_reshape(g, kiln_slice(g, x, 2, id, id + 1, 1), 4, x4);
+            kiln_value t = kiln_conv2d(g, xi, taps[kd], KILN_NONE, &p);
+            acc = acc == KILN_NONE ? t : kiln_binary(g, "add", acc, t);
+            if (acc < 0) return false;
+        }
+        if (acc == KILN_NONE) return nfail(n, "unsupported: an output depth slice lies in the padding");
+        const int64_t *ys = kiln_value_shape(g, acc);
+        int64_t y5[5] = {ys[0], ys[1], 1, ys[2], ys[3]};
+        slices[od] = kiln_reshape(g, acc, 5, y5);
+    }
+    kiln_value y = od_n == 1 ? slices[0] : kiln_concat(g, (int)od_n, slices, 2);
+    if (in(n, 2)) {
+        int64_t bs[4] = {wv->shape[0], 1, 1, 1};
+        y = kiln_binary(g, "add", y, kiln_reshape(g, gin(n, 2), 4, bs));
+    }
+    return set_graph(n, 0, y, OT_FLOAT);
+}
+
 static bool op_conv(OxNode *n) {
     Graph *g = n->im->g;
     Geom gm;
     if (!need_in(n, 0) || !need_in(n, 1) || !conv_geom(n, in(n, 0), in(n, 1), &gm)) return false;
+    if (gm.ns == 3) {
+        kiln_conv_params p = kiln_conv_defaults();
+        p.groups = (int)attr_i(n, "group", 1);
+        for (int i = 0; i < 2; i++) {
+            p.stride[i] = (int)gm.stride[i + 1];
+            p.dilation[i] = (int)gm.dil[i + 1];
+            p.padding[i] = (int)gm.pb[i + 1];
+        }
+        return conv3d(n, &gm, p);
+    }
     bool one = gm.ns == 1;
     kiln_value x = one ? to_2d(g, gin(n, 0)) : gin(n, 0);
     kiln_value w = one ? weight_2d(n, in(n, 1)) : gin(n, 1);
