@@ -109,7 +109,8 @@ static const char *usage_bench =
     "median of --repeat runs (default 10) after a warm-up run, the bytes each\n"
     "moves and the bandwidth that amounts to. Compiled runs write into outputs\n"
     "allocated once, as a serving loop would (kiln_program_run_into); compile\n"
-    "time is measured apart. --report writes fused_ms, unfused_ms (the unfused kernels), interp_ms,\n"
+    "time is measured apart. --report writes fused_ms, unfused_ms (the unfused kernels), "
+    "interp_ms,\n"
     "compile_ms, bytes_fused, bytes_unfused and threads. --no-extern-epilogue\n"
     "compiles the fused program with matmul and conv2d as walls (as 'run').\n";
 

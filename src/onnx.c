@@ -112,7 +112,8 @@ static const char *tensor_values(const Onnx__TensorProto *t, int64_t n, double *
         return "unsupported: external tensor data";
     if (!es) return "unsupported element type";
     if (t->has_raw_data && t->raw_data.len) {
-        if (t->raw_data.len != (size_t)n * (size_t)es) return "raw data size does not match the dims";
+        if (t->raw_data.len != (size_t)n * (size_t)es)
+            return "raw data size does not match the dims";
         for (int64_t k = 0; k < n; k++) out[k] = raw_elem(type, t->raw_data.data + k * es);
         return NULL;
     }
@@ -262,7 +263,8 @@ static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_on
         return true;
     }
     if (!sp) return fail(im, "input '%s' has no declared shape%s", vi->name, hint);
-    if (sp->n_dim > KILN_MAX_RANK) return fail(im, "input '%s': unsupported: rank above 6%s", vi->name, "");
+    if (sp->n_dim > KILN_MAX_RANK)
+        return fail(im, "input '%s': unsupported: rank above 6%s", vi->name, "");
     v->rank = (int)sp->n_dim;
     for (int i = 0; i < v->rank; i++) {
         const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
@@ -283,7 +285,8 @@ static double get_elem(const kiln_tensor *t, int64_t k);
 static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
     int64_t n = ox_numel(v);
     if (t->rank != v->rank || kiln_tensor_numel(t) != n || !t->data)
-        return fail(im, "input '%s': the value given does not have the input's shape%s", v->name, "");
+        return fail(im, "input '%s': the value given does not have the input's shape%s", v->name,
+                    "");
     double *d = arena_alloc(&im->arena, sizeof(double) * (size_t)n);
     if (!d) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
     for (int64_t k = 0; k < n; k++) d[k] = get_elem(t, k);
@@ -310,7 +313,8 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
     if (ox_numel(v) == 0 && given && given->value && (type == OT_INT32 || type == OT_INT64))
         return set_value(im, v, given->value);   /* empty axes: a constant only */
     if (ox_numel(v) == 0)
-        return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name, "");
+        return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name,
+                    "");
     v->v = kiln_input(im->g, name, type == OT_BOOL ? KILN_BOOL : KILN_F32, v->rank, v->shape);
     if (v->v < 0) {
         char msg[1024];
@@ -388,7 +392,8 @@ static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
         if (!add_input(im, gp->input[i], nshapes, shapes)) return false;
     for (size_t i = 0; i < gp->n_node; i++)
         if (!convert_node(im, gp->node[i], (int)i)) return false;
-    kiln_dtype *types = arena_alloc(&im->g->arena, sizeof(kiln_dtype) * (gp->n_input + gp->n_output + 1));
+    kiln_dtype *types =
+        arena_alloc(&im->g->arena, sizeof(kiln_dtype) * (gp->n_input + gp->n_output + 1));
     if (!types) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
     if (!mark_outputs(im, gp, types + gp->n_input)) return false;
     int k = 0;
@@ -405,7 +410,9 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
                                     const char *filename, int nshapes,
                                     const kiln_onnx_input *shapes, kiln_onnx_io *io) {
     if (g->status != KILN_OK) return g->status;
-    if (g->n) return graph_fail(g, KILN_ERR_INPUT, "%s: import into a graph that is not empty", filename), g->status;
+    if (g->n)
+        return graph_fail(g, KILN_ERR_INPUT, "%s: import into a graph that is not empty", filename),
+               g->status;
     Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, data);
     if (!m) {
         graph_fail(g, KILN_ERR_INPUT, "%s: not a valid ONNX model (the protobuf message is "
@@ -469,7 +476,8 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
         case KILN_BOOL: ((uint8_t *)out->data)[k] = vals[k] != 0; break;
         }
     }
-    if (why) util_fmt(err, errlen, "%s: tensor of type %s: %s", path, ox_type_name(t->data_type), why);
+    if (why)
+        util_fmt(err, errlen, "%s: tensor of type %s: %s", path, ox_type_name(t->data_type), why);
     if (why) kiln_tensor_free(out);
     kfree(vals);
     onnx__tensor_proto__free_unpacked(t, &pb_allocator);
@@ -535,7 +543,8 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
     *dst = *src;
     dst->dtype = to;
     dst->data = NULL;
-    if (kiln_tensor_alloc(dst) != KILN_OK) return util_fmt(err, errlen, "out of memory"), KILN_ERR_NOMEM;
+    if (kiln_tensor_alloc(dst) != KILN_OK)
+        return util_fmt(err, errlen, "out of memory"), KILN_ERR_NOMEM;
     bool exact = (is_int(src->dtype) && to == KILN_F32) || (src->dtype == KILN_F32 && is_int(to));
     int64_t n = kiln_tensor_numel(src);
     for (int64_t k = 0; k < n; k++) {

@@ -190,7 +190,8 @@ static int const_ints(OxNode *n, int k, int64_t *out, int max, const char *what)
                      "shapes are static: give its value, kiln run -i %s=FILE)", what, v->name,
                      v->name), -1;
     int64_t m = ox_numel(v);
-    if (m > max) return nfail(n, "the %s input has %lld values, at most %d", what, (long long)m, max), -1;
+    if (m > max)
+        return nfail(n, "the %s input has %lld values, at most %d", what, (long long)m, max), -1;
     for (int64_t i = 0; i < m; i++) {
         double d = c[i];
         out[i] = d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : (int64_t)d;
@@ -206,7 +207,8 @@ static int get_axes(OxNode *n, int since, int k, int64_t *axes, int max) {
 }
 
 static bool norm_axis(OxNode *n, int64_t *a, int rank) {
-    if (*a < -rank || *a >= rank) return nfail(n, "axis %lld is out of range for rank %d", (long long)*a, rank);
+    if (*a < -rank || *a >= rank)
+        return nfail(n, "axis %lld is out of range for rank %d", (long long)*a, rank);
     if (*a < 0) *a += rank;
     return true;
 }
@@ -263,34 +265,40 @@ static bool eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
 }
 
 static double trunc_int(double r, int type) { return is_int_type(type) ? trunc(r) : r; }
-static double e_add(double a, double b, double c, int t) { (void)c; (void)t; return a + b; }
-static double e_sub(double a, double b, double c, int t) { (void)c; (void)t; return a - b; }
-static double e_mul(double a, double b, double c, int t) { (void)c; (void)t; return a * b; }
+/* An evaluator: a, b, c the operands (unused ones 0), t the type of a. */
+#define EVAL(name, expr) \
+    static double name(double a, double b, double c, int t) { \
+        (void)a, (void)b, (void)c, (void)t; \
+        return (expr); \
+    }
+EVAL(e_add, a + b)
+EVAL(e_sub, a - b)
+EVAL(e_mul, a * b)
 static double e_div(double a, double b, double c, int t) {
     (void)c;
     if (is_int_type(t) && b == 0) return 0;
     return trunc_int(a / b, t);
 }
-static double e_pow(double a, double b, double c, int t) { (void)c; return trunc_int(pow(a, b), t); }
-static double e_max(double a, double b, double c, int t) { (void)c; (void)t; return a > b || isnan(a) ? a : b; }
-static double e_min(double a, double b, double c, int t) { (void)c; (void)t; return a < b || isnan(a) ? a : b; }
-static double e_eq(double a, double b, double c, int t) { (void)c; (void)t; return a == b; }
-static double e_lt(double a, double b, double c, int t) { (void)c; (void)t; return a < b; }
-static double e_gt(double a, double b, double c, int t) { (void)c; (void)t; return a > b; }
-static double e_le(double a, double b, double c, int t) { (void)c; (void)t; return a <= b; }
-static double e_ge(double a, double b, double c, int t) { (void)c; (void)t; return a >= b; }
-static double e_where(double a, double b, double c, int t) { (void)t; return a != 0 ? b : c; }
-static double e_copy(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return a; }
-static double e_neg(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return -a; }
-static double e_abs(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return fabs(a); }
-static double e_not(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return a == 0; }
-static double e_sqrt(double a, double b, double c, int t) { (void)b; (void)c; return trunc_int(sqrt(a), t); }
-static double e_floor(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return floor(a); }
-static double e_ceil(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return ceil(a); }
-static double e_relu(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return a > 0 ? a : 0; }
-static double e_exp(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return exp(a); }
-static double e_log(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return log(a); }
-static double e_recip(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return 1 / a; }
+EVAL(e_pow, trunc_int(pow(a, b), t))
+EVAL(e_max, a > b || isnan(a) ? a : b)
+EVAL(e_min, a < b || isnan(a) ? a : b)
+EVAL(e_eq, a == b)
+EVAL(e_lt, a < b)
+EVAL(e_gt, a > b)
+EVAL(e_le, a <= b)
+EVAL(e_ge, a >= b)
+EVAL(e_where, a != 0 ? b : c)
+EVAL(e_copy, a)
+EVAL(e_neg, -a)
+EVAL(e_abs, fabs(a))
+EVAL(e_not, a == 0)
+EVAL(e_sqrt, trunc_int(sqrt(a), t))
+EVAL(e_floor, floor(a))
+EVAL(e_ceil, ceil(a))
+EVAL(e_relu, a > 0 ? a : 0)
+EVAL(e_exp, exp(a))
+EVAL(e_log, log(a))
+EVAL(e_recip, 1 / a)
 
 /* ---- elementwise ops ------------------------------------------------------ */
 
@@ -387,9 +395,9 @@ static bool op_where(OxNode *n) {
     return set_graph(n, 0, kiln_where(n->im->g, gin(n, 0), gin(n, 1), gin(n, 2)), type);
 }
 
-static double e_and(double a, double b, double c, int t) { (void)c; (void)t; return a != 0 && b != 0; }
-static double e_or(double a, double b, double c, int t) { (void)c; (void)t; return a != 0 || b != 0; }
-static double e_xor(double a, double b, double c, int t) { (void)c; (void)t; return (a != 0) != (b != 0); }
+EVAL(e_and, a != 0 && b != 0)
+EVAL(e_or, a != 0 || b != 0)
+EVAL(e_xor, (a != 0) != (b != 0))
 
 /* And, Or, Xor on bools: where(a, b, a), where(a, a, b), a != b. */
 static bool op_logical(OxNode *n) {
@@ -430,8 +438,8 @@ static bool op_dropout(OxNode *n) {
     return true;
 }
 
-static double e_cast_int(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return trunc(a); }
-static double e_cast_bool(double a, double b, double c, int t) { (void)b; (void)c; (void)t; return a != 0; }
+EVAL(e_cast_int, trunc(a))
+EVAL(e_cast_bool, a != 0)
 
 static bool cast_to(OxNode *n, int to) {
     Graph *g = n->im->g;
@@ -501,7 +509,8 @@ static kiln_value hard_sigmoid(Graph *g, kiln_value x, double alpha, double beta
 }
 
 static bool op_hard_sigmoid(OxNode *n) {
-    kiln_value y = hard_sigmoid(n->im->g, gin(n, 0), attr_f(n, "alpha", 0.2), attr_f(n, "beta", 0.5));
+    kiln_value y =
+        hard_sigmoid(n->im->g, gin(n, 0), attr_f(n, "alpha", 0.2), attr_f(n, "beta", 0.5));
     return set_graph(n, 0, y, OT_FLOAT);
 }
 
@@ -641,14 +650,16 @@ static kiln_value from_2d(Graph *g, kiln_value y) {
 /* Pad x's spatial dims by gm's pads (constant 0): asymmetric padding. */
 static kiln_value pad_spatial(Graph *g, kiln_value x, const Geom *gm, int rank) {
     int64_t b[KILN_MAX_RANK] = {0}, e[KILN_MAX_RANK] = {0};
-    for (int i = 0; i < gm->ns; i++) b[rank - gm->ns + i] = gm->pb[i], e[rank - gm->ns + i] = gm->pe[i];
+    for (int i = 0; i < gm->ns; i++)
+        b[rank - gm->ns + i] = gm->pb[i], e[rank - gm->ns + i] = gm->pe[i];
     return kiln_pad(g, x, KILN_PAD_CONSTANT, rank, b, e, 0);
 }
 
 static bool conv_geom(OxNode *n, OxVal *x, OxVal *w, Geom *gm) {
     int ns = x->rank - 2;
     if (ns < 1 || ns > 3) return nfail(n, "unsupported: %d-D convolution", ns);
-    if (w->rank != x->rank) return nfail(n, "the weight has rank %d, the input %d", w->rank, x->rank);
+    if (w->rank != x->rank)
+        return nfail(n, "the weight has rank %d, the input %d", w->rank, x->rank);
     if (!geom_read(n, ns, x->shape + 2, w->shape + 2, gm)) return false;
     geom_auto_pad(n, gm);
     return true;
@@ -679,9 +690,14 @@ static kiln_value weight_tap(OxNode *n, OxVal *w, int64_t kd) {
 static bool conv3d(OxNode *n, const Geom *gm, kiln_conv_params p) {
     Graph *g = n->im->g;
     OxVal *xv = in(n, 0), *wv = in(n, 1);
-    int64_t d = xv->shape[2], od_n = (d + gm->pb[0] + gm->pe[0] - (gm->dil[0] * (gm->k[0] - 1) + 1)) / gm->stride[0] + 1;
-    kiln_value x = gin(n, 0), *slices = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)(od_n > 0 ? od_n : 1));
-    if (x < 0 || od_n < 1 || !slices) return x >= 0 && od_n < 1 ? nfail(n, "the kernel is larger than the input") : false;
+    int64_t d = xv->shape[2],
+            od_n =
+                (d + gm->pb[0] + gm->pe[0] - (gm->dil[0] * (gm->k[0] - 1) + 1)) / gm->stride[0] + 1;
+    kiln_value x = gin(n, 0),
+               *slices =
+                   arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)(od_n > 0 ? od_n : 1));
+    if (x < 0 || od_n < 1 || !slices)
+        return x >= 0 && od_n < 1 ? nfail(n, "the kernel is larger than the input") : false;
     if (gm->pb[1] != gm->pe[1] || gm->pb[2] != gm->pe[2]) {
         int64_t b[5] = {0, 0, 0, gm->pb[1], gm->pb[2]}, e[5] = {0, 0, 0, gm->pe[1], gm->pe[2]};
         x = kiln_pad(g, x, KILN_PAD_CONSTANT, 5, b, e, 0);
@@ -703,7 +719,8 @@ static bool conv3d(OxNode *n, const Geom *gm, kiln_conv_params p) {
             acc = acc == KILN_NONE ? t : kiln_binary(g, "add", acc, t);
             if (acc < 0) return false;
         }
-        if (acc == KILN_NONE) return nfail(n, "unsupported: an output depth slice lies in the padding");
+        if (acc == KILN_NONE)
+            return nfail(n, "unsupported: an output depth slice lies in the padding");
         const int64_t *ys = kiln_value_shape(g, acc);
         int64_t y5[5] = {ys[0], ys[1], 1, ys[2], ys[3]};
         slices[od] = kiln_reshape(g, acc, 5, y5);
@@ -765,7 +782,8 @@ static bool op_conv_transpose(OxNode *n) {
     if (!geom_read(n, ns, x->shape + 2, w->shape + 2, &gm)) return false;
     int c1 = attr_ints(n, "output_padding", opad, 3), c2 = attr_ints(n, "output_shape", oshape, 3);
     if (c1 < -1 || c2 < -1) return false;
-    bool same = attr_is(n, "auto_pad", "SAME_UPPER", false) || attr_is(n, "auto_pad", "SAME_LOWER", false);
+    bool same =
+        attr_is(n, "auto_pad", "SAME_UPPER", false) || attr_is(n, "auto_pad", "SAME_LOWER", false);
     for (int i = 0; i < ns && (c2 == ns || same); i++) {
         /* total padding from the wanted output size (ONNX's formula) */
         int64_t want = c2 == ns ? oshape[i] : x->shape[2 + i] * gm.stride[i];
@@ -793,7 +811,9 @@ static bool op_conv_transpose(OxNode *n) {
     if (!sym && y >= 0) {
         Geom crop = gm;
         for (int i = 0; i < ns; i++) crop.pb[i] = -gm.pb[i], crop.pe[i] = -gm.pe[i];
-        if (one) crop.pb[1] = crop.pb[0], crop.pe[1] = crop.pe[0], crop.pb[0] = crop.pe[0] = 0, crop.ns = 2;
+        if (one)
+            crop.pb[1] = crop.pb[0], crop.pe[1] = crop.pe[0], crop.pb[0] = crop.pe[0] = 0,
+            crop.ns = 2;
         y = pad_spatial(g, y, &crop, 4);
     }
     return set_graph(n, 0, one ? from_2d(g, y) : y, OT_FLOAT);
@@ -933,11 +953,13 @@ static bool op_reshape(OxNode *n) {
     OxVal *x = in(n, 0);
     int r = n->im->opset < 5 ? attr_ints(n, "shape", s, KILN_MAX_RANK)
                              : const_ints(n, 1, s, KILN_MAX_RANK, "shape");
-    if (r < 0) return r == -1 && n->im->opset < 5 ? nfail(n, "the shape attribute is required") : false;
+    if (r < 0)
+        return r == -1 && n->im->opset < 5 ? nfail(n, "the shape attribute is required") : false;
     int64_t known = 1, neg = -1;
     for (int i = 0; i < r; i++) {
         if (s[i] == 0 && !attr_i(n, "allowzero", 0)) {
-            if (i >= x->rank) return nfail(n, "shape entry %d is 0 but the input has rank %d", i, x->rank);
+            if (i >= x->rank)
+                return nfail(n, "shape entry %d is 0 but the input has rank %d", i, x->rank);
             s[i] = x->shape[i];
         }
         if (s[i] == -1) neg = i;
@@ -1078,7 +1100,8 @@ static bool op_range(OxNode *n) {
     int64_t len = d == 0 ? 0 : (int64_t)fmax(ceil((lim - st) / d), 0);
     OxVal *o = set_const(n, 0, in(n, 0)->type, 1, &len);
     if (!o) return nomem(n);
-    for (int64_t i = 0; i < len; i++) o->c[i] = in(n, 0)->type == OT_FLOAT ? (float)(st + (double)i * d) : st + (double)i * d;
+    for (int64_t i = 0; i < len; i++)
+        o->c[i] = in(n, 0)->type == OT_FLOAT ? (float)(st + (double)i * d) : st + (double)i * d;
     return true;
 }
 
@@ -1137,7 +1160,8 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
         *outlen = st > en ? (st - en + (-step) - 1) / (-step) : 0;
         if (en == -1) en = -d - 1;   /* Python: before the first element */
     }
-    if (*outlen == 0) return nfail(n, "unsupported: the slice of dim %lld is empty", (long long)axis);
+    if (*outlen == 0)
+        return nfail(n, "unsupported: the slice of dim %lld is empty", (long long)axis);
     if (x) *x = kiln_slice(n->im->g, *x, (int)axis, st, en, step);
     return true;
 }
@@ -1146,12 +1170,14 @@ static bool slice_params(OxNode *n, int64_t *st, int64_t *en, int64_t *ax, int64
     int rank = in(n, 0)->rank, c;
     if (n->im->opset < 10) {
         c = attr_ints(n, "starts", st, KILN_MAX_RANK);
-        if (c < 0 || attr_ints(n, "ends", en, KILN_MAX_RANK) != c) return nfail(n, "starts and ends are required");
+        if (c < 0 || attr_ints(n, "ends", en, KILN_MAX_RANK) != c)
+            return nfail(n, "starts and ends are required");
         if (attr_ints(n, "axes", ax, KILN_MAX_RANK) < 0) for (int i = 0; i < c; i++) ax[i] = i;
         for (int i = 0; i < c; i++) sp[i] = 1;
     } else {
         c = const_ints(n, 1, st, KILN_MAX_RANK, "starts");
-        if (c < 0 || const_ints(n, 2, en, KILN_MAX_RANK, "ends") != c) return c < 0 ? false : nfail(n, "starts and ends differ in length");
+        if (c < 0 || const_ints(n, 2, en, KILN_MAX_RANK, "ends") != c)
+            return c < 0 ? false : nfail(n, "starts and ends differ in length");
         if (!in(n, 3)) for (int i = 0; i < c; i++) ax[i] = i;
         else if (const_ints(n, 3, ax, KILN_MAX_RANK, "axes") != c) return false;
         if (!in(n, 4)) for (int i = 0; i < c; i++) sp[i] = 1;
@@ -1189,7 +1215,12 @@ static bool op_slice(OxNode *n) {
             int64_t a = ax[i], s0 = st[i] < 0 ? st[i] + x->shape[a] : st[i];
             if (!slice_dim(n, NULL, x, a, st[i], en[i], sp[i], &len[a])) return false;
             int64_t d = x->shape[a];
-            first[a] = sp[i] > 0 ? (s0 < 0 ? 0 : s0 > d ? d : s0) : (s0 < 0 ? 0 : s0 > d - 1 ? d - 1 : s0);
+            first[a] = sp[i] > 0 ? (s0 < 0   ? 0
+                                    : s0 > d ? d
+                                             : s0)
+                                 : (s0 < 0       ? 0
+                                    : s0 > d - 1 ? d - 1
+                                                 : s0);
             step[a] = sp[i];
         }
         return slice_const(n, first, step, len);
@@ -1236,15 +1267,18 @@ static bool gather_const(OxNode *n, int64_t axis) {
     if (r > KILN_MAX_RANK) return nfail(n, "unsupported: rank above 6");
     for (int i = 0; i < axis; i++) s[i] = x->shape[i], outer *= x->shape[i];
     for (int i = 0; i < idx->rank; i++) s[axis + i] = idx->shape[i];
-    for (int i = (int)axis + 1; i < x->rank; i++) s[i - 1 + idx->rank] = x->shape[i], inner *= x->shape[i];
+    for (int i = (int)axis + 1; i < x->rank; i++)
+        s[i - 1 + idx->rank] = x->shape[i], inner *= x->shape[i];
     OxVal *o = set_const(n, 0, x->type, r, s);
     if (!o) return nomem(n);
     for (int64_t b = 0; b < outer; b++)
         for (int64_t j = 0; j < m; j++) {
             int64_t k = (int64_t)idx->c[j];
             if (k < 0) k += d;
-            if (k < 0 || k >= d) return nfail(n, "index %lld is out of range", (long long)idx->c[j]);
-            memcpy(o->c + (b * m + j) * inner, x->c + (b * d + k) * inner, sizeof(double) * (size_t)inner);
+            if (k < 0 || k >= d)
+                return nfail(n, "index %lld is out of range", (long long)idx->c[j]);
+            memcpy(o->c + (b * m + j) * inner, x->c + (b * d + k) * inner,
+                   sizeof(double) * (size_t)inner);
         }
     return true;
 }
@@ -1261,7 +1295,8 @@ static bool op_gather(OxNode *n) {
         int64_t k = (int64_t)idx->c[0], s[KILN_MAX_RANK], len;
         int r = 0;
         kiln_value v = ox_graph(n, x);
-        if (k < -x->shape[axis] || k >= x->shape[axis]) return nfail(n, "index %lld is out of range", (long long)k);
+        if (k < -x->shape[axis] || k >= x->shape[axis])
+            return nfail(n, "index %lld is out of range", (long long)k);
         if (k < 0) k += x->shape[axis];
         if (!slice_dim(n, &v, x, axis, k, k + 1, 1, &len)) return false;
         for (int i = 0; i < x->rank; i++)
@@ -1294,7 +1329,8 @@ static bool op_expand(OxNode *n) {
     kiln_value v = ox_graph(n, x);
     if (x->rank < orank) {
         int64_t t[KILN_MAX_RANK];
-        for (int i = 0; i < orank; i++) t[i] = i < orank - x->rank ? 1 : x->shape[i - (orank - x->rank)];
+        for (int i = 0; i < orank; i++)
+            t[i] = i < orank - x->rank ? 1 : x->shape[i - (orank - x->rank)];
         v = kiln_reshape(g, v, orank, t);
     }
     return set_graph(n, 0, kiln_expand(g, v, orank, out), x->type);
@@ -1327,7 +1363,9 @@ static bool op_tile(OxNode *n) {
     Graph *g = n->im->g;
     kiln_value v = ox_graph(n, x);
     for (int i = 0; i < r && v >= 0; i++) {
-        if (rep[i] < 1) return nfail(n, "unsupported: repeats %lld (kiln tensors are non-empty)", (long long)rep[i]);
+        if (rep[i] < 1)
+            return nfail(n, "unsupported: repeats %lld (kiln tensors are non-empty)",
+                         (long long)rep[i]);
         if (rep[i] == 1) continue;
         if (r == KILN_MAX_RANK) return nfail(n, "unsupported: tiling a rank-6 tensor");
         v = tile_dim(g, v, i, rep[i]);
@@ -1341,7 +1379,8 @@ static bool pad_runtime_value(OxNode *n, const int64_t *pads, int np) {
     Graph *g = n->im->g;
     OxVal *x = in(n, 0);
     if (np != 2 * x->rank) return nfail(n, "pads has %d values for rank %d", np, x->rank);
-    if (!attr_is(n, "mode", "constant", true)) return nfail(n, "unsupported: pad mode with a value");
+    if (!attr_is(n, "mode", "constant", true))
+        return nfail(n, "unsupported: pad mode with a value");
     kiln_value y = kiln_pad(g, ox_graph(n, x), KILN_PAD_CONSTANT, x->rank, pads, pads + x->rank, 0);
     kiln_value ones = kiln_expand(g, kiln_reshape(g, kiln_scalar(g, 1), x->rank,
                                   (int64_t[KILN_MAX_RANK]){1, 1, 1, 1, 1, 1}), x->rank, x->shape);
@@ -1367,8 +1406,9 @@ static bool op_pad(OxNode *n) {
     }
     if (np < 0) return np == -1 ? nfail(n, "pads are required") : false;
     if (np != 2 * x->rank) return nfail(n, "pads has %d values for rank %d", np, x->rank);
-    kiln_pad_mode mode = attr_is(n, "mode", "edge", false) ? KILN_PAD_EDGE
-                       : attr_is(n, "mode", "reflect", false) ? KILN_PAD_REFLECT : KILN_PAD_CONSTANT;
+    kiln_pad_mode mode = attr_is(n, "mode", "edge", false)      ? KILN_PAD_EDGE
+                         : attr_is(n, "mode", "reflect", false) ? KILN_PAD_REFLECT
+                                                                : KILN_PAD_CONSTANT;
     if (!attr_is(n, "mode", "constant", true) && mode == KILN_PAD_CONSTANT)
         return nfail(n, "unsupported: pad mode");
     kiln_value y = kiln_pad(n->im->g, ox_graph(n, x), mode, x->rank, pads, pads + x->rank, value);
@@ -1441,7 +1481,8 @@ static bool op_reduce(OxNode *n) {
     else if (!strcmp(op, "SumSquare") || !strcmp(op, "L2"))
         y = kiln_reduce(g, "sum", kiln_binary(g, "mul", x, x), nd, dims, keep);
     else if (!strcmp(op, "L1")) y = kiln_reduce(g, "sum", kiln_unary(g, "abs", x), nd, dims, keep);
-    else if (!strcmp(op, "LogSum")) y = kiln_unary(g, "log", kiln_reduce(g, "sum", x, nd, dims, keep));
+    else if (!strcmp(op, "LogSum"))
+        y = kiln_unary(g, "log", kiln_reduce(g, "sum", x, nd, dims, keep));
     else {   /* LogSumExp, shifted by the max for range */
         kiln_value m = kiln_reduce(g, "amax", x, nd, dims, 1);
         kiln_value e = kiln_unary(g, "exp", kiln_binary(g, "sub", x, m));
@@ -1526,7 +1567,8 @@ bool ox_convert(OxNode *n) {
     const char *dom = n->n->domain ? n->n->domain : "";
     const Elementwise *e;
     if (*dom && strcmp(dom, "ai.onnx"))
-        return nfail(n, "unsupported op %s.%s (opset %d) at node %d", dom, op, n->im->opset, n->index);
+        return nfail(n, "unsupported op %s.%s (opset %d) at node %d", dom, op, n->im->opset,
+                     n->index);
     if ((e = find_elementwise(unary_ops, LEN(unary_ops), op))) return op_unary(n, e);
     if ((e = find_elementwise(binary_ops, LEN(binary_ops), op))) return op_binary(n, e);
     for (size_t i = 0; i < LEN(handlers); i++)

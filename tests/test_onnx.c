@@ -202,7 +202,8 @@ static int run_both(kiln_graph *g, const kiln_tensor *in, const float *want, int
     kiln_program *p = NULL;
     kiln_tensor out[2] = {{0}};
     if (kiln_compile(g, 1, &p) != KILN_OK) return printf("compile: %s\n", kiln_error(g)), 0;
-    int ok = kiln_program_run(p, in, &out[0]) == KILN_OK && kiln_interpret(g, in, &out[1]) == KILN_OK;
+    int ok =
+        kiln_program_run(p, in, &out[0]) == KILN_OK && kiln_interpret(g, in, &out[1]) == KILN_OK;
     for (int r = 0; ok && r < 2; r++) {
         ok &= kiln_tensor_numel(&out[r]) == n;
         for (int64_t k = 0; ok && k < n; k++) {
@@ -236,7 +237,8 @@ TEST(onnx_fold_shape_subgraph) {
     m.out[0] = vinfo(&pool, "y", 1, 2, ys);
     m.init[0] = tensor(&pool, "i0", 0, NULL, NULL, &zero);
     m.init[1] = tensor(&pool, "rest", 1, &one, NULL, &minus1);
-    Onnx__AttributeProto **ua = palloc(&pool, sizeof(void *) * 2), **ca = palloc(&pool, sizeof(void *) * 2);
+    Onnx__AttributeProto **ua = palloc(&pool, sizeof(void *) * 2),
+                         **ca = palloc(&pool, sizeof(void *) * 2);
     ua[0] = attr_ints(&pool, "axes", 1, &ax0);
     ca[0] = attr_i(&pool, "axis", 0);
     m.nodes[m.nnodes++] = node(&pool, "Shape", "x", "s", NULL);
@@ -506,7 +508,8 @@ TEST(onnx_pb_roundtrip) {
     int64_t iv[6] = {1, -2, 3, 1 << 20, 0, -7};
     float fv[6] = {0.5f, -1, 3.25f, 1e-8f, 0, 42};
     uint8_t bv[6] = {1, 0, 1, 1, 0, 0};
-    kiln_tensor ts[3] = {{KILN_I64, 2, {2, 3}, iv}, {KILN_F32, 2, {3, 2}, fv}, {KILN_BOOL, 1, {6}, bv}};
+    kiln_tensor ts[3] = {
+        {KILN_I64, 2, {2, 3}, iv}, {KILN_F32, 2, {3, 2}, fv}, {KILN_BOOL, 1, {6}, bv}};
     for (int i = 0; i < 3; i++) {
         kiln_tensor back;
         CHECK(kiln_pb_write(path, &ts[i], "t", err, sizeof err) == KILN_OK);
@@ -531,34 +534,85 @@ TEST(onnx_pb_roundtrip) {
  * interpreter, against ONNX's expected outputs. They span the ops of the
  * importer that do not depend on other branches' builders. */
 static const char *const must_pass[] = {
-    "node/test_abs", "node/test_add_bcast", "node/test_argmax_keepdims_random_select_last_index",
-    "node/test_argmax_negative_axis_keepdims_example", "node/test_argmin_no_keepdims_random",
-    "node/test_batchnorm_epsilon", "node/test_ceil",
-    "node/test_clip_default_inbounds", "node/test_clip_splitbounds", "node/test_constant",
-    "node/test_constantofshape_int_zeros", "node/test_conv_with_autopad_same",
-    "node/test_conv_with_strides_no_padding", "node/test_div_bcast", "node/test_dropout_default",
-    "node/test_elu", "node/test_equal_bcast", "node/test_erf", "node/test_exp",
-    "node/test_expand_dim_changed", "node/test_flatten_axis0", "node/test_flatten_negative_axis1",
-    "node/test_gemm_all_attributes", "node/test_gemm_transposeB", "node/test_globalaveragepool",
-    "node/test_globalmaxpool_precomputed", "node/test_greater_bcast", "node/test_hardsigmoid",
-    "node/test_hardswish", "node/test_instancenorm_epsilon", "node/test_layer_normalization_3d_axis1_epsilon",
-    "node/test_leakyrelu", "node/test_less_bcast", "node/test_log", "node/test_logsoftmax_axis_1",
-    "node/test_matmul_3d", "node/test_max_float32", "node/test_mean_two_inputs",
-    "node/test_min_two_inputs", "node/test_mul_bcast", "node/test_neg", "node/test_not_2d",
-    "node/test_pow_bcast_array", "node/test_prelu_broadcast", "node/test_range_float_type_positive_delta",
-    "node/test_reciprocal", "node/test_reduce_l2_keep_dims_random", "node/test_reduce_max_default_axes_keepdim_example",
-    "node/test_reduce_mean_keepdims_random", "node/test_reduce_prod_do_not_keepdims_random",
-    "node/test_reduce_sum_square_negative_axes_keepdims_random", "node/test_reduce_sum_keepdims_random",
-    "node/test_relu", "node/test_reshape_negative_extended_dims", "node/test_selu",
-    "node/test_shape_start_1_end_negative_1", "node/test_sigmoid", "node/test_size",
-    "node/test_slice_default_steps", "node/test_softmax_axis_0", "node/test_split_equal_parts_2d",
-    "node/test_sqrt", "node/test_squeeze_negative_axes", "node/test_sub_bcast", "node/test_sum_one_input",
-    "node/test_tanh", "node/test_tile", "node/test_transpose_all_permutations_3",
-    "node/test_unsqueeze_two_axes", "node/test_where_example", "pytorch-converted/test_BatchNorm2d_eval",
-    "pytorch-converted/test_Conv1d_dilated", "pytorch-converted/test_Conv2d_groups",
-    "pytorch-converted/test_Linear", "pytorch-converted/test_PReLU_2d_multiparam",
-    "pytorch-converted/test_Softmax", "pytorch-operator/test_operator_mm",
-    "pytorch-operator/test_operator_view", "simple/test_single_relu_model",
+    "node/test_abs",
+    "node/test_add_bcast",
+    "node/test_argmax_keepdims_random_select_last_index",
+    "node/test_argmax_negative_axis_keepdims_example",
+    "node/test_argmin_no_keepdims_random",
+    "node/test_batchnorm_epsilon",
+    "node/test_ceil",
+    "node/test_clip_default_inbounds",
+    "node/test_clip_splitbounds",
+    "node/test_constant",
+    "node/test_constantofshape_int_zeros",
+    "node/test_conv_with_autopad_same",
+    "node/test_conv_with_strides_no_padding",
+    "node/test_div_bcast",
+    "node/test_dropout_default",
+    "node/test_elu",
+    "node/test_equal_bcast",
+    "node/test_erf",
+    "node/test_exp",
+    "node/test_expand_dim_changed",
+    "node/test_flatten_axis0",
+    "node/test_flatten_negative_axis1",
+    "node/test_gemm_all_attributes",
+    "node/test_gemm_transposeB",
+    "node/test_globalaveragepool",
+    "node/test_globalmaxpool_precomputed",
+    "node/test_greater_bcast",
+    "node/test_hardsigmoid",
+    "node/test_hardswish",
+    "node/test_instancenorm_epsilon",
+    "node/test_layer_normalization_3d_axis1_epsilon",
+    "node/test_leakyrelu",
+    "node/test_less_bcast",
+    "node/test_log",
+    "node/test_logsoftmax_axis_1",
+    "node/test_matmul_3d",
+    "node/test_max_float32",
+    "node/test_mean_two_inputs",
+    "node/test_min_two_inputs",
+    "node/test_mul_bcast",
+    "node/test_neg",
+    "node/test_not_2d",
+    "node/test_pow_bcast_array",
+    "node/test_prelu_broadcast",
+    "node/test_range_float_type_positive_delta",
+    "node/test_reciprocal",
+    "node/test_reduce_l2_keep_dims_random",
+    "node/test_reduce_max_default_axes_keepdim_example",
+    "node/test_reduce_mean_keepdims_random",
+    "node/test_reduce_prod_do_not_keepdims_random",
+    "node/test_reduce_sum_square_negative_axes_keepdims_random",
+    "node/test_reduce_sum_keepdims_random",
+    "node/test_relu",
+    "node/test_reshape_negative_extended_dims",
+    "node/test_selu",
+    "node/test_shape_start_1_end_negative_1",
+    "node/test_sigmoid",
+    "node/test_size",
+    "node/test_slice_default_steps",
+    "node/test_softmax_axis_0",
+    "node/test_split_equal_parts_2d",
+    "node/test_sqrt",
+    "node/test_squeeze_negative_axes",
+    "node/test_sub_bcast",
+    "node/test_sum_one_input",
+    "node/test_tanh",
+    "node/test_tile",
+    "node/test_transpose_all_permutations_3",
+    "node/test_unsqueeze_two_axes",
+    "node/test_where_example",
+    "pytorch-converted/test_BatchNorm2d_eval",
+    "pytorch-converted/test_Conv1d_dilated",
+    "pytorch-converted/test_Conv2d_groups",
+    "pytorch-converted/test_Linear",
+    "pytorch-converted/test_PReLU_2d_multiparam",
+    "pytorch-converted/test_Softmax",
+    "pytorch-operator/test_operator_mm",
+    "pytorch-operator/test_operator_view",
+    "simple/test_single_relu_model",
 };
 
 TEST(onnx_conformance_fixed_list) {
