@@ -23,9 +23,14 @@
 
 /* ---- protobuf-c through kiln's allocator ---------------------------------- */
 
-static void *pb_alloc(void *ud, size_t n) { (void)ud; return kmalloc(n ? n : 1); }
+/* protobuf-c returns NULL both for a malformed message and when an
+ * allocation fails; ud (a bool) tells the two apart. */
+static void *pb_alloc(void *ud, size_t n) {
+    void *p = kmalloc(n ? n : 1);
+    if (!p) *(bool *)ud = true;
+    return p;
+}
 static void pb_free(void *ud, void *p) { (void)ud; kfree(p); }
-static ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, NULL};
 
 /* A whole file into a kmalloc'd buffer; false with err set. */
 static bool read_file(const char *path, unsigned char **data, size_t *len, char *err,
@@ -218,6 +223,18 @@ static bool fail(OxImp *im, const char *fmt, const char *a, const char *b) {
     return false;
 }
 
+/* The graph's error, prefixed with the file and what (e.g. "input 'x'"),
+ * keeping its status (out of memory stays out of memory). */
+static bool rewrap(OxImp *im, const char *what, const char *name) {
+    char msg[1024], w[300];
+    kiln_status st = im->g->status;
+    util_fmt(msg, sizeof msg, "%s", kiln_error(im->g));
+    util_fmt(w, sizeof w, what, name);
+    graph_clear_error(im->g);
+    graph_fail(im->g, st, "%s: %s: %s", im->path, w, msg);
+    return false;
+}
+
 static int find_opset(OxImp *im, const Onnx__ModelProto *m) {
     for (size_t i = 0; i < m->n_opset_import; i++) {
         const Onnx__OperatorSetIdProto *o = m->opset_import[i];
@@ -232,12 +249,7 @@ static bool add_initializers(OxImp *im, const Onnx__GraphProto *gp) {
         const Onnx__TensorProto *t = gp->initializer[i];
         OxVal *v = ox_val(im, t->name ? t->name : "");
         if (!v) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
-        if (!ox_tensor_const(im, t, v)) {
-            char msg[1024];
-            util_fmt(msg, sizeof msg, "%s", kiln_error(im->g));
-            graph_clear_error(im->g);
-            return fail(im, "initializer %s%s", msg, "");
-        }
+        if (!ox_tensor_const(im, t, v)) return rewrap(im, "initializer%s", "");
     }
     return true;
 }
@@ -316,12 +328,7 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
         return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name,
                     "");
     v->v = kiln_input(im->g, name, type == OT_BOOL ? KILN_BOOL : KILN_F32, v->rank, v->shape);
-    if (v->v < 0) {
-        char msg[1024];
-        util_fmt(msg, sizeof msg, "%s", kiln_error(im->g));
-        graph_clear_error(im->g);
-        return fail(im, "input '%s': %s", name, msg);
-    }
+    if (v->v < 0) return rewrap(im, "input '%s'", name);
     return !given || !given->value || set_value(im, v, given->value);
 }
 
@@ -351,7 +358,7 @@ static bool convert_node(OxImp *im, const Onnx__NodeProto *np, int index) {
             return false;
         }
     }
-    bool ok = ox_convert(&n);
+    bool ok = ox_convert(&n) && im->g->status == KILN_OK;
     if (!ok) place_error(im, np, index);
     return ok;
 }
@@ -368,12 +375,7 @@ static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *type
         types[i] = (kiln_dtype)kt;
         OxNode n = {im, NULL, -1, 0, NULL};
         kiln_value gv = ox_graph(&n, v);
-        if (gv < 0 || kiln_output(im->g, gv, name) != KILN_OK) {
-            char msg[1024];
-            util_fmt(msg, sizeof msg, "%s", kiln_error(im->g));
-            graph_clear_error(im->g);
-            return fail(im, "output '%s': %s", name, msg);
-        }
+        if (gv < 0 || kiln_output(im->g, gv, name) != KILN_OK) return rewrap(im, "output '%s'", name);
     }
     return true;
 }
@@ -413,7 +415,10 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
     if (g->n)
         return graph_fail(g, KILN_ERR_INPUT, "%s: import into a graph that is not empty", filename),
                g->status;
+    bool oom = false;
+    ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, &oom};
     Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, data);
+    if (!m && oom) return graph_fail(g, KILN_ERR_NOMEM, "%s: out of memory", filename), g->status;
     if (!m) {
         graph_fail(g, KILN_ERR_INPUT, "%s: not a valid ONNX model (the protobuf message is "
                    "malformed or truncated)", filename);
@@ -449,8 +454,11 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     kiln_status st;
     memset(out, 0, sizeof *out);
     if (!read_file(path, &data, &len, err, errlen, &st)) return st;
+    bool oom = false;
+    ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, &oom};
     Onnx__TensorProto *t = onnx__tensor_proto__unpack(&pb_allocator, len, data);
     kfree(data);
+    if (!t && oom) return util_fmt(err, errlen, "%s: out of memory", path), KILN_ERR_NOMEM;
     if (!t) {
         util_fmt(err, errlen, "%s: not a valid ONNX tensor (the protobuf message is malformed "
                  "or truncated)", path);

@@ -87,10 +87,13 @@ static bool need_in(OxNode *n, int k) {
 
 static const char *opname(const OxNode *n) { return n->n->op_type; }
 
-/* Output k's value slot, or NULL when the model does not use it. */
+/* Output k's value slot, or NULL when the model does not use it (or out
+ * of memory: the graph's error says so). */
 static OxVal *out_slot(OxNode *n, int k) {
     if (k >= (int)n->n->n_output || !n->n->output[k][0]) return NULL;
-    return ox_val(n->im, n->n->output[k]);
+    OxVal *o = ox_val(n->im, n->n->output[k]);
+    if (!o) nomem(n);
+    return o;
 }
 
 static bool set_graph(OxNode *n, int k, kiln_value v, int type) {
@@ -147,8 +150,10 @@ static kiln_value materialize(OxNode *n, OxVal *v) {
     if (!graph_type_ok(v->type))
         return nfail(n, "unsupported: element type %s in the graph", ox_type_name(v->type)),
                KILN_NONE;
-    if (numel == 0) return nfail(n, "the constant '%s' is empty (kiln tensors are non-empty)",
-                                 v->name ? v->name : ""), KILN_NONE;
+    if (numel == 0)
+        return nfail(n, "unsupported: the constant '%s' is empty (kiln tensors are non-empty)",
+                     v->name ? v->name : ""),
+               KILN_NONE;
     for (int64_t k = 0; is_int_type(v->type) && k < numel; k++)
         if (fabs(v->c[k]) > 16777216.0)
             return nfail(n, "the integer constant '%s' holds %.17g, beyond what f32 holds "
@@ -176,6 +181,11 @@ static kiln_value gin(OxNode *n, int k) {
     return ox_graph(n, v);
 }
 
+/* A constant as an integer, saturated (INT64_MAX ends a Slice), NaN 0. */
+static int64_t to_i64(double d) {
+    return isnan(d) ? 0 : d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : (int64_t)d;
+}
+
 /* The values of v where a constant is needed: a constant's, or those of
  * a specialized input; NULL when only the run knows them. */
 static const double *known(const OxVal *v) { return v->c ? v->c : v->spec; }
@@ -193,8 +203,7 @@ static int const_ints(OxNode *n, int k, int64_t *out, int max, const char *what)
     if (m > max)
         return nfail(n, "the %s input has %lld values, at most %d", what, (long long)m, max), -1;
     for (int64_t i = 0; i < m; i++) {
-        double d = c[i];
-        out[i] = d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : (int64_t)d;
+        out[i] = to_i64(c[i]);
     }
     return (int)m;
 }
@@ -426,9 +435,10 @@ static bool op_identity(OxNode *n) {
 
 /* Dropout in inference is the identity; its mask output is all true. */
 static bool op_dropout(OxNode *n) {
-    OxVal *t = in(n, 2);
-    if (t && (!t->c || t->c[0] != 0))
-        return nfail(n, "unsupported: dropout in training mode");
+    OxVal *t = in(n, 2), *ratio = in(n, 1);
+    bool zero = ratio && ratio->c && ox_numel(ratio) == 1 && ratio->c[0] == 0;
+    if (t && (!t->c || t->c[0] != 0) && !zero)   /* training with ratio 0 drops nothing */
+        return nfail(n, "unsupported: dropout in training mode (random)");
     if (!op_identity(n)) return false;
     OxVal *x = in(n, 0), *mask = out_slot(n, 1);
     if (!mask) return true;
@@ -962,6 +972,8 @@ static bool op_reshape(OxNode *n) {
                 return nfail(n, "shape entry %d is 0 but the input has rank %d", i, x->rank);
             s[i] = x->shape[i];
         }
+        if (s[i] < -1 || s[i] > ((int64_t)1 << 40))
+            return nfail(n, "shape entry %d is %lld", i, (long long)s[i]);
         if (s[i] == -1) neg = i;
         else known *= s[i];
     }
@@ -1097,7 +1109,9 @@ static bool op_range(OxNode *n) {
         return nfail(n, "unsupported: start, limit and delta are computed at run time (kiln's "
                      "shapes are static)");
     double st = known(in(n, 0))[0], lim = known(in(n, 1))[0], d = known(in(n, 2))[0];
-    int64_t len = d == 0 ? 0 : (int64_t)fmax(ceil((lim - st) / d), 0);
+    double cnt = d == 0 ? 0 : fmax(ceil((lim - st) / d), 0);
+    if (!(cnt <= 1 << 30)) return nfail(n, "the range has too many elements");
+    int64_t len = (int64_t)cnt;
     OxVal *o = set_const(n, 0, in(n, 0)->type, 1, &len);
     if (!o) return nomem(n);
     for (int64_t i = 0; i < len; i++)
@@ -1148,6 +1162,9 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
                       int64_t step, int64_t *outlen) {
     int64_t d = xv->shape[axis];
     if (step == 0) return nfail(n, "a step is 0");
+    if (d == 0) return *outlen = 0, x ? nfail(n, "unsupported: slicing an empty dim") : true;
+    if (step > d) step = d;          /* one element either way; keeps -step defined */
+    if (step < -d) step = -d;
     if (st < 0) st += d;
     if (en < 0) en += d;
     if (step > 0) {
@@ -1160,7 +1177,7 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
         *outlen = st > en ? (st - en + (-step) - 1) / (-step) : 0;
         if (en == -1) en = -d - 1;   /* Python: before the first element */
     }
-    if (*outlen == 0)
+    if (*outlen == 0 && x)   /* a constant may be empty (shape arithmetic) */
         return nfail(n, "unsupported: the slice of dim %lld is empty", (long long)axis);
     if (x) *x = kiln_slice(n->im->g, *x, (int)axis, st, en, step);
     return true;
@@ -1273,7 +1290,7 @@ static bool gather_const(OxNode *n, int64_t axis) {
     if (!o) return nomem(n);
     for (int64_t b = 0; b < outer; b++)
         for (int64_t j = 0; j < m; j++) {
-            int64_t k = (int64_t)idx->c[j];
+            int64_t k = to_i64(idx->c[j]);
             if (k < 0) k += d;
             if (k < 0 || k >= d)
                 return nfail(n, "index %lld is out of range", (long long)idx->c[j]);
@@ -1292,7 +1309,7 @@ static bool op_gather(OxNode *n) {
     Graph *g = n->im->g;
     if (idx->c && ox_numel(idx) == 1 && idx->rank <= 1) {
         /* one constant index: a slice, then a reshape drops the dim */
-        int64_t k = (int64_t)idx->c[0], s[KILN_MAX_RANK], len;
+        int64_t k = to_i64(idx->c[0]), s[KILN_MAX_RANK], len;
         int r = 0;
         kiln_value v = ox_graph(n, x);
         if (k < -x->shape[axis] || k >= x->shape[axis])
@@ -1367,6 +1384,8 @@ static bool op_tile(OxNode *n) {
             return nfail(n, "unsupported: repeats %lld (kiln tensors are non-empty)",
                          (long long)rep[i]);
         if (rep[i] == 1) continue;
+        if (rep[i] > ((int64_t)1 << 31))
+            return nfail(n, "repeats %lld is too large", (long long)rep[i]);
         if (r == KILN_MAX_RANK) return nfail(n, "unsupported: tiling a rank-6 tensor");
         v = tile_dim(g, v, i, rep[i]);
     }
@@ -1569,6 +1588,7 @@ bool ox_convert(OxNode *n) {
     if (*dom && strcmp(dom, "ai.onnx"))
         return nfail(n, "unsupported op %s.%s (opset %d) at node %d", dom, op, n->im->opset,
                      n->index);
+    if (strcmp(op, "Constant") && !in(n, 0)) return nfail(n, "input 0 is required");
     if ((e = find_elementwise(unary_ops, LEN(unary_ops), op))) return op_unary(n, e);
     if ((e = find_elementwise(binary_ops, LEN(binary_ops), op))) return op_binary(n, e);
     for (size_t i = 0; i < LEN(handlers); i++)

@@ -12,6 +12,7 @@
 #include "onnx.h"
 #include <stdint.h>
 #include <string.h>
+#include <dirent.h>
 #include <unistd.h>
 
 /* ---- building models -------------------------------------------------------- */
@@ -82,7 +83,7 @@ static Onnx__TensorProto *tensor(Pool *pool, const char *name, int rank, const i
     t->name = pstr(pool, name);
     t->n_dims = (size_t)rank;
     t->dims = palloc(pool, sizeof(int64_t) * (size_t)(rank + 1));
-    memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
+    if (rank) memcpy(t->dims, dims, sizeof(int64_t) * (size_t)rank);
     t->has_data_type = 1;
     t->data_type = f ? 1 : 7;
     if (f) {
@@ -526,6 +527,119 @@ TEST(onnx_pb_roundtrip) {
     kiln_tensor back;
     CHECK(kiln_pb_read(path, &back, err, sizeof err) == KILN_ERR_INPUT);
     EXPECT(strstr(err, "t.pb") != NULL, "%s", err);
+}
+
+/* ---- allocation failure ------------------------------------------------------ */
+
+/* A hook that refuses request fail_at and keeps the live blocks, so a run
+ * under it can be checked for leaks (as in test_alloc.c). */
+typedef struct {
+    long requests, fail_at;
+    int nlive;
+    void *live[4096];
+} Hook;
+
+static void *hook_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    Hook *h = ud;
+    (void)old;
+    for (int i = h->nlive - 1; ptr && i >= 0; i--)
+        if (h->live[i] == ptr) { h->live[i] = h->live[--h->nlive]; break; }
+    if (n == 0) return free(ptr), NULL;
+    if (++h->requests == h->fail_at || h->nlive == 4096) {
+        if (ptr) h->live[h->nlive++] = ptr;   /* a failed realloc keeps the block */
+        return NULL;
+    }
+    void *p = realloc(ptr, n);
+    h->live[h->nlive++] = p;
+    return p;
+}
+
+/* Import buf with allocation fail_at refused; the status, leaks in *leaked. */
+static kiln_status import_with_hook(Hook *h, const uint8_t *buf, size_t len, int *leaked) {
+    kiln_set_allocator(hook_alloc, h);
+    kiln_graph *g = kiln_graph_new();
+    kiln_status st = g ? kiln_onnx_import_buffer(g, buf, len, "a.onnx", 0, NULL, NULL)
+                       : KILN_ERR_NOMEM;
+    kiln_graph_free(g);
+    kiln_set_allocator(NULL, NULL);
+    *leaked = h->nlive;
+    for (int i = 0; i < h->nlive; i++) free(h->live[i]);
+    return st;
+}
+
+/* Every allocation of an import refused in turn: out of memory each time
+ * (never another status, a crash or a leak). The model folds constants,
+ * materializes weights and builds composites. */
+TEST(onnx_alloc_fail_each) {
+    Pool pool = {0};
+    int64_t xs[2] = {2, 4}, ws[2] = {3, 4}, ys[2] = {2, 3}, zero = 0, one = 1, m1 = -1;
+    float w[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    Model m = {.opset = 13, .nin = 1, .nout = 2, .ninit = 3};
+    m.in[0] = vinfo(&pool, "x", 1, 2, xs);
+    m.out[0] = vinfo(&pool, "y", 1, 2, ys);
+    m.out[1] = vinfo(&pool, "c", 7, 1, &xs[0]);
+    m.init[0] = tensor(&pool, "w", 2, ws, w, NULL);
+    m.init[1] = tensor(&pool, "zero", 0, NULL, NULL, &zero);
+    m.init[2] = tensor(&pool, "m1", 1, &one, NULL, &m1);
+    Onnx__AttributeProto **ta = palloc(&pool, sizeof(void *) * 2), **aa = palloc(&pool, sizeof(void *) * 2);
+    ta[0] = attr_i(&pool, "transB", 1);
+    aa[0] = attr_i(&pool, "axis", 1);
+    m.nodes[m.nnodes++] = node(&pool, "Gemm", "x w", "h", ta);
+    m.nodes[m.nnodes++] = node(&pool, "Shape", "h", "s", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Gather", "s zero", "n", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Softmax", "h", "y", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "ArgMax", "y", "c0", aa);
+    m.nodes[m.nnodes++] = node(&pool, "Reshape", "c0 m1", "c", NULL);
+    size_t len;
+    uint8_t *buf = pack(&pool, &m, &len);
+    Hook clean = {0};
+    int leaked, bad = 0;
+    CHECK(import_with_hook(&clean, buf, len, &leaked) == KILN_OK && leaked == 0);
+    CHECK(clean.requests > 20);
+    for (long k = 1; k <= clean.requests && bad < 5; k++) {
+        Hook h = {.fail_at = k};
+        kiln_status st = import_with_hook(&h, buf, len, &leaked);
+        if (st == KILN_ERR_NOMEM && leaked == 0) continue;
+        test_failf(__FILE__, __LINE__, "allocation %ld refused: status %d, %d leaked", k,
+                   (int)st, leaked);
+        bad++;
+    }
+    printf("  (onnx import: refused each of allocations 1..%ld in turn)\n", clean.requests);
+    pool_free(&pool);
+}
+
+/* ---- regression inputs ------------------------------------------------------ */
+
+/* Every file of tests/onnx/regress (inputs that once crashed the importer)
+ * imports with the status and message tests/onnx/regress/expect.txt says,
+ * and every file there has its line. */
+TEST(onnx_regress_inputs) {
+    char dir[600], path[800], line[1024];
+    snprintf(dir, sizeof dir, "%s/onnx/regress", test_srcdir());
+    snprintf(path, sizeof path, "%s/expect.txt", dir);
+    FILE *f = fopen(path, "r");
+    CHECKF(f, "cannot open %s", path);
+    int checked = 0;
+    while (fgets(line, sizeof line, f)) {
+        char file[128];
+        int status, used = 0;
+        line[strcspn(line, "\n")] = 0;
+        if (line[0] == '#' || sscanf(line, "%127s %d %n", file, &status, &used) < 2 || !used)
+            continue;
+        snprintf(path, sizeof path, "%s/%s", dir, file);
+        kiln_graph *g = kiln_graph_new();
+        kiln_status st = kiln_onnx_import(g, path, 0, NULL, NULL);
+        EXPECT((int)st == status && strstr(kiln_error(g), line + used), "%s: status %d, %s", file,
+               (int)st, kiln_error(g));
+        kiln_graph_free(g);
+        checked++;
+    }
+    fclose(f);
+    DIR *d = opendir(dir);
+    int files = 0;
+    for (struct dirent *e; d && (e = readdir(d));) files += strstr(e->d_name, ".onnx") != NULL;
+    if (d) closedir(d);
+    CHECKF(files == checked, "%d .onnx files, %d lines in expect.txt", files, checked);
 }
 
 /* ---- the fixed conformance list ---------------------------------------------- */
