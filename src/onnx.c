@@ -375,7 +375,8 @@ static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *type
         types[i] = (kiln_dtype)kt;
         OxNode n = {im, NULL, -1, 0, NULL};
         kiln_value gv = ox_graph(&n, v);
-        if (gv < 0 || kiln_output(im->g, gv, name) != KILN_OK) return rewrap(im, "output '%s'", name);
+        if (gv < 0 || kiln_output(im->g, gv, name) != KILN_OK)
+            return rewrap(im, "output '%s'", name);
     }
     return true;
 }

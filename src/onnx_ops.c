@@ -781,12 +781,69 @@ static bool op_conv(OxNode *n) {
     return set_graph(n, 0, one ? from_2d(g, y) : y, OT_FLOAT);
 }
 
+/* A (N, M, OH, OW) tensor of zeros, for a depth slice nothing reaches. */
+static kiln_value zeros4(Graph *g, const int64_t *shape) {
+    int64_t ones[4] = {1, 1, 1, 1};
+    return kiln_expand(g, kiln_reshape(g, kiln_scalar(g, 0), 4, ones), 4, shape);
+}
+
+/* A 3-D transposed convolution as 2-D ones: input depth id and kernel tap
+ * kd reach output depth od = id * stride + kd * dilation - pad_begin; each
+ * output depth slice sums its 2-D transposed convolutions (zeros when none
+ * reaches it), and the slices are concatenated. p: the H and W params
+ * (symmetric padding; asymmetric is cropped after). */
+static bool conv_transpose3d(OxNode *n, const Geom *gm, const int64_t *opad,
+                             kiln_conv_transpose_params p) {
+    Graph *g = n->im->g;
+    OxVal *xv = in(n, 0), *wv = in(n, 1);
+    const int64_t *xs = xv->shape;
+    int64_t d = xs[2], kd_n = gm->k[0], s = gm->stride[0], dl = gm->dil[0];
+    int64_t od_n = s * (d - 1) + opad[0] + dl * (kd_n - 1) + 1 - gm->pb[0] - gm->pe[0];
+    int64_t o4[4] = {xs[0], wv->shape[1] * p.groups, 0, 0}, x4[4] = {xs[0], xs[1], xs[3], xs[4]};
+    for (int i = 0; i < 2; i++)
+        o4[2 + i] = p.stride[i] * (xs[3 + i] - 1) + p.output_padding[i] +
+                    p.dilation[i] * (gm->k[1 + i] - 1) + 1 - 2 * p.padding[i];
+    kiln_value x = gin(n, 0), *taps = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)kd_n);
+    kiln_value *slices =
+        arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)(od_n > 0 ? od_n : 1));
+    if (x < 0 || !taps || !slices) return x < 0 ? false : nomem(n);
+    if (od_n < 1 || o4[2] < 1 || o4[3] < 1) return nfail(n, "the output would be empty");
+    for (int64_t kd = 0; kd < kd_n; kd++)
+        if ((taps[kd] = weight_tap(n, wv, kd)) < 0) return false;
+    for (int64_t od = 0; od < od_n; od++) {
+        kiln_value acc = KILN_NONE;
+        for (int64_t id = 0; id < d; id++)
+            for (int64_t kd = 0; kd < kd_n; kd++) {
+                if (id * s + kd * dl - gm->pb[0] != od) continue;
+                kiln_value xi = kiln_reshape(g, kiln_slice(g, x, 2, id, id + 1, 1), 4, x4);
+                kiln_value t = kiln_conv_transpose2d(g, xi, taps[kd], KILN_NONE, &p);
+                acc = acc == KILN_NONE ? t : kiln_binary(g, "add", acc, t);
+                if (acc < 0) return false;
+            }
+        if (acc == KILN_NONE) acc = zeros4(g, o4);
+        int64_t y5[5] = {o4[0], o4[1], 1, o4[2], o4[3]};
+        if ((slices[od] = kiln_reshape(g, acc, 5, y5)) < 0) return false;
+    }
+    kiln_value y = od_n == 1 ? slices[0] : kiln_concat(g, (int)od_n, slices, 2);
+    if (gm->pb[1] != gm->pe[1] || gm->pb[2] != gm->pe[2]) {
+        int64_t b[5] = {0, 0, 0, -gm->pb[1], -gm->pb[2]}, e[5] = {0, 0, 0, -gm->pe[1], -gm->pe[2]};
+        y = kiln_pad(g, y, KILN_PAD_CONSTANT, 5, b, e, 0);
+    }
+    if (in(n, 2)) {
+        int64_t bs[4] = {o4[1], 1, 1, 1};
+        y = kiln_binary(g, "add", y, kiln_reshape(g, gin(n, 2), 4, bs));
+    }
+    return set_graph(n, 0, y, OT_FLOAT);
+}
+
 static bool op_conv_transpose(OxNode *n) {
     Graph *g = n->im->g;
     OxVal *x = in(n, 0), *w = in(n, 1);
     if (!need_in(n, 0) || !need_in(n, 1)) return false;
     int ns = x->rank - 2;
-    if (ns < 1 || ns > 2) return nfail(n, "unsupported: %d-D transposed convolution", ns);
+    if (ns < 1 || ns > 3) return nfail(n, "unsupported: %d-D transposed convolution", ns);
+    if (w->rank != x->rank)
+        return nfail(n, "the weight has rank %d, the input %d", w->rank, x->rank);
     Geom gm;
     int64_t opad[3] = {0, 0, 0}, oshape[3];
     if (!geom_read(n, ns, x->shape + 2, w->shape + 2, &gm)) return false;
@@ -806,6 +863,15 @@ static bool op_conv_transpose(OxNode *n) {
     }
     bool one = ns == 1;
     kiln_conv_transpose_params p = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, (int)attr_i(n, "group", 1)};
+    if (ns == 3) {
+        for (int i = 0; i < 2; i++) {
+            p.stride[i] = (int)gm.stride[i + 1];
+            p.dilation[i] = (int)gm.dil[i + 1];
+            p.output_padding[i] = (int)opad[i + 1];
+            p.padding[i] = gm.pb[i + 1] == gm.pe[i + 1] ? (int)gm.pb[i + 1] : 0;
+        }
+        return conv_transpose3d(n, &gm, opad, p);
+    }
     bool sym = true;
     for (int i = 0; i < ns; i++) sym &= gm.pb[i] == gm.pe[i];
     for (int i = 0; i < ns; i++) {
@@ -838,9 +904,40 @@ static bool only_first_output(OxNode *n) {
     return true;
 }
 
+static kiln_value normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps,
+                            kiln_value *mean_out, kiln_value *rstd_out);
+
+/* Training mode: normalized with the batch's statistics (over every dim
+ * but channels; the variance biased), and the running statistics updated
+ * with momentum (outputs 1 and 2). */
+static bool batch_norm_training(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0), mean, rstd;
+    if (x < 0) return false;
+    int r = kiln_value_rank(g, x), dims[KILN_MAX_RANK], nd = 0;
+    if (r < 2) return nfail(n, "the input needs rank >= 2");
+    for (int i = 0; i < r; i++) if (i != 1) dims[nd++] = i;
+    double eps = attr_f(n, "epsilon", 1e-5), mom = attr_f(n, "momentum", 0.9);
+    kiln_value y = normalize(g, x, nd, dims, eps, &mean, &rstd);
+    y = kiln_binary(g, "mul", y, per_channel(g, gin(n, 1), r));
+    y = kiln_binary(g, "add", y, per_channel(g, gin(n, 2), r));
+    int64_t c = kiln_value_shape(g, x)[1];
+    kiln_value m = kiln_reshape(g, mean, 1, &c);
+    kiln_value dx = kiln_binary(g, "sub", x, mean);
+    kiln_value var =
+        kiln_reshape(g, kiln_reduce(g, "mean", kiln_binary(g, "mul", dx, dx), nd, dims, 0), 1, &c);
+    kiln_value rm = kiln_binary(g, "add", kiln_binary(g, "mul", gin(n, 3), kiln_scalar(g, mom)),
+                                kiln_binary(g, "mul", m, kiln_scalar(g, 1 - mom)));
+    kiln_value rv = kiln_binary(g, "add", kiln_binary(g, "mul", gin(n, 4), kiln_scalar(g, mom)),
+                                kiln_binary(g, "mul", var, kiln_scalar(g, 1 - mom)));
+    (void)rstd;
+    return set_graph(n, 0, y, OT_FLOAT) && set_graph(n, 1, rm, OT_FLOAT) &&
+           set_graph(n, 2, rv, OT_FLOAT);
+}
+
 static bool op_batch_norm(OxNode *n) {
+    if (attr_i(n, "training_mode", 0)) return batch_norm_training(n);
     if (!only_first_output(n)) return false;
-    if (attr_i(n, "training_mode", 0)) return nfail(n, "unsupported: training mode");
     kiln_value y = kiln_batch_norm(n->im->g, gin(n, 0), gin(n, 3), gin(n, 4), gin(n, 1),
                                    gin(n, 2), attr_f(n, "epsilon", 1e-5));
     return set_graph(n, 0, y, OT_FLOAT);
@@ -900,10 +997,53 @@ static bool op_layer_norm(OxNode *n) {
 
 /* ---- pooling ----------------------------------------------------------------- */
 
+/* A constant (1, 1, OH, OW) or (N, C, 1, 1) of flat input indices. */
+static kiln_value index_const(OxNode *n, const int64_t *shape, int64_t a0, int64_t a1,
+                              int64_t a2, int64_t a3, int64_t off) {
+    OxVal t = {.type = OT_FLOAT, .rank = 4, .v = KILN_NONE};
+    int64_t m = shape[0] * shape[1] * shape[2] * shape[3], idx[4] = {0};
+    memcpy(t.shape, shape, sizeof(int64_t) * 4);
+    if (!(t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)m))) return nomem(n), KILN_NONE;
+    for (int64_t i = 0; i < m; i++, next_index(4, shape, idx))
+        t.c[i] = (double)(idx[0] * a0 + idx[1] * a1 + idx[2] * a2 + idx[3] * a3 + off);
+    return materialize(n, &t);
+}
+
+/* MaxPool's Indices output (2-D): the flat input index of each window's
+ * first maximum. Each kernel tap (kh, kw) is a strided slice of x padded
+ * with -FLT_MAX; from the last tap to the first, where it equals the max
+ * its index wins. storage_order 1 counts H fastest. */
+static bool max_pool_indices(OxNode *n, const Geom *gm, kiln_value y) {
+    Graph *g = n->im->g;
+    const int64_t *xs = in(n, 0)->shape, *ys = kiln_value_shape(g, y);
+    bool col = attr_i(n, "storage_order", 0) != 0;
+    int64_t h = xs[2], w = xs[3], oh = ys[2], ow = ys[3], b[4] = {0, 0, gm->pb[0], gm->pb[1]},
+            e[4] = {0};
+    int64_t sh = col ? 1 : w, sw = col ? h : 1, one[4] = {1, 1, oh, ow},
+            nc[4] = {xs[0], xs[1], 1, 1};
+    for (int i = 0; i < 2; i++) {
+        int64_t need = (gm->k[i] - 1) * gm->dil[i] + (ys[2 + i] - 1) * gm->stride[i] + 1;
+        e[2 + i] = need > xs[2 + i] + gm->pb[i] ? need - xs[2 + i] - gm->pb[i] : 0;
+    }
+    kiln_value xp = kiln_pad(g, gin(n, 0), KILN_PAD_CONSTANT, 4, b, e, -FLT_MAX), idx = KILN_NONE;
+    for (int64_t k = gm->k[0] * gm->k[1] - 1; k >= 0 && xp >= 0; k--) {
+        int64_t kh = k / gm->k[1] * gm->dil[0], kw = k % gm->k[1] * gm->dil[1];
+        kiln_value t = kiln_slice(g, xp, 2, kh, kh + (oh - 1) * gm->stride[0] + 1, gm->stride[0]);
+        t = kiln_slice(g, t, 3, kw, kw + (ow - 1) * gm->stride[1] + 1, gm->stride[1]);
+        int64_t off = (kh - gm->pb[0]) * sh + (kw - gm->pb[1]) * sw;
+        kiln_value ik = index_const(n, one, 0, 0, gm->stride[0] * sh, gm->stride[1] * sw, off);
+        idx = kiln_where(g, kiln_binary(g, "eq", t, y), ik, idx < 0 ? kiln_scalar(g, -1) : idx);
+    }
+    kiln_value base = index_const(n, nc, xs[1] * h * w, h * w, 0, 0, 0);
+    return set_graph(n, 1, kiln_binary(g, "add", idx, base), OT_INT64);
+}
+
 static bool op_pool(OxNode *n, bool max) {
     OxVal *x = in(n, 0);
     if (!need_in(n, 0)) return false;
-    if (max && !only_first_output(n)) return false;
+    bool indices = max && n->n->n_output > 1 && n->n->output[1][0];
+    if (indices && (x->rank != 4 || attr_i(n, "ceil_mode", 0)))
+        return nfail(n, "unsupported: MaxPool indices other than 2-D without ceil_mode");
     int ns = x->rank - 2;
     int64_t kernel[3];
     if (ns < 1 || ns > 3) return nfail(n, "the input needs 1 to 3 spatial dims");
@@ -923,7 +1063,7 @@ static bool op_pool(OxNode *n, bool max) {
     }
     Graph *g = n->im->g;
     kiln_value y = max ? kiln_max_pool(g, gin(n, 0), &p) : kiln_avg_pool(g, gin(n, 0), &p);
-    return set_graph(n, 0, y, OT_FLOAT);
+    return set_graph(n, 0, y, OT_FLOAT) && (!indices || max_pool_indices(n, &gm, y));
 }
 
 static bool op_max_pool(OxNode *n) { return op_pool(n, true); }

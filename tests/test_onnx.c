@@ -581,7 +581,8 @@ TEST(onnx_alloc_fail_each) {
     m.init[0] = tensor(&pool, "w", 2, ws, w, NULL);
     m.init[1] = tensor(&pool, "zero", 0, NULL, NULL, &zero);
     m.init[2] = tensor(&pool, "m1", 1, &one, NULL, &m1);
-    Onnx__AttributeProto **ta = palloc(&pool, sizeof(void *) * 2), **aa = palloc(&pool, sizeof(void *) * 2);
+    Onnx__AttributeProto **ta = palloc(&pool, sizeof(void *) * 2),
+                         **aa = palloc(&pool, sizeof(void *) * 2);
     ta[0] = attr_i(&pool, "transB", 1);
     aa[0] = attr_i(&pool, "axis", 1);
     m.nodes[m.nnodes++] = node(&pool, "Gemm", "x w", "h", ta);
