@@ -436,8 +436,8 @@ static bool op_identity(OxNode *n) {
 /* Dropout in inference is the identity; its mask output is all true. */
 static bool op_dropout(OxNode *n) {
     OxVal *t = in(n, 2), *ratio = in(n, 1);
-    bool zero = ratio && ratio->c && ox_numel(ratio) == 1 && ratio->c[0] == 0;
-    if (t && (!t->c || t->c[0] != 0) && !zero)   /* training with ratio 0 drops nothing */
+    bool zero = ratio && known(ratio) && ox_numel(ratio) == 1 && known(ratio)[0] == 0;
+    if (t && (!known(t) || known(t)[0] != 0) && !zero)   /* training, ratio 0: drops nothing */
         return nfail(n, "unsupported: dropout in training mode (random)");
     if (!op_identity(n)) return false;
     OxVal *x = in(n, 0), *mask = out_slot(n, 1);
@@ -1721,17 +1721,20 @@ static const OpHandler handlers[] = {
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Every op but Constant reads input 0: checked once here. */
 bool ox_convert(OxNode *n) {
     const char *op = opname(n) ? opname(n) : "";
     const char *dom = n->n->domain ? n->n->domain : "";
-    const Elementwise *e;
+    const Elementwise *u = find_elementwise(unary_ops, LEN(unary_ops), op);
+    const Elementwise *b = find_elementwise(binary_ops, LEN(binary_ops), op);
+    const OpHandler *h = NULL;
+    for (size_t i = 0; i < LEN(handlers) && !h; i++)
+        if (!strcmp(handlers[i].name, op)) h = &handlers[i];
     if (*dom && strcmp(dom, "ai.onnx"))
         return nfail(n, "unsupported op %s.%s (opset %d) at node %d", dom, op, n->im->opset,
                      n->index);
+    if (!u && !b && !h)
+        return nfail(n, "unsupported op %s (opset %d) at node %d", op, n->im->opset, n->index);
     if (strcmp(op, "Constant") && !in(n, 0)) return nfail(n, "input 0 is required");
-    if ((e = find_elementwise(unary_ops, LEN(unary_ops), op))) return op_unary(n, e);
-    if ((e = find_elementwise(binary_ops, LEN(binary_ops), op))) return op_binary(n, e);
-    for (size_t i = 0; i < LEN(handlers); i++)
-        if (!strcmp(handlers[i].name, op)) return handlers[i].fn(n);
-    return nfail(n, "unsupported op %s (opset %d) at node %d", op, n->im->opset, n->index);
+    return u ? op_unary(n, u) : b ? op_binary(n, b) : h->fn(n);
 }
