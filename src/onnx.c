@@ -374,7 +374,7 @@ static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *type
                         ox_type_name(v->type));
         types[i] = (kiln_dtype)kt;
         OxNode n = {im, NULL, -1, 0, NULL};
-        kiln_value gv = ox_graph(&n, v);
+        kiln_value gv = ox_graph_output(&n, v);
         if (gv < 0 || kiln_output(im->g, gv, name) != KILN_OK)
             return rewrap(im, "output '%s'", name);
     }

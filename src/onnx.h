@@ -67,8 +67,10 @@ bool ox_tensor_const(OxImp *im, const Onnx__TensorProto *t, OxVal *out);
 /* Convert one node; false with the graph's error set (ox_import adds the
  * node's index, name and op to the message). */
 bool ox_convert(OxNode *n);
-/* The graph value of v (a constant becomes a weight). */
+/* The graph value of v (a constant becomes a weight, or a scalar). */
 kiln_value ox_graph(OxNode *n, OxVal *v);
+/* The same for a model output (a constant is always a weight). */
+kiln_value ox_graph_output(OxNode *n, OxVal *v);
 
 /* ---- onnx_test.c ---- */
 typedef enum { OXT_PASS, OXT_FAIL, OXT_UNSUPPORTED } OxTestVerdict;

@@ -175,6 +175,18 @@ kiln_value ox_graph(OxNode *n, OxVal *v) {
     return v->v = materialize(n, v);
 }
 
+/* A model output that folded to a constant: a weight even at rank 0 (a
+ * scalar constant node is not a buffer the runtime can hand out). */
+kiln_value ox_graph_output(OxNode *n, OxVal *v) {
+    if (v->v >= 0 || !v->c || v->rank > 0 || v->type == OT_BOOL || !graph_type_ok(v->type) ||
+        fabs(v->c[0]) > 16777216.0)
+        return ox_graph(n, v);   /* and its checks */
+    float f = (float)v->c[0];
+    char buf[64];
+    const char *name = v->name && v->name[0] ? v->name : unnamed(n->im, buf, sizeof buf);
+    return v->v = kiln_weight(n->im->g, name, 0, NULL, &f);
+}
+
 static kiln_value gin(OxNode *n, int k) {
     OxVal *v = in(n, k);
     if (!v) return nfail(n, "input %d is required", k), KILN_NONE;
