@@ -293,7 +293,7 @@ void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
 
 /* ---- ONNX ---------------------------------------------------------------- */
 
-/* Import an ONNX model (.onnx, default-domain opsets 7 to 17) into an empty
+/* Import an ONNX model (.onnx, default-domain opsets 1 to 17) into an empty
  * graph. Inputs and outputs keep their ONNX names and order (initializers
  * are not inputs: they become weights, so Conv-BN folding applies), and
  * computations on constants alone (Shape -> Gather -> Concat -> Reshape)

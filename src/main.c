@@ -90,7 +90,7 @@ static const char *usage_run =
     "                      inside the call\n";
 
 static const char *usage_code =
-    "usage: kiln code PROG [--no-extern-epilogue]\n"
+    "usage: kiln code PROG [--no-extern-epilogue] [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Print the C source kiln generates for PROG: one function per fused\n"
     "kernel, named from the ops it holds, and the entry point that calls the\n"
@@ -102,6 +102,7 @@ static const char *usage_code =
 static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
     "                       [--repeat N] [--report FILE.json] [--no-extern-epilogue]\n"
+    "                       [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Time PROG three ways: the reference interpreter (one thread, every op by\n"
     "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
@@ -116,6 +117,7 @@ static const char *usage_bench =
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
+    "                         [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Explain how kiln fuses PROG: the scheduler nodes before fusion, each\n"
     "round's candidate pairs with the decision and its reason, the final\n"
@@ -123,7 +125,8 @@ static const char *usage_explain =
     "memory traffic unfused vs fused, and the peak memory.\n"
     "\n"
     "  --report FILE.json  also write the decisions as JSON\n"
-    "  --no-extern-epilogue  matmul and conv2d calls are walls (see 'kiln help run')\n";
+    "  --no-extern-epilogue  matmul and conv2d calls are walls (see 'kiln help run')\n"
+    "  --shape NAME=D0,D1,...  an ONNX model's input shape (see 'kiln help run')\n";
 
 static const char *usage_onnx_test =
     "usage: kiln onnx-test [-v] [--interpret] [--threads N] DIR...\n"
@@ -138,7 +141,7 @@ static const char *usage_onnx_test =
     "Exit status 1 when a test failed.\n";
 
 static const char *usage_dot =
-    "usage: kiln dot PROG [-o FILE]\n"
+    "usage: kiln dot PROG [-o FILE] [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Print the program as a Graphviz graph, each op coloured by the kernel it\n"
     "landed in. With -o FILE.svg or FILE.png the graph is rendered with\n"
