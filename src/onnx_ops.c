@@ -542,6 +542,109 @@ static bool op_hard_swish(OxNode *n) {
     return set_graph(n, 0, kiln_binary(g, "mul", x, hard_sigmoid(g, x, 1.0 / 6, 0.5)), OT_FLOAT);
 }
 
+/* ---- more activations and elementwise math (beyond the list) ---- */
+
+static kiln_value sc(Graph *g, double v) { return kiln_scalar(g, v); }
+
+static bool op_sign(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0);
+    kiln_value neg = kiln_where(g, kiln_binary(g, "lt", x, sc(g, 0)), sc(g, -1), sc(g, 0));
+    return set_graph(n, 0, kiln_where(g, kiln_binary(g, "gt", x, sc(g, 0)), sc(g, 1), neg),
+                     in(n, 0)->type);
+}
+
+static bool op_thresholded_relu(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0);
+    kiln_value keep = kiln_binary(g, "gt", x, sc(g, attr_f(n, "alpha", 1.0)));
+    return set_graph(n, 0, kiln_where(g, keep, x, sc(g, 0)), OT_FLOAT);
+}
+
+static bool op_softsign(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0);
+    kiln_value d = kiln_binary(g, "add", kiln_unary(g, "abs", x), sc(g, 1));
+    return set_graph(n, 0, kiln_binary(g, "div", x, d), OT_FLOAT);
+}
+
+/* IsNaN: x != x. IsInf: beyond the largest finite f32, by sign. */
+static bool op_isnan(OxNode *n) {
+    kiln_value x = gin(n, 0);
+    return set_graph(n, 0, kiln_binary(n->im->g, "ne", x, x), OT_BOOL);
+}
+
+static bool op_isinf(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0);
+    bool pos = attr_i(n, "detect_positive", 1) != 0, neg = attr_i(n, "detect_negative", 1) != 0;
+    kiln_value y = pos && neg ? kiln_binary(g, "gt", kiln_unary(g, "abs", x), sc(g, FLT_MAX))
+                 : pos ? kiln_binary(g, "gt", x, sc(g, FLT_MAX))
+                 : neg ? kiln_binary(g, "lt", x, sc(g, -FLT_MAX))
+                       : kiln_binary(g, "lt", x, x);   /* neither: all false */
+    return set_graph(n, 0, y, OT_BOOL);
+}
+
+static bool op_celu(OxNode *n) {
+    Graph *g = n->im->g;
+    double a = attr_f(n, "alpha", 1.0);
+    kiln_value x = gin(n, 0);
+    kiln_value e = kiln_unary(g, "exp", kiln_binary(g, "div", x, sc(g, a)));
+    kiln_value neg = kiln_binary(g, "mul", kiln_binary(g, "sub", e, sc(g, 1)), sc(g, a));
+    kiln_value y = kiln_binary(g, "add", kiln_binary(g, "maximum", x, sc(g, 0)),
+                               kiln_binary(g, "minimum", neg, sc(g, 0)));
+    return set_graph(n, 0, y, OT_FLOAT);
+}
+
+static bool op_shrink(OxNode *n) {
+    Graph *g = n->im->g;
+    double l = attr_f(n, "lambd", 0.5), b = attr_f(n, "bias", 0);
+    kiln_value x = gin(n, 0);
+    kiln_value hi = kiln_where(g, kiln_binary(g, "gt", x, sc(g, l)),
+                               kiln_binary(g, "sub", x, sc(g, b)), sc(g, 0));
+    kiln_value y = kiln_where(g, kiln_binary(g, "lt", x, sc(g, -l)),
+                              kiln_binary(g, "add", x, sc(g, b)), hi);
+    return set_graph(n, 0, y, in(n, 0)->type);
+}
+
+/* Tan, Sinh, Cosh, Asinh, Acosh, Atanh from sin, cos, exp, log, sqrt. */
+static bool op_trig(OxNode *n) {
+    Graph *g = n->im->g;
+    const char *op = opname(n);
+    kiln_value x = gin(n, 0), y;
+    kiln_value ep = kiln_unary(g, "exp", x), em = kiln_unary(g, "exp", kiln_unary(g, "neg", x));
+    kiln_value xx = kiln_binary(g, "mul", x, x);
+    if (!strcmp(op, "Tan"))
+        y = kiln_binary(g, "div", kiln_unary(g, "sin", x), kiln_unary(g, "cos", x));
+    else if (!strcmp(op, "Sinh"))
+        y = kiln_binary(g, "mul", kiln_binary(g, "sub", ep, em), sc(g, 0.5));
+    else if (!strcmp(op, "Cosh"))
+        y = kiln_binary(g, "mul", kiln_binary(g, "add", ep, em), sc(g, 0.5));
+    else if (!strcmp(op, "Asinh"))
+        y = kiln_unary(g, "log", kiln_binary(g, "add", x, kiln_unary(g, "sqrt",
+                       kiln_binary(g, "add", xx, sc(g, 1)))));
+    else if (!strcmp(op, "Acosh"))
+        y = kiln_unary(g, "log", kiln_binary(g, "add", x, kiln_unary(g, "sqrt",
+                       kiln_binary(g, "sub", xx, sc(g, 1)))));
+    else   /* Atanh */
+        y = kiln_binary(g, "mul", kiln_unary(g, "log", kiln_binary(g, "div",
+                        kiln_binary(g, "add", sc(g, 1), x), kiln_binary(g, "sub", sc(g, 1), x))),
+                        sc(g, 0.5));
+    return set_graph(n, 0, y, OT_FLOAT);
+}
+
+/* Round half to even: floor(x + 0.5), less 1 on a tie that lands odd. */
+static bool op_round(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0);
+    kiln_value f = kiln_unary(g, "floor", kiln_binary(g, "add", x, sc(g, 0.5)));
+    kiln_value tie = kiln_binary(g, "eq", kiln_binary(g, "sub", f, x), sc(g, 0.5));
+    kiln_value half = kiln_unary(g, "floor", kiln_binary(g, "mul", f, sc(g, 0.5)));
+    kiln_value odd = kiln_binary(g, "ne", kiln_binary(g, "mul", half, sc(g, 2)), f);
+    kiln_value both = kiln_where(g, tie, odd, tie);
+    return set_graph(n, 0, kiln_where(g, both, kiln_binary(g, "sub", f, sc(g, 1)), f), OT_FLOAT);
+}
+
 static bool op_softplus(OxNode *n) {
     Graph *g = n->im->g;
     kiln_value e = kiln_unary(g, "exp", gin(n, 0));
@@ -1586,6 +1689,69 @@ static bool op_pad(OxNode *n) {
     return set_graph(n, 0, y, x->type);
 }
 
+/* x reshaped to s1, permuted, materialized, reshaped to s2. */
+static kiln_value shuffle(Graph *g, kiln_value x, int r1, const int64_t *s1, const int *perm,
+                          int r2, const int64_t *s2) {
+    kiln_value v = kiln_permute(g, kiln_reshape(g, x, r1, s1), r1, perm);
+    return kiln_reshape(g, kiln_unary(g, "contiguous", v), r2, s2);
+}
+
+/* DepthToSpace (DCR or CRD) and SpaceToDepth: reshape, permute, reshape. */
+static bool op_depth_space(OxNode *n) {
+    Graph *g = n->im->g;
+    OxVal *xv = in(n, 0);
+    int64_t b = attr_i(n, "blocksize", 0), *x = xv->shape;
+    if (xv->rank != 4 || b < 1) return nfail(n, "needs a rank-4 input and blocksize >= 1");
+    kiln_value v = gin(n, 0), y;
+    if (!strcmp(opname(n), "SpaceToDepth")) {
+        if (x[2] % b || x[3] % b) return nfail(n, "H and W must be multiples of blocksize");
+        int64_t s1[6] = {x[0], x[1], x[2] / b, b, x[3] / b, b};
+        int64_t s2[4] = {x[0], x[1] * b * b, x[2] / b, x[3] / b};
+        y = shuffle(g, v, 6, s1, (int[]){0, 3, 5, 1, 2, 4}, 4, s2);
+    } else {
+        if (x[1] % (b * b)) return nfail(n, "C must be a multiple of blocksize^2");
+        bool crd = attr_is(n, "mode", "CRD", false);
+        int64_t c = x[1] / (b * b), s2[4] = {x[0], c, x[2] * b, x[3] * b};
+        int64_t dcr[6] = {x[0], b, b, c, x[2], x[3]}, crd6[6] = {x[0], c, b, b, x[2], x[3]};
+        y = crd ? shuffle(g, v, 6, crd6, (int[]){0, 1, 4, 2, 5, 3}, 4, s2)
+                : shuffle(g, v, 6, dcr, (int[]){0, 3, 4, 1, 5, 2}, 4, s2);
+    }
+    return set_graph(n, 0, y, xv->type);
+}
+
+/* Trilu: x where j - i >= k (upper) or <= k (lower), else 0; the mask a
+ * constant over the last two dims. */
+static bool op_trilu(OxNode *n) {
+    OxVal *xv = in(n, 0);
+    int64_t k = 0;
+    if (xv->rank < 2) return nfail(n, "needs rank >= 2");
+    if (in(n, 1) && const_ints(n, 1, &k, 1, "k") < 0) return false;
+    bool upper = attr_i(n, "upper", 1) != 0;
+    int64_t h = xv->shape[xv->rank - 2], w = xv->shape[xv->rank - 1];
+    OxVal m = {.type = OT_BOOL, .rank = 2, .shape = {h, w}, .v = KILN_NONE};
+    if (!(m.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(h * w)))) return nomem(n);
+    for (int64_t i = 0; i < h; i++)
+        for (int64_t j = 0; j < w; j++) m.c[i * w + j] = upper ? j - i >= k : j - i <= k;
+    Graph *g = n->im->g;
+    kiln_value y = kiln_where(g, materialize(n, &m), gin(n, 0), sc(g, 0));
+    return set_graph(n, 0, y, xv->type);
+}
+
+/* MeanVarianceNormalization: (x - mean) / sqrt(var) over axes (default
+ * 0, 2, 3), with ONNX's epsilon of 1e-9. */
+static bool op_mvn(OxNode *n) {
+    int64_t axes[KILN_MAX_RANK] = {0, 2, 3};
+    int na = attr_ints(n, "axes", axes, KILN_MAX_RANK), dims[KILN_MAX_RANK];
+    if (na < -1) return false;
+    if (na < 0) na = 3;
+    for (int i = 0; i < na; i++) {
+        if (!norm_axis(n, &axes[i], in(n, 0)->rank)) return false;
+        dims[i] = (int)axes[i];
+    }
+    kiln_value y = normalize(n->im->g, gin(n, 0), na, dims, 1e-9, NULL, NULL);
+    return set_graph(n, 0, y, OT_FLOAT);
+}
+
 /* ---- softmax, reductions, argmax ----------------------------------------- */
 
 /* Softmax before opset 13 flattens to 2-D at axis (default 1); from 13 it is
@@ -1676,26 +1842,60 @@ static bool op_reduce(OxNode *n) {
 
 /* ArgMax/ArgMin = the first (or last) index where x equals its extreme:
  * amin (amax) over where(x == m, iota, BIG (-1)), iota a constant. */
+/* 0, 1, ..., d-1 along dim ax of a rank-r value (size 1 elsewhere): a
+ * constant weight. */
+static kiln_value iota_along(OxNode *n, int r, int ax, int64_t d) {
+    OxVal iota = {.type = OT_FLOAT, .rank = r, .v = KILN_NONE};
+    for (int i = 0; i < r; i++) iota.shape[i] = i == ax ? d : 1;
+    if (!(iota.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)d))) return nomem(n), -1;
+    for (int64_t i = 0; i < d; i++) iota.c[i] = (double)i;
+    return materialize(n, &iota);
+}
+
+/* The index of the first (or last) extreme of x along ax, dims kept. */
+static kiln_value arg_extreme(OxNode *n, kiln_value x, int ax, bool max, bool last, bool keep) {
+    Graph *g = n->im->g;
+    int r = kiln_value_rank(g, x);
+    kiln_value iota = iota_along(n, r, ax, kiln_value_shape(g, x)[ax]);
+    kiln_value m = kiln_reduce(g, max ? "amax" : "amin", x, 1, &ax, 1);
+    kiln_value hit = kiln_binary(g, "eq", x, m);
+    kiln_value idx = kiln_where(g, hit, iota, kiln_scalar(g, last ? -1 : 1e9));
+    return kiln_reduce(g, last ? "amax" : "amin", idx, 1, &ax, keep);
+}
+
 static bool op_arg(OxNode *n, bool max) {
     Graph *g = n->im->g;
     kiln_value x = gin(n, 0);
     if (x < 0) return false;
-    int r = kiln_value_rank(g, x), ax;
-    int64_t axis = attr_i(n, "axis", 0), s[KILN_MAX_RANK];
-    if (!norm_axis(n, &axis, r)) return false;
-    ax = (int)axis;
+    int64_t axis = attr_i(n, "axis", 0);
+    if (!norm_axis(n, &axis, kiln_value_rank(g, x))) return false;
     bool last = attr_i(n, "select_last_index", 0) != 0, keep = attr_i(n, "keepdims", 1) != 0;
-    int64_t d = kiln_value_shape(g, x)[ax];
-    for (int i = 0; i < r; i++) s[i] = i == ax ? d : 1;
-    OxVal iota = {.type = OT_FLOAT, .rank = r, .v = KILN_NONE};
-    memcpy(iota.shape, s, sizeof s);
-    if (!(iota.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)d))) return nomem(n);
-    for (int64_t i = 0; i < d; i++) iota.c[i] = (double)i;
-    kiln_value m = kiln_reduce(g, max ? "amax" : "amin", x, 1, &ax, 1);
-    kiln_value hit = kiln_binary(g, "eq", x, m);
-    kiln_value idx = kiln_where(g, hit, materialize(n, &iota), kiln_scalar(g, last ? -1 : 1e9));
-    kiln_value y = kiln_reduce(g, last ? "amax" : "amin", idx, 1, &ax, keep);
-    return set_graph(n, 0, y, OT_INT64);
+    return set_graph(n, 0, arg_extreme(n, x, (int)axis, max, last, keep), OT_INT64);
+}
+
+/* Hardmax: 1 at the first maximum along axis, else 0; before opset 13
+ * over the 2-D coercion at axis, as Softmax. */
+static bool op_hardmax(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = gin(n, 0);
+    if (x < 0) return false;
+    int r = kiln_value_rank(g, x);
+    bool old = n->im->opset < 13;
+    int64_t axis = attr_i(n, "axis", old ? 1 : -1), s[2] = {1, 1}, keep[KILN_MAX_RANK];
+    if (!norm_axis(n, &axis, r)) return false;
+    memcpy(keep, kiln_value_shape(g, x), sizeof(int64_t) * (size_t)r);
+    int ax = (int)axis;
+    if (old) {
+        for (int i = 0; i < r; i++) s[i >= axis] *= keep[i];
+        x = kiln_reshape(g, x, 2, s);
+        ax = 1;
+    }
+    int rr = old ? 2 : r;
+    kiln_value first = arg_extreme(n, x, ax, true, false, true);
+    kiln_value at = kiln_binary(g, "eq", iota_along(n, rr, ax, kiln_value_shape(g, x)[ax]), first);
+    kiln_value y = kiln_where(g, at, kiln_scalar(g, 1), kiln_scalar(g, 0));
+    if (old) y = kiln_reshape(g, y, r, keep);
+    return set_graph(n, 0, y, OT_FLOAT);
 }
 
 static bool op_argmax(OxNode *n) { return op_arg(n, true); }
@@ -1714,6 +1914,10 @@ static const OpHandler handlers[] = {
     {"Cast", op_cast}, {"CastLike", op_cast_like}, {"LeakyRelu", op_leaky_relu},
     {"PRelu", op_prelu}, {"Elu", op_elu}, {"Selu", op_selu}, {"HardSigmoid", op_hard_sigmoid},
     {"HardSwish", op_hard_swish}, {"Softplus", op_softplus}, {"Clip", op_clip},
+    {"Sign", op_sign}, {"ThresholdedRelu", op_thresholded_relu}, {"Softsign", op_softsign},
+    {"IsNaN", op_isnan}, {"IsInf", op_isinf}, {"Celu", op_celu}, {"Shrink", op_shrink},
+    {"Tan", op_trig}, {"Sinh", op_trig}, {"Cosh", op_trig}, {"Asinh", op_trig},
+    {"Acosh", op_trig}, {"Atanh", op_trig}, {"Round", op_round},
     {"MatMul", op_matmul}, {"Gemm", op_gemm}, {"Conv", op_conv},
     {"ConvTranspose", op_conv_transpose}, {"BatchNormalization", op_batch_norm},
     {"InstanceNormalization", op_instance_norm}, {"LayerNormalization", op_layer_norm},
@@ -1729,6 +1933,8 @@ static const OpHandler handlers[] = {
     {"ReduceMin", op_reduce}, {"ReduceProd", op_reduce}, {"ReduceL2", op_reduce},
     {"ReduceL1", op_reduce}, {"ReduceSumSquare", op_reduce}, {"ReduceLogSum", op_reduce},
     {"ReduceLogSumExp", op_reduce}, {"ArgMax", op_argmax}, {"ArgMin", op_argmin},
+    {"Hardmax", op_hardmax}, {"DepthToSpace", op_depth_space}, {"SpaceToDepth", op_depth_space},
+    {"Trilu", op_trilu}, {"MeanVarianceNormalization", op_mvn},
 };
 
 #define LEN(a) (sizeof(a) / sizeof((a)[0]))
