@@ -737,7 +737,63 @@ static const char *const must_pass[] = {
     "simple/test_expand_shape_model1",
     "node/test_softmax_default_axis",
     "node/test_or_bcast3v1d",
+    "node/test_hardmax_axis_1",
+    "node/test_depthtospace_crd_mode_example",
+    "node/test_spacetodepth_example",
+    "node/test_triu_one_row",
+    "node/test_round",
+    "node/test_sign",
+    "node/test_mvn",
+    "node/test_isinf_negative",
 };
+
+/* Tests of ops whose builders came from other issue 8 branches (pad,
+ * concat, pools, gather, conv_transpose2d, negative slice steps): they
+ * run once those builders exist (before the merge they are stubs). */
+static const char *const must_pass_builders[] = {
+    "node/test_maxpool_2d_pads", "node/test_maxpool_with_argmax_2d_precomputed_pads",
+    "node/test_averagepool_2d_pads_count_include_pad", "node/test_averagepool_2d_ceil",
+    "node/test_averagepool_3d_default", "node/test_concat_3d_axis_negative_2",
+    "node/test_constant_pad", "node/test_edge_pad", "node/test_reflect_pad",
+    "node/test_gather_1", "node/test_gather_negative_indices", "node/test_convtranspose_pads",
+    "node/test_convtranspose_3d", "node/test_slice_neg_steps",
+    "node/test_conv_with_strides_and_asymmetric_padding",
+    "pytorch-converted/test_Conv3d_stride_padding",
+    "pytorch-converted/test_MaxPool1d_stride_padding_dilation",
+    "pytorch-converted/test_ConvTranspose2d", "pytorch-operator/test_operator_concat2",
+};
+
+/* Do the other branches' builders exist? A stub fails "not implemented". */
+static bool builders_ready(void) {
+    kiln_graph *g = kiln_graph_new();
+    int64_t s[4] = {1, 1, 4, 4}, z[4] = {0, 0, 1, 1};
+    kiln_value x = kiln_input(g, "x", KILN_F32, 4, s), i = kiln_input(g, "i", KILN_F32, 1, s);
+    kiln_value xs[2] = {x, x};
+    kiln_pool_params p = {.nspatial = 2, .kernel = {2, 2}, .stride = {1, 1}, .dilation = {1, 1}};
+    kiln_conv_transpose_params t = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
+    bool ok = kiln_pad(g, x, KILN_PAD_CONSTANT, 4, z, z, 0) >= 0 &&
+              kiln_concat(g, 2, xs, 1) >= 0 && kiln_max_pool(g, x, &p) >= 0 &&
+              kiln_avg_pool(g, x, &p) >= 0 && kiln_gather(g, x, i, 3) >= 0 &&
+              kiln_conv_transpose2d(g, x, x, KILN_NONE, &t) >= 0 &&
+              kiln_slice(g, x, 3, 3, -5, -1) >= 0;
+    if (!ok) printf("  (builders from other branches absent: %s)\n", kiln_error(g));
+    kiln_graph_free(g);
+    return ok;
+}
+
+static int run_list(const char *root, const char *const *list, size_t n) {
+    int failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        char dir[600], why[2048] = "";
+        snprintf(dir, sizeof dir, "%s/%s", root, list[i]);
+        kiln_options o = kiln_default_options();
+        o.threads = 1;
+        OxTestVerdict v = ox_run_test(dir, &o, true, why, sizeof why);
+        EXPECT(v == OXT_PASS, "%s: %s", list[i], why);
+        failed += v != OXT_PASS;
+    }
+    return failed;
+}
 
 TEST(onnx_conformance_fixed_list) {
     const char *root = "/usr/share/libonnx-testdata/data";
@@ -746,15 +802,12 @@ TEST(onnx_conformance_fixed_list) {
                "(apt-get install libonnx-testdata)\n", root);
         return;
     }
-    int failed = 0;
-    for (size_t i = 0; i < sizeof must_pass / sizeof must_pass[0]; i++) {
-        char dir[600], why[2048] = "";
-        snprintf(dir, sizeof dir, "%s/%s", root, must_pass[i]);
-        kiln_options o = kiln_default_options();
-        o.threads = 1;
-        OxTestVerdict v = ox_run_test(dir, &o, true, why, sizeof why);
-        EXPECT(v == OXT_PASS, "%s: %s", must_pass[i], why);
-        failed += v != OXT_PASS;
-    }
+    int failed = run_list(root, must_pass, sizeof must_pass / sizeof must_pass[0]);
+    if (builders_ready())
+        failed += run_list(root, must_pass_builders,
+                           sizeof must_pass_builders / sizeof must_pass_builders[0]);
+    else
+        printf("  (%zu tests of those builders' ops skipped)\n",
+               sizeof must_pass_builders / sizeof must_pass_builders[0]);
     CHECK(failed == 0);
 }
