@@ -145,8 +145,8 @@ static const char *tensor_dims(const Onnx__TensorProto *t, int *rank, int64_t *s
     for (size_t i = 0; i < t->n_dims; i++) {
         if (t->dims[i] < 0 || t->dims[i] > ((int64_t)1 << 40)) return "bad dims";
         shape[i] = t->dims[i];
+        if (t->dims[i] && *numel > ((int64_t)1 << 40) / t->dims[i]) return "too many elements";
         *numel *= t->dims[i];
-        if (*numel > ((int64_t)1 << 40)) return "too many elements";
     }
     return NULL;
 }

@@ -1229,6 +1229,8 @@ static bool op_reshape(OxNode *n) {
         }
         if (s[i] < -1 || s[i] > ((int64_t)1 << 40))
             return nfail(n, "shape entry %d is %lld", i, (long long)s[i]);
+        if (s[i] > 0 && known > ((int64_t)1 << 40) / s[i])
+            return nfail(n, "the shape has too many elements");
         if (s[i] == -1) neg = i;
         else known *= s[i];
     }
@@ -1639,7 +1641,7 @@ static bool op_tile(OxNode *n) {
             return nfail(n, "unsupported: repeats %lld (kiln tensors are non-empty)",
                          (long long)rep[i]);
         if (rep[i] == 1) continue;
-        if (rep[i] > ((int64_t)1 << 31))
+        if (rep[i] > ((int64_t)1 << 40) / x->shape[i])
             return nfail(n, "repeats %lld is too large", (long long)rep[i]);
         if (r == KILN_MAX_RANK) return nfail(n, "unsupported: tiling a rank-6 tensor");
         v = tile_dim(g, v, i, rep[i]);

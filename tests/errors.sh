@@ -281,7 +281,7 @@ check onnx_truncated 1 "$t/onnx_truncated.onnx: not a valid ONNX model (the prot
 echo 'input x: f32[2]' >"$t/onnx_not_protobuf.onnx"
 check onnx_not_protobuf 1 "onnx_not_protobuf.onnx: not a valid ONNX model" -- \
     "$kiln" run "$t/onnx_not_protobuf.onnx"
-check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op Hardmax (opset 13) at node 1" -- \
+check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op NonZero (opset 13) at node 1" -- \
     "$kiln" run $ox/unsupported.onnx
 check onnx_symbolic_dim 1 "input 'x' has a symbolic or unknown dim; give its shape (kiln --shape x=D0,D1,...)" -- \
     "$kiln" run $ox/mlp/model.onnx
