@@ -726,6 +726,13 @@ static bool geom_read(OxNode *n, int ns, const int64_t *in_sp, const int64_t *ke
     if ((c1 >= 0 && c1 != ns) || (c2 >= 0 && c2 != ns) || (c3 >= 0 && c3 != 2 * ns))
         return nfail(n, "strides, dilations or pads do not match %d spatial dims", ns);
     for (int i = 0; c3 > 0 && i < ns; i++) gm->pb[i] = pads[i], gm->pe[i] = pads[ns + i];
+    const int64_t big = (int64_t)1 << 24;   /* keeps every size computation in range */
+    for (int i = 0; i < ns; i++)
+        if (gm->stride[i] < 1 || gm->stride[i] > big || gm->dil[i] < 1 || gm->dil[i] > big ||
+            gm->pb[i] < 0 || gm->pb[i] > big || gm->pe[i] < 0 || gm->pe[i] > big ||
+            gm->k[i] < 1 || gm->k[i] > big)
+            return nfail(n, "strides and dilations must be 1 to 2^24, pads 0 to 2^24 "
+                         "(spatial dim %d)", i);
     return true;
 }
 
@@ -964,6 +971,10 @@ static bool op_conv_transpose(OxNode *n) {
     if (!geom_read(n, ns, x->shape + 2, w->shape + 2, &gm)) return false;
     int c1 = attr_ints(n, "output_padding", opad, 3), c2 = attr_ints(n, "output_shape", oshape, 3);
     if (c1 < -1 || c2 < -1) return false;
+    for (int i = 0; i < ns; i++)
+        if (opad[i] < 0 || opad[i] > (1 << 24) ||
+            (c2 == ns && (oshape[i] < 1 || oshape[i] > (1 << 30))))
+            return nfail(n, "output_padding or output_shape is out of range");
     bool same =
         attr_is(n, "auto_pad", "SAME_UPPER", false) || attr_is(n, "auto_pad", "SAME_LOWER", false);
     for (int i = 0; i < ns && (c2 == ns || same); i++) {
@@ -1348,6 +1359,10 @@ static bool op_constant_of_shape(OxNode *n) {
     int64_t s[KILN_MAX_RANK];
     int r = const_ints(n, 0, s, KILN_MAX_RANK, "shape");
     if (r < 0) return false;
+    int64_t m = util_numel(r, s);
+    for (int i = 0; i < r; i++) m = s[i] < 0 ? -1 : m;
+    if (m < 0 || m > ((int64_t)1 << 31))
+        return nfail(n, "the shape has too many elements or a negative dim");
     const Onnx__AttributeProto *a = attr(n, "value");
     OxVal v = {.type = OT_FLOAT};
     double zero = 0;
@@ -1513,9 +1528,14 @@ static bool op_split(OxNode *n) {
     int nout = (int)n->n->n_output, ns;
     if (!norm_axis(n, &axis, x->rank)) return false;
     if (nout > 64) return nfail(n, "too many outputs");
+    bool from_input = n->im->opset >= 13 && in(n, 1);
     ns = n->im->opset < 13 ? attr_ints(n, "split", sizes, 64)
-                           : in(n, 1) ? const_ints(n, 1, sizes, 64, "split") : -1;
-    if (ns < -1) return false;
+                           : from_input ? const_ints(n, 1, sizes, 64, "split") : -1;
+    if (ns < -1 || (from_input && ns < 0)) return false;
+    if (nout < 1) return nfail(n, "no outputs");
+    for (int k = 0; k < ns; k++)
+        if (sizes[k] < 0 || sizes[k] > x->shape[axis])
+            return nfail(n, "split size %lld is out of range", (long long)sizes[k]);
     if (ns < 0) {
         int64_t d = x->shape[axis], each = (d + nout - 1) / nout;
         for (int k = 0; k < nout; k++) sizes[k] = k < nout - 1 ? each : d - each * (nout - 1);
@@ -1655,6 +1675,9 @@ static bool pad_runtime_value(OxNode *n, const int64_t *pads, int np) {
     Graph *g = n->im->g;
     OxVal *x = in(n, 0);
     if (np != 2 * x->rank) return nfail(n, "pads has %d values for rank %d", np, x->rank);
+    for (int i = 0; i < np; i++)
+        if (pads[i] < -((int64_t)1 << 30) || pads[i] > ((int64_t)1 << 30))
+            return nfail(n, "pad %lld is out of range", (long long)pads[i]);
     if (!attr_is(n, "mode", "constant", true))
         return nfail(n, "unsupported: pad mode with a value");
     kiln_value y = kiln_pad(g, ox_graph(n, x), KILN_PAD_CONSTANT, x->rank, pads, pads + x->rank, 0);
@@ -1682,6 +1705,9 @@ static bool op_pad(OxNode *n) {
     }
     if (np < 0) return np == -1 ? nfail(n, "pads are required") : false;
     if (np != 2 * x->rank) return nfail(n, "pads has %d values for rank %d", np, x->rank);
+    for (int i = 0; i < np; i++)
+        if (pads[i] < -((int64_t)1 << 30) || pads[i] > ((int64_t)1 << 30))
+            return nfail(n, "pad %lld is out of range", (long long)pads[i]);
     kiln_pad_mode mode = attr_is(n, "mode", "edge", false)      ? KILN_PAD_EDGE
                          : attr_is(n, "mode", "reflect", false) ? KILN_PAD_REFLECT
                                                                 : KILN_PAD_CONSTANT;
@@ -1703,7 +1729,8 @@ static bool op_depth_space(OxNode *n) {
     Graph *g = n->im->g;
     OxVal *xv = in(n, 0);
     int64_t b = attr_i(n, "blocksize", 0), *x = xv->shape;
-    if (xv->rank != 4 || b < 1) return nfail(n, "needs a rank-4 input and blocksize >= 1");
+    if (xv->rank != 4 || b < 1 || b > 4096)
+        return nfail(n, "needs a rank-4 input and blocksize 1 to 4096");
     kiln_value v = gin(n, 0), y;
     if (!strcmp(opname(n), "SpaceToDepth")) {
         if (x[2] % b || x[3] % b) return nfail(n, "H and W must be multiples of blocksize");
