@@ -5,9 +5,12 @@
 #   make demo       builds and runs the showcase in examples/
 #   make asan       the test suite under ASan+UBSan only
 #   make install PREFIX=/usr/local
-#   make fuzz-parse, make fuzz-npy   libFuzzer (clang) on the parser and the
-#                   .npy reader; FUZZ_ARGS (default -runs=1000000) is passed on
+#   make fuzz-parse, make fuzz-npy, make fuzz-onnx   libFuzzer (clang) on the
+#                   parser, the .npy reader and the ONNX importer; FUZZ_ARGS
+#                   (default -runs=1000000) is passed on
 #   make valgrind   memcheck over test_kiln (VALGRIND_FILTER picks the tests)
+#   make conformance  the ONNX backend tests of libonnx-testdata (issue 8);
+#                   summary in docs/conformance.md
 CC      ?= cc
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
@@ -22,16 +25,16 @@ BLAS_INC  = -I/usr/include/$(MULTIARCH)/openblas-openmp
 KCFLAGS  = -std=c11 -Wall -Wextra -Iinclude -Isrc -I$(BUILD)/gen -D_GNU_SOURCE -fopenmp $(BLAS_INC) $(CFLAGS) $(SAN)
 # oneDNN (Debian's libdnnl-dev) for conv2d, see src/conv_dnnl.c.
 DNNL_LIBS = -ldnnl
-LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas $(DNNL_LIBS) -lm -ldl
+LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas $(DNNL_LIBS) -lprotobuf-c -lm -ldl
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIBSRC  = $(filter-out src/main.c,$(wildcard src/*.c))
-LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o)
+LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/onnx.pb-c.o
 TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/kiln_int.h src/ops.def $(wildcard src/*.h)
 
-.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-deps valgrind
+.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -48,6 +51,21 @@ $(BUILD)/gen/vecmath_src.inc: src/vecmath.h
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
 $(BUILD)/obj/codegen.o: $(BUILD)/gen/vecmath_src.inc
+
+# ONNX (issue 8): the protobuf-c reader of onnx.proto is generated at build
+# time from the copy Debian's libonnx-dev ships; no hand-written decoder.
+# Generated code is not ours to warn about (-w).
+ONNX_PROTO ?= /usr/include/onnx/onnx.proto
+%/gen/onnx.pb-c.c: $(ONNX_PROTO)
+	@mkdir -p $(dir $@)
+	cp $< $(dir $@)onnx.proto
+	cd $(dir $@) && protoc-c --c_out=. onnx.proto
+%/gen/onnx.pb-c.h: %/gen/onnx.pb-c.c
+	@true
+$(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) -w -c $< -o $@
+$(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(TESTOBJ) $(BUILD)/obj/main.o: $(BUILD)/gen/onnx.pb-c.h
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
 	@rm -f $@
@@ -104,14 +122,18 @@ clean:
 FUZZ_CC    ?= clang
 FUZZ_ARGS  ?= -runs=1000000
 FUZZ_DIR    = $(BUILD)/fuzz
-FUZZ_CFLAGS = -std=c11 -g -O1 -Iinclude -Isrc -D_GNU_SOURCE -fopenmp $(BLAS_INC) \
+FUZZ_CFLAGS = -std=c11 -g -O1 -Iinclude -Isrc -I$(FUZZ_DIR)/gen -D_GNU_SOURCE -fopenmp $(BLAS_INC) \
               -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined
-FUZZ_LIB    = $(LIBSRC:src/%.c=$(FUZZ_DIR)/obj/%.o)
-.SECONDARY: $(FUZZ_LIB)
+FUZZ_LIB    = $(LIBSRC:src/%.c=$(FUZZ_DIR)/obj/%.o) $(FUZZ_DIR)/obj/onnx.pb-c.o
+.SECONDARY: $(FUZZ_LIB) $(BUILD)/gen/onnx.pb-c.c $(BUILD)/gen/onnx.pb-c.h $(FUZZ_DIR)/gen/onnx.pb-c.c $(FUZZ_DIR)/gen/onnx.pb-c.h
 
-$(FUZZ_DIR)/obj/%.o: src/%.c $(HDRS)
+$(FUZZ_DIR)/obj/%.o: src/%.c $(HDRS) $(FUZZ_DIR)/gen/onnx.pb-c.h
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+$(FUZZ_DIR)/obj/onnx.pb-c.o: $(FUZZ_DIR)/gen/onnx.pb-c.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -w -fsanitize=fuzzer-no-link -c $< -o $@
 
 $(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB) $(HDRS)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(FUZZ_LIB) $(LDLIBS)
@@ -119,7 +141,7 @@ $(FUZZ_DIR)/fuzz_%: fuzz/fuzz_%.c $(FUZZ_LIB) $(HDRS)
 fuzz-deps:
 	@sh scripts/deps.sh clang
 
-$(FUZZ_LIB) $(FUZZ_DIR)/fuzz_parse $(FUZZ_DIR)/fuzz_npy: | fuzz-deps
+$(FUZZ_LIB) $(FUZZ_DIR)/fuzz_parse $(FUZZ_DIR)/fuzz_npy $(FUZZ_DIR)/fuzz_onnx: | fuzz-deps
 
 fuzz-parse: $(FUZZ_DIR)/fuzz_parse
 	@rm -rf $(FUZZ_DIR)/seed-parse && mkdir -p $(FUZZ_DIR)/seed-parse $(FUZZ_DIR)/corpus-parse
@@ -127,6 +149,15 @@ fuzz-parse: $(FUZZ_DIR)/fuzz_parse
 	    [ -f "$$f" ] && cp "$$f" "$(FUZZ_DIR)/seed-parse/$$(echo "$$f" | tr / _)"; done; true
 	cd $(FUZZ_DIR) && ./fuzz_parse -dict=$(CURDIR)/fuzz/kiln.dict -artifact_prefix=crash-parse- \
 	    $(FUZZ_ARGS) corpus-parse seed-parse
+
+# fuzz-onnx (issue 8): the ONNX importer; seeds: tests/onnx and a sample of
+# libonnx-testdata's node tests.
+fuzz-onnx: $(FUZZ_DIR)/fuzz_onnx
+	@rm -rf $(FUZZ_DIR)/seed-onnx && mkdir -p $(FUZZ_DIR)/seed-onnx $(FUZZ_DIR)/corpus-onnx
+	@for f in $$(find tests/onnx -name '*.onnx') $$(ls -d $(ONNX_DATA)/node/test_* 2>/dev/null | \
+	    awk 'NR % 8 == 0' | sed 's|$$|/model.onnx|'); do \
+	    [ -f "$$f" ] && cp "$$f" "$(FUZZ_DIR)/seed-onnx/$$(echo "$$f" | tr / _)"; done; true
+	cd $(FUZZ_DIR) && ./fuzz_onnx -artifact_prefix=crash-onnx- $(FUZZ_ARGS) corpus-onnx seed-onnx
 
 fuzz-npy: $(FUZZ_DIR)/fuzz_npy
 	@rm -rf $(FUZZ_DIR)/seed-npy && mkdir -p $(FUZZ_DIR)/seed-npy $(FUZZ_DIR)/corpus-npy
@@ -162,6 +193,16 @@ VALGRIND_FILTER ?= ^parse_ ^npy_ ^interp_ ^golden_ ^lower_ ^sched_ ^rewrite_ \
                    ^regress_ ^alloc_fail_each_interpret
 VALGRIND = valgrind -q --leak-check=full --errors-for-leak-kinds=definite \
            --show-leak-kinds=definite --error-exitcode=1
+
+# ---- ONNX conformance (issue 8) ---------------------------------------------
+# Every test of the four backend-test folders of libonnx-testdata, compiled
+# (fused) and compared with ONNX's tolerances; counts per folder and each
+# failure. The JIT cache ($(BUILD)/conformance-cache) makes a rerun fast.
+ONNX_DATA ?= /usr/share/libonnx-testdata/data
+CONFORMANCE_ARGS ?=
+conformance: deps $(BUILD)/kiln
+	KILN_CACHE_DIR=$(CURDIR)/$(BUILD)/conformance-cache $(BUILD)/kiln onnx-test $(CONFORMANCE_ARGS) \
+	    $(ONNX_DATA)/node $(ONNX_DATA)/pytorch-converted $(ONNX_DATA)/pytorch-operator $(ONNX_DATA)/simple
 
 valgrind:
 	@sh scripts/deps.sh valgrind

@@ -293,6 +293,51 @@ kiln_status kiln_npy_write(const char *path, const kiln_tensor *t, char *err, si
 typedef void *(*kiln_alloc_fn)(void *ud, void *ptr, size_t oldsize, size_t newsize);
 void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
 
+/* ---- ONNX ---------------------------------------------------------------- */
+
+/* Import an ONNX model (.onnx, default-domain opsets 1 to 17) into an empty
+ * graph. Inputs and outputs keep their ONNX names and order (initializers
+ * are not inputs: they become weights, so Conv-BN folding applies), and
+ * computations on constants alone (Shape -> Gather -> Concat -> Reshape)
+ * fold at import. Inputs with symbolic or unknown dims need a shape from
+ * shapes[] (by input name). An entry with a value specializes the model
+ * to it: that input becomes a constant, as a Reshape's shape or Pad's pads
+ * given as inputs must be (kiln's shapes are static); the graph keeps the
+ * input, unread. Graphs compute in f32 and bool: int32/int64
+ * inputs and outputs are f32 in the graph (exact below 2^24), and io, when
+ * not NULL, receives each one's ONNX type for kiln_tensor_convert at the
+ * boundary. Messages name the file and the node (index, name, op); an op
+ * kiln lacks is "unsupported op NAME (opset N) at node M". */
+typedef struct {
+    const char *name;            /* a graph input's ONNX name */
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    const kiln_tensor *value;    /* NULL, or the input's value (same shape) */
+} kiln_onnx_input;
+typedef struct {
+    int ninputs, noutputs;
+    const kiln_dtype *input_type;   /* ONNX type of each input (F32, I32, I64, BOOL); */
+    const kiln_dtype *output_type;  /* owned by the graph */
+} kiln_onnx_io;
+kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
+                             const kiln_onnx_input *shapes, kiln_onnx_io *io);
+/* The same from memory; filename is used in messages only. */
+kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
+                                    const char *filename, int nshapes,
+                                    const kiln_onnx_input *shapes, kiln_onnx_io *io);
+
+/* ONNX TensorProto files (.pb, as in ONNX's test data): f32 f64 i32 i64
+ * bool; other element types are an error naming the type. A dim may be 0
+ * (data then holds nothing): only an ONNX model's specialized int input
+ * can be empty (ReduceSum's axes). */
+kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t errlen);
+kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name,
+                          char *err, size_t errlen);
+/* A copy of src as dtype to (f32 f64 i32 i64 bool). Integers from or to
+ * f32 must be exact (|v| <= 2^24, integral): otherwise KILN_ERR_INPUT. */
+kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst,
+                                char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif

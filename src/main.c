@@ -13,11 +13,13 @@
 #include "kiln_int.h"
 #include "codegen.h"
 #include "loop.h"
+#include "onnx.h"
 #include <time.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,7 +39,8 @@ static const char *usage_main =
     "usage: kiln COMMAND [ARGS]\n"
     "\n"
     "kiln is an operator-fusing tensor compiler: it reads a tensor program\n"
-    "(.kiln text), fuses its operations into few loop nests and runs them.\n"
+    "(.kiln text, or an ONNX model .onnx), fuses its operations into few loop\n"
+    "nests and runs them.\n"
     "\n"
     "commands:\n"
     "  run PROG       compile a program to fused kernels, run it, write its outputs\n"
@@ -45,6 +48,7 @@ static const char *usage_main =
     "  code PROG      print the generated C source\n"
     "  bench PROG     time the unfused interpreter against the fused kernels\n"
     "  dot PROG       Graphviz of the program, ops coloured by kernel\n"
+    "  onnx-test DIR...  run ONNX backend conformance tests (make conformance)\n"
     "  help [CMD]     show help for a command\n"
     "\n"
     "KILN_LOGS=rewrite,fusion,schedule,inline,loop_ir (or all) logs each stage on stderr.\n"
@@ -52,19 +56,26 @@ static const char *usage_main =
     "Run 'kiln help run' for the options of a command.\n";
 
 static const char *usage_run =
-    "usage: kiln run PROG [-i NAME=FILE.npy]... [--seed N] [-o DIR] [--threads N]\n"
-    "                     [--check] [--interpret] [--report FILE.json]\n"
-    "                     [--no-extern-epilogue]\n"
+    "usage: kiln run PROG [-i NAME=FILE.npy]... [--shape NAME=D0,D1,...]... [--seed N]\n"
+    "                     [-o DIR] [--threads N] [--check] [--interpret]\n"
+    "                     [--report FILE.json] [--no-extern-epilogue]\n"
     "\n"
-    "Compile PROG (.kiln) into fused kernels and run it. Inputs not given\n"
-    "with -i are filled deterministically from --seed (default 0): f32\n"
-    "inputs with standard normal values, bool inputs with fair coin flips.\n"
+    "Compile PROG (.kiln, or an ONNX model .onnx) into fused kernels and run\n"
+    "it. Inputs not given with -i are filled deterministically from --seed\n"
+    "(default 0): f32 inputs with standard normal values, bool inputs with\n"
+    "fair coin flips.\n"
     "\n"
-    "  -i NAME=FILE.npy    bind input NAME to a .npy file (dtype and shape\n"
-    "                      must match the declaration)\n"
+    "  -i NAME=FILE.npy    bind input NAME to a .npy file, or an ONNX tensor\n"
+    "                      .pb (dtype and shape must match the declaration;\n"
+    "                      an ONNX model's int inputs take int32/int64 files)\n"
+    "  --shape NAME=D0,D1,...  the shape of ONNX input NAME where the model\n"
+    "                      leaves dims symbolic or unknown (a file given with\n"
+    "                      -i gives its shape too, and its value where the\n"
+    "                      model needs one at import: a Reshape's shape)\n"
     "  --seed N            seed for generated inputs\n"
     "  -o DIR              write each output as DIR/NAME.npy; without -o a\n"
-    "                      summary of each output is printed\n"
+    "                      summary of each output is printed (an ONNX\n"
+    "                      model's outputs by their ONNX names and types)\n"
     "  --threads N         threads for kernels and BLAS (default:\n"
     "                      $KILN_NUM_THREADS, else every core)\n"
     "  --check             also run the reference interpreter and compare;\n"
@@ -79,7 +90,7 @@ static const char *usage_run =
     "                      inside the call\n";
 
 static const char *usage_code =
-    "usage: kiln code PROG [--no-extern-epilogue]\n"
+    "usage: kiln code PROG [--no-extern-epilogue] [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Print the C source kiln generates for PROG: one function per fused\n"
     "kernel, named from the ops it holds, and the entry point that calls the\n"
@@ -91,6 +102,7 @@ static const char *usage_code =
 static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
     "                       [--repeat N] [--report FILE.json] [--no-extern-epilogue]\n"
+    "                       [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Time PROG three ways: the reference interpreter (one thread, every op by\n"
     "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
@@ -98,12 +110,14 @@ static const char *usage_bench =
     "median of --repeat runs (default 10) after a warm-up run, the bytes each\n"
     "moves and the bandwidth that amounts to. Compiled runs write into outputs\n"
     "allocated once, as a serving loop would (kiln_program_run_into); compile\n"
-    "time is measured apart. --report writes fused_ms, unfused_ms (the unfused kernels), interp_ms,\n"
+    "time is measured apart. --report writes fused_ms, unfused_ms (the unfused kernels), "
+    "interp_ms,\n"
     "compile_ms, bytes_fused, bytes_unfused and threads. --no-extern-epilogue\n"
     "compiles the fused program with matmul and conv2d as walls (as 'run').\n";
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
+    "                         [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Explain how kiln fuses PROG: the scheduler nodes before fusion, each\n"
     "round's candidate pairs with the decision and its reason, the final\n"
@@ -111,10 +125,23 @@ static const char *usage_explain =
     "memory traffic unfused vs fused, and the peak memory.\n"
     "\n"
     "  --report FILE.json  also write the decisions as JSON\n"
-    "  --no-extern-epilogue  matmul and conv2d calls are walls (see 'kiln help run')\n";
+    "  --no-extern-epilogue  matmul and conv2d calls are walls (see 'kiln help run')\n"
+    "  --shape NAME=D0,D1,...  an ONNX model's input shape (see 'kiln help run')\n";
+
+static const char *usage_onnx_test =
+    "usage: kiln onnx-test [-v] [--interpret] [--threads N] DIR...\n"
+    "\n"
+    "Run ONNX backend conformance tests: each DIR is a test (model.onnx and\n"
+    "test_data_set_N/ with input_K.pb and output_K.pb) or a folder of tests.\n"
+    "Each model is compiled once (fused) and run on every data set; outputs\n"
+    "must match with ONNX's tolerances (rtol 1e-3, atol 1e-7). Prints each\n"
+    "failure and per folder the passed, failed and unsupported counts (ops\n"
+    "or element types kiln does not cover). -v also lists each unsupported\n"
+    "test and why; --interpret also checks the reference interpreter.\n"
+    "Exit status 1 when a test failed.\n";
 
 static const char *usage_dot =
-    "usage: kiln dot PROG [-o FILE]\n"
+    "usage: kiln dot PROG [-o FILE] [--shape NAME=D0,D1,...]...\n"
     "\n"
     "Print the program as a Graphviz graph, each op coloured by the kernel it\n"
     "landed in. With -o FILE.svg or FILE.png the graph is rendered with\n"
@@ -128,7 +155,7 @@ static const char *usage_dot =
 enum {
     OPT_INPUTS = 1 << 0, OPT_SEED = 1 << 1, OPT_OUT = 1 << 2, OPT_REPORT = 1 << 3,
     OPT_THREADS = 1 << 4, OPT_CHECK = 1 << 5, OPT_INTERPRET = 1 << 6, OPT_REPEAT = 1 << 7,
-    OPT_NOFUSE = 1 << 8, OPT_NOEPILOGUE = 1 << 9,
+    OPT_NOFUSE = 1 << 8, OPT_NOEPILOGUE = 1 << 9, OPT_SHAPE = 1 << 10,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
@@ -138,6 +165,7 @@ static const struct { const char *name; unsigned bit; bool value; } option_table
     {"--threads", OPT_THREADS, true}, {"--check", OPT_CHECK, false},
     {"--interpret", OPT_INTERPRET, false}, {"--repeat", OPT_REPEAT, true},
     {"--no-fuse", OPT_NOFUSE, false}, {"--no-extern-epilogue", OPT_NOEPILOGUE, false},
+    {"--shape", OPT_SHAPE, true},
 };
 
 typedef struct {
@@ -145,6 +173,8 @@ typedef struct {
     const char *bind_name[MAX_BINDINGS];
     const char *bind_file[MAX_BINDINGS];
     int nbind;
+    kiln_onnx_input shapes[MAX_BINDINGS];   /* --shape, for ONNX models */
+    int nshapes;
     uint64_t seed;
     const char *outdir;          /* run: a directory; dot: a file */
     const char *report;
@@ -184,9 +214,30 @@ static bool parse_count(const char *s, int lo, int hi, int *out) {
     return true;
 }
 
+/* NAME=D0,D1,... into a shape binding (NAME= alone: a scalar). The name
+ * points into s, which is cut at '='. */
+static bool parse_shape(char *s, kiln_onnx_input *out) {
+    char *eq = strrchr(s, '=');
+    if (!eq || eq == s) return false;
+    *out = (kiln_onnx_input){s, 0, {0}, NULL};
+    for (char *p = eq + 1; *p;) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(p, &end, 10);
+        if (errno || end == p || v <= 0 || out->rank == KILN_MAX_RANK) return false;
+        out->shape[out->rank++] = v;
+        if (*end == ',' && end[1]) p = end + 1;
+        else if (*end) return false;
+        else p = end;
+    }
+    *eq = 0;
+    return true;
+}
+
 /* One option and its value; returns 0 or an exit status. */
 static int parse_option(const Command *c, char **argv, int argc, int *i, Options *o) {
     const char *a = argv[*i], *u = *c->usage;
+    char *val_w;
     size_t k = 0, n = sizeof option_table / sizeof option_table[0];
     while (k < n && strcmp(option_table[k].name, a)) k++;
     if (k == n || !(c->opts & option_table[k].bit))
@@ -198,6 +249,7 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
     if (bit == OPT_NOEPILOGUE) { o->no_epilogue = true; return 0; }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
     const char *val = argv[++*i];
+    val_w = argv[*i];
     if (bit == OPT_INPUTS) {
         char *eq = strchr(argv[*i], '=');
         if (!eq || eq == argv[*i] || !eq[1])
@@ -206,6 +258,11 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
         *eq = 0;
         o->bind_name[o->nbind] = argv[*i];
         o->bind_file[o->nbind++] = eq + 1;
+    } else if (bit == OPT_SHAPE) {
+        if (o->nshapes == MAX_BINDINGS) return usage_error(u, "%s", "too many --shape options");
+        if (!parse_shape(val_w, &o->shapes[o->nshapes]))
+            return usage_error(u, "--shape expects NAME=D0,D1,... (positive dims), got '%s'", val);
+        o->nshapes++;
     } else if (bit == OPT_SEED) {
         if (!parse_u64(val, &o->seed))
             return usage_error(u, "--seed needs a non-negative integer, got '%s'", val);
@@ -250,13 +307,17 @@ static void free_tensors(kiln_tensor *t, int n) {
     kfree(t);
 }
 
-/* Generated input i: its own stream of the seed, so inputs differ. */
-static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i) {
+/* Generated input i: its own stream of the seed, so inputs differ. An
+ * ONNX int input (integer) gets integers from 0 to 9. */
+static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i, bool integer) {
     kiln_status st = kiln_tensor_alloc(t);
     if (st != KILN_OK) return st;
     int64_t n = kiln_tensor_numel(t);
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + (uint64_t)i;
-    if (t->dtype == KILN_F32) {
+    if (t->dtype == KILN_F32 && integer) {
+        for (int64_t k = 0; k < n; k++)
+            ((float *)t->data)[k] = floorf(util_rand_uniform(s, (uint64_t)k) * 10);
+    } else if (t->dtype == KILN_F32) {
         kiln_fill_randn(t->data, n, s);
     } else {
         uint8_t *b = t->data;
@@ -271,8 +332,37 @@ static int find_binding(const Options *o, const char *name) {
     return -1;
 }
 
+static bool ends_with(const char *s, const char *suffix);
+
+/* A tensor file: an ONNX TensorProto (.pb) or a .npy file. */
+static kiln_status read_tensor(const char *path, kiln_tensor *t, char *err, size_t errlen) {
+    return ends_with(path, ".pb") ? kiln_pb_read(path, t, err, errlen)
+                                  : kiln_npy_read(path, t, err, errlen);
+}
+
+/* An ONNX model's input in the graph's dtype: int32/int64 files become f32
+ * (exactly, or an error). .kiln programs take the declared dtype only. */
+static kiln_status convert_input(const kiln_graph *g, int i, const char *path, kiln_tensor *t,
+                                 char *err, size_t errlen) {
+    kiln_dtype want = kiln_input_desc(g, i).dtype;
+    if (t->dtype == want || t->dtype == KILN_F64 || t->dtype == KILN_BOOL || want == KILN_BOOL)
+        return KILN_OK;
+    kiln_tensor c;
+    char msg[512];
+    kiln_status st = kiln_tensor_convert(t, want, &c, msg, sizeof msg);
+    if (st != KILN_OK) {
+        util_fmt(err, errlen, "%s: %s", path, msg);
+        return st;
+    }
+    kiln_tensor_free(t);
+    *t = c;
+    return KILN_OK;
+}
+
 /* Bind every input: from its -i file, or generated. */
-static int load_inputs(const kiln_graph *g, const Options *o, kiln_tensor **out) {
+static int load_inputs(const kiln_graph *g, const Options *o, const kiln_onnx_io *io,
+                       kiln_tensor **out) {
+    bool onnx = io->output_type != NULL;
     int n = kiln_num_inputs(g);
     for (int b = 0; b < o->nbind; b++) {
         bool known = false;
@@ -289,10 +379,13 @@ static int load_inputs(const kiln_graph *g, const Options *o, kiln_tensor **out)
         char err[1024] = "";
         kiln_status st;
         if (b >= 0) {
-            st = kiln_npy_read(o->bind_file[b], &t[i], err, sizeof err);
+            st = read_tensor(o->bind_file[b], &t[i], err, sizeof err);
+            if (st == KILN_OK && onnx)
+                st = convert_input(g, i, o->bind_file[b], &t[i], err, sizeof err);
         } else {
             t[i] = kiln_input_desc(g, i);
-            st = generate_input(&t[i], o->seed, i);
+            kiln_dtype ot = onnx ? io->input_type[i] : KILN_F32;
+            st = generate_input(&t[i], o->seed, i, ot == KILN_I32 || ot == KILN_I64);
             if (st)
                 util_fmt(err, sizeof err, "out of memory: %.3g bytes for input '%s'",
                          (double)kiln_tensor_numel(&t[i]) * (double)kiln_dtype_size(t[i].dtype),
@@ -331,12 +424,17 @@ typedef struct {
 
 /* Write output i to its temporary name; 0 or an exit status. A message
  * from the writer names the target, not the temporary. */
-static int stage_output(const kiln_graph *g, const Options *o, const kiln_tensor *t, int i,
-                        OutFile *f) {
+static int stage_output(const kiln_graph *g, const Options *o, const kiln_onnx_io *io,
+                        const kiln_tensor *t, int i, OutFile *f) {
     char err[1024];
     util_fmt(f->path, sizeof f->path, "%s/%s.npy", o->outdir, kiln_output_name(g, i));
     util_fmt(f->tmp, sizeof f->tmp, "%s.tmp.%d.all", f->path, (int)getpid());
-    kiln_status s = kiln_npy_write(f->tmp, t, err, sizeof err);
+    kiln_tensor c = *t;
+    kiln_status s = KILN_OK;
+    if (io && io->output_type[i] != t->dtype)   /* an ONNX int output (ArgMax) */
+        s = kiln_tensor_convert(t, io->output_type[i], &c, err, sizeof err);
+    if (s == KILN_OK) s = kiln_npy_write(f->tmp, &c, err, sizeof err);
+    if (c.data != t->data) kiln_tensor_free(&c);
     if (s == KILN_OK) return 0;
     size_t k = strlen(f->tmp);
     const char *rest = strncmp(err, f->tmp, k) ? NULL : err + k;
@@ -361,7 +459,8 @@ static int commit_outputs(OutFile *f, int n) {
 /* Write every output, or nothing: the directory is checked first, each
  * file is written under a temporary name, and only when all are written
  * are they renamed into place. */
-static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *outs) {
+static int write_outputs(const kiln_graph *g, const Options *o, const kiln_onnx_io *io,
+                         kiln_tensor *outs) {
     int n = kiln_num_outputs(g);
     if (!o->outdir) {
         for (int i = 0; i < n; i++) print_summary(kiln_output_name(g, i), &outs[i]);
@@ -386,7 +485,7 @@ static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *out
     if (!f) return EXIT_NOMEM;
     int rc = 0, staged = 0;
     while (!rc && staged < n) {
-        rc = stage_output(g, o, &outs[staged], staged, &f[staged]);
+        rc = stage_output(g, o, io, &outs[staged], staged, &f[staged]);
         if (!rc) staged++;
     }
     if (rc) {
@@ -400,13 +499,58 @@ static int write_outputs(const kiln_graph *g, const Options *o, kiln_tensor *out
 
 /* ---- commands ------------------------------------------------------------ */
 
-static int load_program(const char *path, kiln_graph **out) {
+/* What an ONNX import is told of its inputs: --shape, then the files
+ * given with -i, shape and value. A run (or bench) uses those very values,
+ * so the model is specialized to them: an int input that sets a shape (a
+ * Reshape's shape) becomes a constant. vals[] receives the tensors read. */
+static int onnx_inputs(const Options *o, kiln_onnx_input *s, kiln_tensor *vals, int *n) {
+    *n = o->nshapes;
+    memcpy(s, o->shapes, sizeof(kiln_onnx_input) * (size_t)o->nshapes);
+    for (int b = 0; b < o->nbind; b++) {
+        bool given = false;
+        for (int k = 0; k < o->nshapes; k++) given |= !strcmp(o->shapes[k].name, o->bind_name[b]);
+        if (given) continue;
+        char err[1024];
+        kiln_status st = read_tensor(o->bind_file[b], &vals[b], err, sizeof err);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln: %s\n", err);
+            return exit_for(st);
+        }
+        s[*n] = (kiln_onnx_input){o->bind_name[b], vals[b].rank, {0}, &vals[b]};
+        memcpy(s[(*n)++].shape, vals[b].shape, sizeof vals[b].shape);
+    }
+    return 0;
+}
+
+static kiln_status import_onnx(kiln_graph *g, const Options *o, kiln_onnx_io *io, int *rc) {
+    kiln_onnx_input s[2 * MAX_BINDINGS];
+    kiln_tensor vals[MAX_BINDINGS] = {{0}};
+    int n;
+    kiln_status st = KILN_ERR_INPUT;
+    if (!(*rc = onnx_inputs(o, s, vals, &n))) st = kiln_onnx_import(g, o->prog, n, s, io);
+    for (int b = 0; b < o->nbind; b++) kiln_tensor_free(&vals[b]);
+    return st;
+}
+
+/* Parse a .kiln program or import an ONNX model; io receives the model's
+ * boundary types (all zero for a .kiln program: output_type NULL). */
+static int load_program(const Options *o, kiln_graph **out, kiln_onnx_io *io) {
+    const char *path = o->prog;
     kiln_graph *g = kiln_graph_new();
+    int rc = 0;
     if (!g) {
         fprintf(stderr, "kiln: out of memory\n");
         return EXIT_NOMEM;
     }
-    kiln_status st = kiln_parse_file(g, path);
+    bool onnx = ends_with(path, ".onnx");
+    if (!onnx && o->nshapes)
+        fprintf(stderr, "kiln: warning: --shape applies to ONNX models only\n");
+    *io = (kiln_onnx_io){0};
+    kiln_status st = onnx ? import_onnx(g, o, io, &rc) : kiln_parse_file(g, path);
+    if (rc) {
+        kiln_graph_free(g);
+        return rc;
+    }
     if (st != KILN_OK) {
         fprintf(stderr, "%s\n", kiln_error(g));
         kiln_graph_free(g);
@@ -563,11 +707,12 @@ static int run_fused(kiln_graph *g, const Options *o, const kiln_tensor *in, kil
 
 static int cmd_run(const Options *o) {
     kiln_graph *g = NULL;
-    int rc = load_program(o->prog, &g);
+    kiln_onnx_io io;
+    int rc = load_program(o, &g, &io);
     if (rc) return rc;
     kiln_tensor *in = NULL, *out = NULL;
     int nout = kiln_num_outputs(g);
-    if ((rc = load_inputs(g, o, &in))) goto done;
+    if ((rc = load_inputs(g, o, &io, &in))) goto done;
     out = kcalloc((size_t)(nout ? nout : 1), sizeof *out);
     if (!out) { rc = EXIT_NOMEM; goto done; }
     if (o->interpret && (o->check || o->report)) {
@@ -581,7 +726,7 @@ static int cmd_run(const Options *o) {
     } else {
         rc = run_fused(g, o, in, out);
     }
-    if (!rc) rc = write_outputs(g, o, out);
+    if (!rc) rc = write_outputs(g, o, io.output_type ? &io : NULL, out);
 done:
     free_tensors(in, kiln_num_inputs(g));
     free_tensors(out, nout);
@@ -591,7 +736,8 @@ done:
 
 static int cmd_code(const Options *o) {
     kiln_graph *g = NULL;
-    int rc = load_program(o->prog, &g);
+    kiln_onnx_io io;
+    int rc = load_program(o, &g, &io);
     if (rc) return rc;
     kiln_program *p = NULL;
     if (!(rc = compile_program(g, o, &p))) fputs(kiln_program_source(p), stdout);
@@ -703,7 +849,8 @@ static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, 
 
 static int cmd_bench(const Options *o) {
     kiln_graph *g = NULL;
-    int rc = load_program(o->prog, &g);
+    kiln_onnx_io io;
+    int rc = load_program(o, &g, &io);
     if (rc) return rc;
     int nout = kiln_num_outputs(g), repeat = o->repeat ? o->repeat : 10;
     BenchRun b = {g, NULL, NULL, kcalloc((size_t)(nout ? nout : 1), sizeof(kiln_tensor)), nout};
@@ -711,7 +858,9 @@ static int cmd_bench(const Options *o) {
     BenchReport r;
     bool hit = false;
     if (!b.out) { rc = EXIT_NOMEM; goto done; }
-    if ((rc = load_inputs(g, o, &in)) || (rc = compile_program(g, o, &b.p))) goto done;
+    if ((rc = load_inputs(g, o, &io, &in)) ||
+        (rc = compile_program(g, o, &b.p)))
+        goto done;
     b.in = in;
     for (int i = 0; i < nout; i++) {
         b.out[i] = kiln_output_desc(g, i);
@@ -734,7 +883,8 @@ done:
 /* Parse, decompose, lower and schedule: what explain and dot show. */
 static int load_plan(const Options *o, kiln_graph **g, Plan **plan) {
     const char *path = o->prog;
-    int rc = load_program(path, g);
+    kiln_onnx_io io;
+    int rc = load_program(o, g, &io);
     if (rc) return rc;
     char err[1024];
     kiln_options k = compile_options(o, true);
@@ -830,6 +980,103 @@ static int cmd_dot(const Options *o) {
     return rc;
 }
 
+/* ---- onnx-test: the ONNX backend conformance tests --------------------------- */
+
+typedef struct {
+    int pass, fail, unsupported;
+} Tally;
+
+static int cmp_cstr(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static void onnx_test_one(const char *dir, const char *label, const kiln_options *k,
+                          bool interp, bool verbose, Tally *t) {
+    char why[2048] = "";
+    OxTestVerdict v = ox_run_test(dir, k, interp, why, sizeof why);
+    if (v == OXT_PASS) t->pass++;
+    if (v == OXT_FAIL) t->fail++;
+    if (v == OXT_UNSUPPORTED) t->unsupported++;
+    if (v == OXT_FAIL) printf("FAIL %s: %s\n", label, why);
+    if (v == OXT_UNSUPPORTED && verbose) printf("UNSUPPORTED %s: %s\n", label, why);
+    if (v == OXT_PASS && verbose) printf("PASS %s\n", label);
+    fflush(stdout);
+}
+
+/* A test directory, or a folder of them (run in name order). */
+static void onnx_test_dir(const char *dir, const kiln_options *k, bool interp, bool verbose,
+                          Tally *t) {
+    char model[4200];
+    util_fmt(model, sizeof model, "%s/model.onnx", dir);
+    if (access(model, R_OK) == 0) {
+        onnx_test_one(dir, dir, k, interp, verbose, t);
+        return;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        printf("FAIL %s: cannot open: %s\n", dir, strerror(errno));
+        t->fail++;
+        return;
+    }
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (e->d_name[0] == '.') continue;
+        if (n == cap) {
+            char **nn = krealloc(names, sizeof *names * (cap = cap ? cap * 2 : 64));
+            if (!nn) break;
+            names = nn;
+        }
+        names[n++] = kstrdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof *names, cmp_cstr);
+    const char *base = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+    for (size_t i = 0; i < n; i++) {
+        char sub[4200], label[4200];
+        util_fmt(sub, sizeof sub, "%s/%s", dir, names[i]);
+        util_fmt(label, sizeof label, "%s/%s", base, names[i]);
+        if (names[i]) onnx_test_one(sub, label, k, interp, verbose, t);
+        kfree(names[i]);
+    }
+    kfree(names);
+}
+
+static int cmd_onnx_test(int argc, char **argv) {
+    bool verbose = false, interp = false;
+    kiln_options k = kiln_default_options();
+    int first = argc;
+    for (int i = 0; i < argc && first == argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(usage_onnx_test, stdout);
+            return 0;
+        } else if (!strcmp(argv[i], "-v")) {
+            verbose = true;
+        } else if (!strcmp(argv[i], "--interpret")) {
+            interp = true;
+        } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            if (!parse_count(argv[++i], 1, 1024, &k.threads))
+                return usage_error(usage_onnx_test, "--threads needs a count, got '%s'", argv[i]);
+        } else if (argv[i][0] == '-') {
+            return usage_error(usage_onnx_test, "unknown option '%s'", argv[i]);
+        } else {
+            first = i;
+        }
+    }
+    if (first == argc) return usage_error(usage_onnx_test, "%s", "no test directory given");
+    Tally all = {0};
+    for (int i = first; i < argc; i++) {
+        Tally t = {0};
+        onnx_test_dir(argv[i], &k, interp, verbose, &t);
+        printf("== %s: %d passed, %d failed, %d unsupported (of %d)\n", argv[i], t.pass, t.fail,
+               t.unsupported, t.pass + t.fail + t.unsupported);
+        all.pass += t.pass, all.fail += t.fail, all.unsupported += t.unsupported;
+    }
+    printf("== total: %d passed, %d failed, %d unsupported\n", all.pass, all.fail,
+           all.unsupported);
+    return all.fail ? EXIT_INPUT : 0;
+}
+
 /* After an out-of-memory error: the budget the allocation ran into. */
 static void nomem_note(void) {
     double b = (double)util_mem_budget();
@@ -843,12 +1090,12 @@ static void nomem_note(void) {
 static const Command commands[] = {
     {"run", cmd_run, &usage_run,
      OPT_INPUTS | OPT_SEED | OPT_OUT | OPT_THREADS | OPT_CHECK | OPT_INTERPRET | OPT_REPORT |
-         OPT_NOFUSE | OPT_NOEPILOGUE},
-    {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE},
+         OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE},
+    {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE},
     {"bench", cmd_bench, &usage_bench,
-     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE},
-    {"explain", cmd_explain, &usage_explain, OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE},
-    {"dot", cmd_dot, &usage_dot, OPT_OUT},
+     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE | OPT_SHAPE},
+    {"explain", cmd_explain, &usage_explain, OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE},
+    {"dot", cmd_dot, &usage_dot, OPT_OUT | OPT_SHAPE},
 };
 
 static const Command *find_command(const char *name) {
@@ -864,6 +1111,10 @@ int main(int argc, char **argv) {
     }
     const char *cmd = argv[1];
     if (!strcmp(cmd, "-h") || !strcmp(cmd, "--help") || !strcmp(cmd, "help")) {
+        if (argc > 2 && !strcmp(argv[2], "onnx-test")) {
+            fputs(usage_onnx_test, stdout);
+            return 0;
+        }
         if (argc > 2 && find_command(argv[2])) {
             fputs(*find_command(argv[2])->usage, stdout);
             return 0;
@@ -872,6 +1123,7 @@ int main(int argc, char **argv) {
         fputs(usage_main, stdout);
         return 0;
     }
+    if (!strcmp(cmd, "onnx-test")) return cmd_onnx_test(argc - 2, argv + 2);
     const Command *c = find_command(cmd);
     if (!c) return usage_error(usage_main, "unknown command '%s'", cmd);
     Options o;

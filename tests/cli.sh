@@ -119,3 +119,20 @@ expect bench 0 "speedup" -- "$kiln" bench examples/chain.kiln --repeat 2 --repor
 if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b.json"
 then pass bench_report; else fail bench_report "$(head -c 400 "$t/b.json")"; fi
 expect bench_no_epilogue 0 "speedup" -- "$kiln" bench examples/extern.kiln --repeat 2 --no-extern-epilogue
+
+# ONNX models (issue 8): .pb inputs, --shape for a symbolic dim, outputs by
+# their ONNX names and types (cls is int64), the conformance runner on a
+# test whose expected outputs come from tests/onnx/oracle.py
+onnx=tests/onnx/mlp
+expect onnx_run_pb 0 "check: passed" -- "$kiln" run $onnx/model.onnx -i x=$onnx/test_data_set_0/input_0.pb --check
+expect onnx_symbolic_dim 1 "give its shape (kiln --shape x=" -- "$kiln" run $onnx/model.onnx
+expect onnx_shape 0 "p: f32\[5, 3\]" -- "$kiln" run $onnx/model.onnx --shape x=5,4
+mkdir -p "$t/onnx_out"
+expect onnx_outputs 0 "" -- "$kiln" run $onnx/model.onnx -i x=$onnx/test_data_set_0/input_0.pb -o "$t/onnx_out"
+if [ -f "$t/onnx_out/p.npy" ] && head -c 80 "$t/onnx_out/cls.npy" | grep -q "'<i8'"
+then pass onnx_output_types; else fail onnx_output_types "$(ls "$t/onnx_out")"; fi
+expect onnx_test_runner 0 "tests/onnx/mlp: 1 passed, 0 failed, 0 unsupported" -- "$kiln" onnx-test $onnx
+mkdir -p "$t/onnx_unsup/test_data_set_0" && cp tests/onnx/unsupported.onnx "$t/onnx_unsup/model.onnx" && cp $onnx/test_data_set_0/input_0.pb "$t/onnx_unsup/test_data_set_0/"
+expect onnx_test_unsupported 0 "0 passed, 0 failed, 1 unsupported" -- "$kiln" onnx-test "$t/onnx_unsup"
+expect onnx_explain 0 "kernel" -- "$kiln" explain $onnx/model.onnx --shape x=2,4
+expect onnx_help 0 "usage: kiln onnx-test" -- "$kiln" help onnx-test

@@ -306,6 +306,32 @@ outdir_files out_partial "$t/o1" "z.npy "
 check out_report_dir_missing 3 "cannot write $t/nodir/r.json: No such file or directory" -- \
     "$kiln" run "$t/p.kiln" --report "$t/nodir/r.json"
 
+# ---- ONNX models ------------------------------------------------------------------
+ox=tests/onnx
+head -c 20 $ox/mlp/model.onnx >"$t/onnx_truncated.onnx"
+check onnx_truncated 1 "$t/onnx_truncated.onnx: not a valid ONNX model (the protobuf message is malformed or truncated)" -- \
+    "$kiln" run "$t/onnx_truncated.onnx"
+echo 'input x: f32[2]' >"$t/onnx_not_protobuf.onnx"
+check onnx_not_protobuf 1 "onnx_not_protobuf.onnx: not a valid ONNX model" -- \
+    "$kiln" run "$t/onnx_not_protobuf.onnx"
+check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op NonZero (opset 13) at node 1" -- \
+    "$kiln" run $ox/unsupported.onnx
+check onnx_symbolic_dim 1 "input 'x' has a symbolic or unknown dim; give its shape (kiln --shape x=D0,D1,...)" -- \
+    "$kiln" run $ox/mlp/model.onnx
+check onnx_runtime_shape 1 "node 0 ('reshape', Reshape): unsupported: the shape input 'shape' is computed at run time" -- \
+    "$kiln" run $ox/runtime_shape.onnx
+check onnx_bad_shape 1 "model.onnx: node 0 ('fc', Gemm): matmul: shapes [2, 5] and [4, 3] do not match (5 != 4)" -- \
+    "$kiln" run $ox/mlp/model.onnx --shape x=2,5
+check onnx_int_inexact 1 "output 'y': the integer constant 'y' holds 33554434, beyond what f32 holds exactly (2^24)" -- \
+    "$kiln" run $ox/int_input.onnx -i x=$ox/big_int.pb
+check onnx_pb_type 1 "string.pb: tensor of type string: unsupported element type" -- \
+    "$kiln" run $ox/int_input.onnx -i x=$ox/string.pb
+head -c 9 $ox/mlp/test_data_set_0/input_0.pb >"$t/onnx_truncated.pb"
+check onnx_pb_truncated 1 "onnx_truncated.pb: not a valid ONNX tensor (the protobuf message is malformed or truncated)" -- \
+    "$kiln" run $ox/mlp/model.onnx -i "x=$t/onnx_truncated.pb"
+check onnx_shape_option 2 "--shape expects NAME=D0,D1,... (positive dims), got 'x=2,0'" -- \
+    "$kiln" run $ox/mlp/model.onnx --shape x=2,0
+
 # ---- usage ------------------------------------------------------------------------
 check use_unknown_command 2 "unknown command 'frobnicate'" -- "$kiln" frobnicate
 check use_unknown_option 2 "unknown option '--frob'" -- "$kiln" run "$t/p.kiln" --frob

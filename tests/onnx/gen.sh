@@ -1,0 +1,17 @@
+#!/bin/sh
+# Encode the text-format protobufs here into the binary files the tests use
+# (committed, so the tests need no protoc): mlp/ is an ONNX backend test
+# (model.onnx, test_data_set_0/input_0.pb, output_K.pb) whose expected
+# outputs come from oracle.py; the others are the bad inputs of
+# tests/errors.sh (an op kiln lacks, a run-time shape, ...).
+# Needs protoc (Debian: protobuf-compiler) and onnx.proto (libonnx-dev).
+# usage: sh tests/onnx/gen.sh
+set -e
+cd "$(dirname "$0")"
+python3 oracle.py
+enc() { grep -v '^#' "$1.textproto" | protoc --encode="$2" -I/usr/include/onnx onnx.proto > "$1.$3"; }
+enc mlp/model onnx.ModelProto onnx
+for m in unsupported runtime_shape int_input; do enc $m onnx.ModelProto onnx; done
+enc big_int onnx.TensorProto pb
+enc string onnx.TensorProto pb
+for f in mlp/test_data_set_0/*.textproto; do enc "${f%.textproto}" onnx.TensorProto pb; done
