@@ -11,6 +11,8 @@
 #   make valgrind   memcheck over test_kiln (VALGRIND_FILTER picks the tests)
 #   make conformance  the ONNX backend tests of libonnx-testdata (issue 8);
 #                   summary in docs/conformance.md
+#   make models     resnet18, mobilenet_v2 and a transformer encoder layer
+#                   exported by PyTorch, run by kiln, compared with PyTorch
 CC      ?= cc
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
@@ -34,7 +36,7 @@ TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/kiln_int.h src/ops.def $(wildcard src/*.h)
 
-.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance
+.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -203,6 +205,15 @@ CONFORMANCE_ARGS ?=
 conformance: deps $(BUILD)/kiln
 	KILN_CACHE_DIR=$(CURDIR)/$(BUILD)/conformance-cache $(BUILD)/kiln onnx-test $(CONFORMANCE_ARGS) \
 	    $(ONNX_DATA)/node $(ONNX_DATA)/pytorch-converted $(ONNX_DATA)/pytorch-operator $(ONNX_DATA)/simple
+
+# ---- real models (issue 8; not part of make test) ----------------------------
+# resnet18, mobilenet_v2 and a transformer encoder layer exported to ONNX by
+# Debian's PyTorch (random weights, models/export.py, into $(BUILD)/models),
+# run by kiln and compared with PyTorch's output; `kiln explain` must show the
+# Conv-BN folds and fused epilogues (models/check.sh).
+models: $(BUILD)/kiln
+	@sh scripts/deps.sh python3-torch python3-torchvision python3-numpy python3-protobuf protobuf-compiler
+	sh models/check.sh $(BUILD)/kiln $(BUILD)/models
 
 valgrind:
 	@sh scripts/deps.sh valgrind

@@ -859,10 +859,10 @@ static int cmp_str(const void *a, const void *b) {
 static void set_cover(Lower *L, Buffer *b, int n, const int *cover) {
     b->ncover = n;
     b->cover = pool_alloc(L->pool, sizeof(int) * (size_t)(n ? n : 1));
-    memcpy(b->cover, cover, sizeof(int) * (size_t)n);
+    if (n) memcpy(b->cover, cover, sizeof(int) * (size_t)n);   /* cover is NULL when n is 0 */
     const char **o = pool_alloc(L->pool, sizeof(char *) * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) o[i] = node_origin(graph_node(L->g, cover[i]));
-    qsort(o, (size_t)n, sizeof(char *), cmp_str);
+    if (n) qsort(o, (size_t)n, sizeof(char *), cmp_str);
     int w = 0;
     for (int i = 0; i < n; i++)
         if (w == 0 || strcmp(o[w - 1], o[i]) != 0) o[w++] = o[i];

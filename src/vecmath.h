@@ -488,7 +488,8 @@ KILN_VM_INLINE float kiln_vm_sincos_any(float x, uint32_t q0) {
 /* The fast path and the per-vector dispatch below: GCC on x86-64 with FMA.
  * Elsewhere the fast path is not compiled (selected per lane, it would
  * only add its cost to the full path's). */
-#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
+    !defined(KILN_VM_NO_TRIG_DISPATCH)
 #define KILN_VM_TRIG_DISPATCH 1
 #else
 #define KILN_VM_TRIG_DISPATCH 0
@@ -551,7 +552,9 @@ KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
  * undefined, which tests/vectorize_check.sh checks with nm -u. They are
  * compiled into every kernel, used or not (GCC must not drop them before
  * its vectorizer calls them): about 0.1 s more per cold compile (kiln
- * compile_ms of examples/chain.kiln and softmax.kiln: 95-127 -> 205-257). */
+ * compile_ms of examples/chain.kiln and softmax.kiln: 95-127 -> 205-257),
+ * so codegen defines KILN_VM_NO_TRIG_DISPATCH in programs without sin or
+ * cos and they get the plain definitions below. */
 #if KILN_VM_TRIG_DISPATCH
 /* The two paths over 16 floats (q0 = 0: sin, 1: cos), out of line, so a
  * kernel compiles each once, not once per variant; a fixed count leaves
