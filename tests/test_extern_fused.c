@@ -19,6 +19,7 @@
  * library takes them without packing a temporary.
  */
 #include "test.h"
+#include "testutil.h"
 #include "codegen.h"
 
 #define MAXIO 24
@@ -32,25 +33,14 @@ typedef struct {
 } Prog;
 
 static kiln_value input(Prog *P, const char *name, int rank, const int64_t *shape) {
-    kiln_tensor *t = &P->in[P->nin];
-    kiln_value v = kiln_input(P->g, name, KILN_F32, rank, shape);
-    if (v < 0) return v;
-    *t = kiln_input_desc(P->g, P->nin);
-    if (kiln_tensor_alloc(t) != KILN_OK) return KILN_NONE;
-    kiln_fill_randn(t->data, kiln_tensor_numel(t), 500 + (uint64_t)P->nin);
-    P->nin++;
+    kiln_value v = test_random_input(P->g, &P->in[P->nin], P->nin, name, rank, shape, 500);
+    if (v >= 0) P->nin++;
     return v;
 }
 
 static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
                          uint64_t seed) {
-    int64_t n = 1;
-    for (int d = 0; d < rank; d++) n *= shape[d];
-    float *data = malloc(sizeof(float) * (size_t)n);
-    kiln_fill_randn(data, n, seed);
-    kiln_value v = kiln_weight(P->g, name, rank, shape, data);
-    free(data);
-    return v;
+    return test_random_weight(P->g, name, rank, shape, seed);
 }
 
 static void prog_free(Prog *P) {

@@ -65,3 +65,25 @@ ExtView test_dense_view(int rank, const int64_t *shape) {
     }
     return v;
 }
+
+kiln_value test_random_input(kiln_graph *g, kiln_tensor *slot, int index, const char *name,
+                             int rank, const int64_t *shape, uint64_t seed_base) {
+    kiln_value v = kiln_input(g, name, KILN_F32, rank, shape);
+    if (v < 0) return v;
+    *slot = kiln_input_desc(g, index);
+    if (kiln_tensor_alloc(slot) != KILN_OK) return KILN_NONE;
+    kiln_fill_randn(slot->data, kiln_tensor_numel(slot), seed_base + (uint64_t)index);
+    return v;
+}
+
+kiln_value test_random_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,
+                              uint64_t seed) {
+    int64_t n = 1;
+    for (int d = 0; d < rank; d++) n *= shape[d];
+    float *data = malloc(sizeof(float) * (size_t)n);
+    if (!data) return KILN_NONE;
+    kiln_fill_randn(data, n, seed);
+    kiln_value v = kiln_weight(g, name, rank, shape, data);
+    free(data);
+    return v;
+}

@@ -15,6 +15,14 @@ int test_compile_report(const char *name, const char *source, char c[600], char 
  * vectorized? allow_libcall also accepts a loop GCC turned into a library
  * call (a copy loop becomes memcpy). */
 bool test_vectorized_at(const char *report, const char *file, int line, bool allow_libcall);
+/* Declare f32 input `index` (the graph's next input) and fill *slot with
+ * random normal data from seed_base + index. KILN_NONE (or the builder's
+ * error) when that fails. */
+kiln_value test_random_input(kiln_graph *g, kiln_tensor *slot, int index, const char *name,
+                             int rank, const int64_t *shape, uint64_t seed_base);
+/* A compile-time constant of random normal values from seed. */
+kiln_value test_random_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,
+                              uint64_t seed);
 /* A dense C-order view of shape. */
 ExtView test_dense_view(int rank, const int64_t *shape);
 #endif
