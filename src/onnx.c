@@ -288,7 +288,6 @@ static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_on
     return true;
 }
 
-static double get_elem(const kiln_tensor *t, int64_t k);
 
 /* A specialized input. An int input becomes a constant: the shape
  * arithmetic it feeds folds. Others keep computing at run time, and the
@@ -301,7 +300,7 @@ static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
                     "");
     double *d = arena_alloc(&im->arena, sizeof(double) * (size_t)n);
     if (!d) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
-    for (int64_t k = 0; k < n; k++) d[k] = get_elem(t, k);
+    for (int64_t k = 0; k < n; k++) d[k] = ox_tensor_elem(t, k);
     *(v->type == OT_INT32 || v->type == OT_INT64 ? &v->c : &v->spec) = d;
     return true;
 }
@@ -524,7 +523,7 @@ kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *na
 
 /* ---- converting at the boundary ------------------------------------------- */
 
-static double get_elem(const kiln_tensor *t, int64_t k) {
+double ox_tensor_elem(const kiln_tensor *t, int64_t k) {
     switch (t->dtype) {
     case KILN_F32: return ((const float *)t->data)[k];
     case KILN_F64: return ((const double *)t->data)[k];
@@ -557,7 +556,7 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
     bool exact = (is_int(src->dtype) && to == KILN_F32) || (src->dtype == KILN_F32 && is_int(to));
     int64_t n = kiln_tensor_numel(src);
     for (int64_t k = 0; k < n; k++) {
-        double v = get_elem(src, k);
+        double v = ox_tensor_elem(src, k);
         if (exact && (fabs(v) > 16777216.0 || v != floor(v))) {
             util_fmt(err, errlen, "element %lld is %.17g: not an integer kiln's f32 holds "
                      "exactly (|v| <= 2^24)", (long long)k, v);

@@ -57,6 +57,8 @@ typedef struct {
 /* ---- onnx.c ---- */
 int64_t ox_numel(const OxVal *v);
 const char *ox_type_name(int type);
+/* Element k of a dense tensor of any kiln dtype, as a double. */
+double ox_tensor_elem(const kiln_tensor *t, int64_t k);
 /* A value's slot, created (zeroed, v = KILN_NONE) when absent; NULL: no memory. */
 OxVal *ox_val(OxImp *im, const char *name);
 OxVal *ox_find(OxImp *im, const char *name);

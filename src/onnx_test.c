@@ -121,17 +121,6 @@ static int data_sets(const char *dir, char **sets, int max) {
     return n;
 }
 
-static double elem(const kiln_tensor *t, int64_t k) {
-    switch (t->dtype) {
-    case KILN_F32: return ((const float *)t->data)[k];
-    case KILN_F64: return ((const double *)t->data)[k];
-    case KILN_I32: return ((const int32_t *)t->data)[k];
-    case KILN_I64: return (double)((const int64_t *)t->data)[k];
-    case KILN_BOOL: return ((const uint8_t *)t->data)[k];
-    }
-    return 0;
-}
-
 static bool compare(const kiln_tensor *got, const kiln_tensor *want, int k, const char *who,
                     char *why, size_t whylen) {
     if (util_numel(got->rank, got->shape) != kiln_tensor_numel(want) || got->rank != want->rank) {
@@ -142,7 +131,7 @@ static bool compare(const kiln_tensor *got, const kiln_tensor *want, int k, cons
         return false;
     }
     for (int64_t i = 0; i < kiln_tensor_numel(want); i++) {
-        double g = elem(got, i), w = elem(want, i);
+        double g = ox_tensor_elem(got, i), w = ox_tensor_elem(want, i);
         if ((isnan(g) && isnan(w)) || g == w || fabs(g - w) <= OXT_ATOL + OXT_RTOL * fabs(w))
             continue;
         util_fmt(why, whylen, "%s: output %d element %lld is %.9g, expected %.9g", who, k,
