@@ -39,6 +39,11 @@
  *         denormal step (Q is in [-18, -1.8]); |x| >= 4 gives +-1 (erf(3.92)
  *         is already 1.0f). Coefficients fitted for kiln (minimax-like,
  *         mpmath).
+ *   gelu  x Phi(x) directly, not 0.5 x (1 + erf(x/sqrt2)): h = Phi(-|x|) =
+ *         exp(Q(|x|)), Q a degree-9 polynomial fitted to log Phi(-a) on
+ *         [0, 5.5]; x - |x| h for x >= 0, -|x| h for x < 0 (-0 past -5.5).
+ *         About 25 vector ops against erf's 33 plus gelu's 4: gelu(x + b)
+ *         over 1024x1024, 1 thread, 0.86-0.93 ms against 1.07-1.10 ms.
  *   sigmoid  e = exp(-|x|); (x >= 0 ? 1 : e) / (1 + e): no overflow, and
  *         right down to denormal results for large negative x; e is kept in
  *         two parts and the rounding of 1 + e is compensated.
@@ -66,6 +71,10 @@
  *   kiln_tanhf      1.31                 1.34                        2.0
  *   kiln_erff       1.39                 1.21                        2.0
  *   kiln_sigmoidf   1.13                 1.15                        1.5
+ *   kiln_gelu       1.58 (x >= 0; every  1.47 (x >= 0; every         2.0
+ *                   509th float)         1021st float)
+ *                   and for x < 0 absolute: 1.04e-7 (at x = -5.5), asserted
+ *                   2^-23; the erf form scores 8.3e-8 there (it cancels)
  *   kiln_floorf, kiln_ceilf: bit-exact (signed zeros too).
  *
  * (exp, sin, cos and erf measured again after the fast paths; tanh, which
@@ -672,8 +681,9 @@ KILN_VM_INLINE float kiln_vm_log_erfc(float u) {
     return KILN_VM_FMAF(p, u, -1.849605560e+00f);
 }
 
-/* e^y for y in [-18, -1.8] (log_erfc's range): no clamps, no denormals,
- * and no compensation, as 1 - e^y hides e^y's error (e^y <= 0.16). */
+/* e^y for y in [-18.6, -0.69] (log_erfc's and log_phi's ranges): no
+ * clamps, no denormals, and no compensation, as 1 - e^y hides e^y's error
+ * (e^y <= 0.16) and gelu scales it by |x| e^y. */
 KILN_VM_INLINE float kiln_vm_exp_erfc(float y) {
     int32_t n;
     float p = kiln_vm_exp_lean(y, &n);
@@ -686,6 +696,40 @@ KILN_VM_INLINE float kiln_erff(float x) {
     float big = 1.0f - kiln_vm_exp_erfc(kiln_vm_log_erfc(ac - 1.0f));
     float y = kiln_vm_sel(!(a >= 1.0f), kiln_vm_erf_small(a), big);  /* NaN: small */
     return kiln_vm_copysign(y, x);
+}
+
+/* ---- gelu ---------------------------------------------------------------- */
+
+/* log(Phi(-a)) on 0 <= a <= 5.5 (Phi the normal CDF), degree 9, fitted by
+ * least squares weighted by Phi(-a): gelu's error from it, Phi(-a) times
+ * the error of Q, is below 5.5e-9 (2^-27.5). */
+KILN_VM_INLINE float kiln_vm_log_phi(float a) {
+    float p = 3.5109357555e-07f;
+    p = KILN_VM_FMAF(p, a, -6.5645999712e-06f);
+    p = KILN_VM_FMAF(p, a, 5.1609047659e-05f);
+    p = KILN_VM_FMAF(p, a, -1.9599097141e-04f);
+    p = KILN_VM_FMAF(p, a, 8.4290104496e-06f);
+    p = KILN_VM_FMAF(p, a, 4.8063350841e-03f);
+    p = KILN_VM_FMAF(p, a, -3.6346230656e-02f);
+    p = KILN_VM_FMAF(p, a, -3.1830766797e-01f);
+    p = KILN_VM_FMAF(p, a, -7.9788470268e-01f);
+    return KILN_VM_FMAF(p, a, -6.9314718246e-01f);
+}
+
+/* gelu(x) = x Phi(x) (torch's exact, erf form) directly: with a = |x| and
+ * h = Phi(-a) = e^Q(a), x (1 - h) for x >= 0 (one FMA) and -a h for x < 0,
+ * which keeps the small negative results accurate where 1 + erf(x/sqrt2)
+ * cancels. Q is in [-18.6, -0.69], so exp_erfc's lean exp serves. Past
+ * a = 5.5: x for x >= 0 (x - 5.5 h rounds to x there, and +inf stays), -0
+ * for x < 0 (|gelu| < 1.1e-7 there; torch's float formula gives -0 too). */
+KILN_VM_INLINE float kiln_gelu(float x) {
+    float a = kiln_vm_abs(x);
+    int tail = a > 5.5f;
+    float ac = kiln_vm_sel(tail, 5.5f, a);      /* NaN stays NaN: pos below */
+    float h = kiln_vm_exp_erfc(kiln_vm_log_phi(ac));
+    float pos = KILN_VM_FMAF(-ac, h, x);
+    float neg = kiln_vm_sel(tail, 0.0f, ac * h);
+    return kiln_vm_sel(x < 0.0f, -neg, pos);
 }
 
 /* ---- sigmoid ------------------------------------------------------------- */

@@ -37,6 +37,7 @@ ARRAY_FN(kiln_cosf)
 ARRAY_FN(kiln_tanhf)
 ARRAY_FN(kiln_erff)
 ARRAY_FN(kiln_sigmoidf)
+ARRAY_FN(kiln_gelu)
 
 static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -148,6 +149,52 @@ TEST(vecmath_tanhf) { sweep(&cases[4]); }
 TEST(vecmath_erff) { sweep(&cases[5]); }
 TEST(vecmath_sigmoidf) { sweep(&cases[6]); }
 
+/* gelu(x) = x Phi(x) in double, by erfc (no cancellation for x < 0). */
+static double ref_gelu(double x) {
+    if (isinf(x)) return x > 0 ? x : 0.0;
+    return 0.5 * x * erfc(-x * M_SQRT1_2);
+}
+
+/* kiln_gelu over x[0..n): within 2 ulp for x >= 0; for x < 0, where the
+ * result is in [-0.17, 0] and the erf form (torch's float formula too)
+ * cancels, within 2^-23 absolute (docs/tolerances.md). */
+static void check_gelu(const float *x, int n, double *worst_ulp, double *worst_abs) {
+    float y[CHUNK];
+    arr_kiln_gelu(x, y, n);
+    for (int i = 0; i < n; i++) {
+        double r = ref_gelu((double)x[i]);
+        if (x[i] < 0.0f) {
+            double e = fabs((double)y[i] - r);
+            EXPECT(e <= 0x1p-23, "kiln_gelu(%a) = %a, want %a (abs %.3g)", x[i], y[i], r, e);
+            if (e > *worst_abs) *worst_abs = e;
+        } else {
+            double e = ulp_error(y[i], r);
+            EXPECT(e <= 2.0, "kiln_gelu(%a) = %a, want %a (%.2f ulp)", x[i], y[i], r, e);
+            if (e > *worst_ulp) *worst_ulp = e;
+        }
+    }
+}
+
+static int is_neg_zero(float f) { return f == 0.0f && signbit(f); }
+
+TEST(vecmath_gelu) {
+    static float x[CHUNK];
+    long stride = stride_from_env(509);
+    int n = 0;
+    double worst_ulp = 0, worst_abs = 0;
+    check_gelu(specials, (int)(sizeof specials / sizeof specials[0]), &worst_ulp, &worst_abs);
+    for (uint64_t u = 0; u <= 0xffffffffu; u += (uint64_t)stride) {
+        x[n++] = from_bits((uint32_t)u);
+        if (n == CHUNK) { check_gelu(x, n, &worst_ulp, &worst_abs); n = 0; }
+    }
+    if (n) check_gelu(x, n, &worst_ulp, &worst_abs);
+    printf("vecmath: kiln_gelu      max %.3f ulp (x >= 0), abs %.3g (x < 0), stride %ld\n",
+           worst_ulp, worst_abs, stride);
+    CHECK(is_neg_zero(kiln_gelu(-0.0f)) && is_neg_zero(kiln_gelu(-6.0f)));
+    CHECK(kiln_gelu(INFINITY) == INFINITY && is_neg_zero(kiln_gelu(-INFINITY)));
+    CHECK(kiln_gelu(6.0f) == 6.0f && isnan(kiln_gelu(NAN)) && isnan(kiln_gelu(-NAN)));
+}
+
 /* floor and ceil must match libm bit for bit (signed zeros included). */
 static void sweep_exact(const char *name, float (*f)(float), float (*ref)(float)) {
     long stride = stride_from_env(509), bad = 0;
@@ -175,7 +222,6 @@ TEST(vecmath_floor_ceil_exact) {
     CHECK(signbit(kiln_ceilf(-0.7f)) && signbit(kiln_floorf(-0.0f)));
 }
 
-static int is_neg_zero(float f) { return f == 0.0f && signbit(f); }
 
 /* Exact results the sweep cannot see as errors: signed zeros, limits. */
 TEST(vecmath_special_values) {
