@@ -174,7 +174,7 @@ static const char prelude_tail[] =
     " * use, which made a kernel of 50 sines take seconds to compile. Unused ones\n"
     " * cost nothing. */\n"
     KILN_SIMD_FN(expf) KILN_SIMD_FN(logf) KILN_SIMD_FN(sinf) KILN_SIMD_FN(cosf)
-    KILN_SIMD_FN(tanhf) KILN_SIMD_FN(erff) KILN_SIMD_FN(sigmoid)
+    KILN_SIMD_FN(tanhf) KILN_SIMD_FN(erff) KILN_SIMD_FN(sigmoid) KILN_SIMD_FN(gelu)
     "\n/* ===== the runtime interface ===== */\n"
     "\n"
     "/* A strided view: element (i0..ik) at data[offset + sum i_d*stride_d]. */\n"
@@ -717,6 +717,7 @@ static const char *op_form(Op op) {
     case OP_COS: return "kiln_cosf_v(%s)";
     case OP_TANH: return "kiln_tanhf_v(%s)";
     case OP_ERF: return "kiln_erff_v(%s)";
+    case OP_GELU: return "kiln_gelu_v(%s)";
     case OP_SIGMOID: return "kiln_sigmoid_v(%s)";
     default: return op_info[op].cform;
     }

@@ -254,10 +254,6 @@ static int expand_composite(Graph *dst, const Node *n, const int *map) {
     case OP_LOG_SOFTMAX: return softmax(dst, x, n, true);
     case OP_LAYER_NORM: return layer_norm(dst, x, n, map);
     case OP_BATCH_NORM: return batch_norm(dst, x, n, map);
-    case OP_GELU: /* erf form: x/2 * (1 + erf(x/sqrt(2))) */
-        return bin(dst, "mul", bin(dst, "mul", x, num(dst, 0.5)),
-                   bin(dst, "add", num(dst, 1.0),
-                       kiln_unary(dst, "erf", bin(dst, "mul", x, num(dst, M_SQRT1_2)))));
     case OP_SILU: return bin(dst, "mul", x, kiln_unary(dst, "sigmoid", x));
     case OP_CLAMP: return clamp(dst, x, n);
     case OP_DROPOUT: return dropout(dst, x, n);

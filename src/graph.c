@@ -291,10 +291,10 @@ static int pointwise(Graph *g, Op op, int nin, const int *in, kiln_dtype dt) {
 
 static bool is_cmp(Op op) { return op >= OP_LT && op <= OP_NE; }
 
-/* unary pointwise ops and the unary composites (gelu, silu) */
+/* unary pointwise ops and the unary composite silu */
 kiln_value kiln_unary(kiln_graph *g, const char *opname, kiln_value x) {
     int op = op_lookup(opname ? opname : "");
-    bool composite = op == OP_GELU || op == OP_SILU;
+    bool composite = op == OP_SILU;
     if (op < 0 || (!composite && (op_info[op].kind != KIND_POINTWISE || op_info[op].arity != 1)))
         return g->status ? KILN_NONE
                          : graph_fail(g, KILN_ERR_INPUT, "unknown unary op '%s'", opname);

@@ -232,6 +232,7 @@ static void pw_unary(Op op, float *o, int64_t so, const float *a, int64_t sa, in
     case OP_SIN:         MAP1(DBL(sin, x));
     case OP_COS:         MAP1(DBL(cos, x));
     case OP_ERF:         MAP1(DBL(erf, x));
+    case OP_GELU:        MAP1((float)(0.5 * (double)x * erfc(-(double)x * M_SQRT1_2)));
     case OP_FLOOR:       MAP1(floorf(x));
     case OP_CEIL:        MAP1(ceilf(x));
     case OP_RECIPROCAL:  MAP1(1.0f / x);

@@ -643,7 +643,7 @@ int ex_nops(const Expr *e) {
 bool op_is_expensive(Op op) {
     switch (op) {
     case OP_EXP: case OP_LOG: case OP_SIN: case OP_COS: case OP_TANH:
-    case OP_ERF: case OP_POW: case OP_SIGMOID:
+    case OP_ERF: case OP_GELU: case OP_POW: case OP_SIGMOID:
         return true;
     default:
         return false;

@@ -401,6 +401,7 @@ static float apply(Op op, const float *x) {
     case OP_SIN: return (float)sin(a);
     case OP_COS: return (float)cos(a);
     case OP_ERF: return (float)erf(a);
+    case OP_GELU: return (float)(0.5 * (double)a * erfc(-(double)a * M_SQRT1_2));
     case OP_FLOOR: return floorf(a);
     case OP_CEIL: return ceilf(a);
     case OP_RECIPROCAL: return 1.0f / a;

@@ -56,7 +56,7 @@ add kiln_not "kiln_not(x[i]) * kiln_le(x[i], z[i]) + kiln_ne(x[i], z[i]) * kiln_
 # Fused bodies as the code generator writes them: the seed chain, gelu,
 # silu, a softmax body, clamp.
 add chain "kiln_sinf(kiln_relu(x[i] + 1.0f) * 2.0f)"
-add gelu "0.5f * x[i] * (1.0f + kiln_erff(x[i] * 0.70710678f))"
+add gelu "kiln_gelu(x[i] + z[i])"
 add silu "x[i] * kiln_sigmoid(x[i])"
 add softmax "kiln_expf(x[i] - z[i]) / z[i]"
 clamp="kiln_tanhf(kiln_max(kiln_min(x[i], 6.0f), -6.0f))"
