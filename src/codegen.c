@@ -205,6 +205,10 @@ static const char prelude_tail[] =
     "                            void *ctx);\n"
     "    char *err;      /* where an extern that finds bad input says why */\n"
     "    size_t errlen;\n"
+    "    int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w,\n"
+    "                        const int64_t ws[4], const float *bias, float *y,\n"
+    "                        const int64_t ys[4], const int64_t attr[7], KilnEpilogue epi,\n"
+    "                        void *ctx);   /* conv2d of a constant weight */\n"
     "} KilnRT;\n"
     "\n"
     "/* ===== helpers ===== */\n"
@@ -1661,6 +1665,17 @@ static void shape4(Str *o, const char *name, const int64_t *s) {
              (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3]);
 }
 
+/* The KilnRT entry of a conv: conv2d_const when its weight is a weight
+ * buffer passed as it is (dense), so its address and data are the same on
+ * every call and the library may keep the weight in its own layout; never
+ * for a runtime input, a computed buffer or a packed copy. */
+static const char *conv_entry(const Gen *g, const Buffer *b) {
+    const BufView *w = &b->opnd[1];
+    if (b->ext_op == OP_CONV2D && buf_of(g, w->buf)->body == BODY_WEIGHT && view_dense(w))
+        return "conv2d_const";
+    return op_info[b->ext_op].name;
+}
+
 static void conv_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     Packs pk = {.n = 0};
     str_init(&pk.allocs, g->pool), str_init(&pk.packs, g->pool);
@@ -1680,7 +1695,7 @@ static void conv_call(Gen *g, Str *o, const Buffer *b, const char *out, const ch
         str_putf(o, "            return 1;\n        }\n%s", str_get(&pk.packs));
     }
     str_putf(o, "        int rc = rt->%s(%s, xs, %s, ws, %s, %s, ys, attr, %s);\n",
-             op_info[b->ext_op].name, x, w, bias, out, epi);
+             conv_entry(g, b), x, w, bias, out, epi);
     str_putf(o, "%s        if (rc) return 1;\n", str_get(&pk.frees));
 }
 

@@ -53,6 +53,13 @@ typedef struct {
                             void *ctx);
     char *err;            /* a run's message buffer: an extern that finds bad input */
     size_t errlen;        /* (EXT_ERR_INPUT) says why there */
+    /* conv2d whose weight operand is a compile-time constant (a weight
+     * buffer, dense): the library may keep its reordered copy across calls
+     * (ext_conv2d_const_epi). Last, so a test's table may leave it NULL:
+     * rt_run then uses conv2d. */
+    int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                        const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                        ExtEpilogue epi, void *ctx);
 } KilnRT;
 
 /* The generated entry point: bufs[i] holds buffer i of the loop program

@@ -24,6 +24,13 @@
  * are shared, and two convolutions at once would only fight over the same
  * OpenMP threads (oneDNN here uses kiln's libgomp pool).
  *
+ * Constant weights (ext_conv2d_const_epi: a weight buffer of the program)
+ * are reordered once: the blocked copy is kept (Kept, below) under the
+ * plain weights' address, shape and the layout the primitive wants, and
+ * later calls use it as it is (ResNet-18: 47 MB of reorders per inference
+ * saved). The runtime drops a program's copies when it frees the program
+ * (ext_conv_forget_weights), since the address may next hold other data.
+ *
  * A shape oneDNN declines (ext_conv2d_dnnl returns 1) goes to im2col.
  */
 #include "externs.h"
@@ -36,6 +43,7 @@
 /* What identifies a primitive: xs[1..3], ws[0..3], ys[2..3], attr[0..6],
  * then these: */
 enum { K_GROUPS = 15, K_BIAS, K_THREADS, K_IMAGES, KEY_LEN };
+enum { K_WS = 3 };   /* where ws[0..3] start */
 
 /* Memory objects (no buffer of their own; handles set per call); the last
  * two are a block of channels of M_DST and M_DST_PLAIN (see part_new). */
@@ -51,6 +59,7 @@ typedef struct {
     int64_t part, part_stride;   /* channels per part; elements between parts in M_DST */
     dnnl_memory_t mem[M_COUNT];
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
+    dnnl_memory_desc_t wei_md;   /* the weights' layout for conv */
     dnnl_stream_t stream;
 } DnnlConv;
 
@@ -160,6 +169,7 @@ static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_d
     if (!st) st = make_reorder(&d->dst_out, md[M_DST], md[M_DST_PLAIN]);
     d->src_bytes = d->src_in ? dnnl_memory_desc_get_size(md[M_SRC]) : 0;
     d->wei_bytes = d->wei_in ? dnnl_memory_desc_get_size(md[M_WEI]) : 0;
+    d->wei_md = *md[M_WEI];
     d->dst_bytes = d->dst_out ? dnnl_memory_desc_get_size(md[M_DST]) : 0;
     d->pad_bytes = dnnl_memory_desc_get_size(md[M_PAD]);
     return st;
@@ -247,6 +257,94 @@ static dnnl_status_t reorder(DnnlConv *d, dnnl_primitive_t r, int from, int to) 
     return exec(d, r, 2, args);
 }
 
+/* ---- constant weights, reordered once ---- */
+
+/* One constant weight in a primitive's layout. Two primitives (thread
+ * counts, image counts) may want one weight in different layouts, hence md
+ * in the key. */
+typedef struct Kept {
+    const float *w;          /* the plain weights (a program's constant) */
+    int64_t ws[4], groups;
+    dnnl_memory_desc_t md;   /* the layout of data */
+    void *raw, *data;        /* kmalloc'd; data: raw 64-byte aligned */
+    size_t bytes;
+    struct Kept *next;
+} Kept;
+
+/* All kept copies together stay under this; a weight beyond it is
+ * reordered per call as a runtime one (models far larger than ResNet-50's
+ * 100 MB of weights, many programs alive at once). */
+#define KEPT_MAX ((size_t)1 << 30)
+static Kept *kept;           /* under lock */
+static size_t kept_bytes;
+
+static Kept *kept_find(const DnnlConv *d, const float *w) {
+    for (Kept *k = kept; k; k = k->next)
+        if (k->w == w && !memcmp(k->ws, d->key + K_WS, sizeof k->ws) &&
+            k->groups == d->key[K_GROUPS] && dnnl_memory_desc_equal(&k->md, &d->wei_md))
+            return k;
+    return NULL;
+}
+
+static void kept_free(Kept *k) {
+    kfree(k->raw);
+    kfree(k);
+}
+
+/* w in d's layout, kept for later calls (made now on a miss); NULL when it
+ * cannot be kept (over KEPT_MAX, out of memory): the caller reorders it. */
+static void *kept_weights(DnnlConv *d, const float *w) {
+    Kept *k = kept_find(d, w);
+    if (k) return k->data;
+    if (kept_bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
+    *k = (Kept){.w = w, .groups = d->key[K_GROUPS], .md = d->wei_md, .bytes = d->wei_bytes};
+    memcpy(k->ws, d->key + K_WS, sizeof k->ws);
+    if (!(k->raw = kmalloc(k->bytes + 63))) {
+        kept_free(k);
+        return NULL;
+    }
+    k->data = (char *)k->raw + (64 - (uintptr_t)k->raw % 64) % 64;
+    dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)w);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], k->data);
+    if (!st) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
+    if (!st) st = dnnl_stream_wait(d->stream);
+    if (st) {
+        kept_free(k);
+        return NULL;
+    }
+    k->next = kept;
+    kept = k;
+    kept_bytes += k->bytes;
+    return k->data;
+}
+
+void ext_conv_forget_weights(const void *data, size_t bytes) {
+    const char *lo = data, *hi = lo + bytes;
+    pthread_mutex_lock(&lock);
+    for (Kept **pk = &kept; *pk;) {
+        Kept *k = *pk;
+        if ((const char *)k->w < lo || (const char *)k->w >= hi) {
+            pk = &k->next;
+            continue;
+        }
+        *pk = k->next;
+        kept_bytes -= k->bytes;
+        kept_free(k);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+int ext_conv_kept_weights(size_t *bytes) {
+    int n = 0;
+    pthread_mutex_lock(&lock);
+    for (const Kept *k = kept; k; k = k->next) n++;
+    if (bytes) *bytes = kept_bytes;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
+
+/* ---- running ---- */
+
 /* The output of one call back to NCHW in y (images from n), in parts of
  * d->part channels each followed by its epilogue (see part_new). */
 static dnnl_status_t out_parts(DnnlConv *d, float *y, int64_t n, const int64_t ys[4],
@@ -295,21 +393,24 @@ static void *carve(char **p, size_t bytes) {
     return bytes ? r : NULL;
 }
 
-static int run(DnnlConv *d, const float *x, const int64_t xs[4], const float *w,
+/* kw: the weights already in d's layout (kept), or NULL. */
+static int run(DnnlConv *d, const float *x, const int64_t xs[4], const float *w, void *kw,
                const float *bias, float *y, const int64_t ys[4], ExtEpilogue epi, void *ctx) {
-    size_t total = 64 * 5 + d->src_bytes + d->wei_bytes + d->dst_bytes + d->pad_bytes;
+    size_t wei_bytes = kw ? 0 : d->wei_bytes;
+    size_t total = 64 * 5 + d->src_bytes + wei_bytes + d->dst_bytes + d->pad_bytes;
     char *block = kmalloc(total), *p = block;
     if (!block) return -1;
     p += (64 - (uintptr_t)p % 64) % 64;
-    void *src = carve(&p, d->src_bytes), *wei = carve(&p, d->wei_bytes);
+    void *src = carve(&p, d->src_bytes), *wei = carve(&p, wei_bytes);
     void *dst = carve(&p, d->dst_bytes), *pad = carve(&p, d->pad_bytes);
+    void *blocked = kw ? kw : d->wei_in ? wei : (void *)w;
     dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)w);
-    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], d->wei_in ? wei : (void *)w);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], blocked);
     if (!st && src) st = dnnl_memory_set_data_handle(d->mem[M_SRC], src);
     if (!st && dst) st = dnnl_memory_set_data_handle(d->mem[M_DST], dst);
     if (!st) st = dnnl_memory_set_data_handle(d->mem[M_PAD], pad);
     if (!st && bias) st = dnnl_memory_set_data_handle(d->mem[M_BIAS], (void *)bias);
-    if (!st && d->wei_in) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
+    if (!st && d->wei_in && !kw) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
     for (int64_t n = 0; n < xs[0] && !st; n += d->key[K_IMAGES])
         st = conv_images(d, x, y, n, xs, ys, epi, ctx);
     kfree(block);
@@ -324,10 +425,11 @@ static int64_t images_per_call(const int64_t ys[4]) {
 
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
-                    ExtEpilogue epi, void *ctx) {
+                    bool wconst, ExtEpilogue epi, void *ctx) {
     pthread_mutex_lock(&lock);
     DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, images_per_call(ys));
-    int r = d ? run(d, x, xs, w, bias, y, ys, epi, ctx) : 1;
+    void *kw = d && wconst && d->wei_in ? kept_weights(d, w) : NULL;
+    int r = d ? run(d, x, xs, w, kw, bias, y, ys, epi, ctx) : 1;
     pthread_mutex_unlock(&lock);
     return r;
 }

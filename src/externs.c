@@ -407,16 +407,16 @@ static ExtConvBackend conv_backend = EXT_CONV_DNNL;
 
 void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
 
-int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
-                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
-                   ExtEpilogue epi, void *ctx) {
+static int conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                  bool wconst, ExtEpilogue epi, void *ctx) {
     ext_blas_init();
     ConvShape s = conv_shape(xs, ws, ys, attr);
     bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
      * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md). */
     if (conv_backend == EXT_CONV_DNNL && !direct) {
-        int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, epi, ctx);
+        int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
         if (r <= 0) return r;
     }
     if (s.groups == s.c && s.o == s.c) {
@@ -439,6 +439,18 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
         }
     kfree(col);
     return 0;
+}
+
+int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                   ExtEpilogue epi, void *ctx) {
+    return conv2d(x, xs, w, ws, bias, y, ys, attr, false, epi, ctx);
+}
+
+int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
+                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                         const int64_t attr[7], ExtEpilogue epi, void *ctx) {
+    return conv2d(x, xs, w, ws, bias, y, ys, attr, true, epi, ctx);
 }
 
 int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],

@@ -39,16 +39,31 @@ int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                    ExtEpilogue epi, void *ctx);
+/* The same for a weight w that is a compile-time constant at a fixed
+ * address (a kiln_weight, an ONNX initializer, folded Conv-BN weights):
+ * oneDNN's reordered copy of it is kept across calls (conv_dnnl.c) until
+ * ext_conv_forget_weights drops it. Never for weights that can change
+ * between calls (a runtime input, a computed or packed buffer). */
+int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
+                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                         const int64_t attr[7], ExtEpilogue epi, void *ctx);
 /* conv2d's backend (process-wide, for tests and benchmarks): oneDNN
  * (conv_dnnl.c, the default; a shape it declines goes to im2col) or
  * kiln's own im2col + sgemm, direct 1x1 and depthwise loops. */
 typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
 void ext_set_conv_backend(ExtConvBackend b);
 /* conv_dnnl.c: ext_conv2d_epi through oneDNN; 0, -1 (out of memory or a
- * oneDNN failure) or 1 when oneDNN declines the shape. */
+ * oneDNN failure) or 1 when oneDNN declines the shape. wconst: w is a
+ * constant (see ext_conv2d_const_epi) whose reordered copy may be kept. */
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
-                    ExtEpilogue epi, void *ctx);
+                    bool wconst, ExtEpilogue epi, void *ctx);
+/* Drop the kept reordered copies of constant weights stored within
+ * [data, data + bytes) (a program's weights, when it is freed: the address
+ * may next hold other data). */
+void ext_conv_forget_weights(const void *data, size_t bytes);
+/* Tests: how many reordered weight copies are kept, and their bytes. */
+int ext_conv_kept_weights(size_t *bytes);
 /* Run epi over elements [start, start + count) of c, whose rows (or planes)
  * are `unit` elements long, on every thread when it is large; call outside
  * any parallel region. */

@@ -53,8 +53,9 @@ struct RtProgram {
     RtStats stats;
 };
 
-static const KilnRT rt_externs = {ext_matmul_epi, ext_conv2d_epi, ext_gather,
-                                  ext_conv_transpose2d, NULL, 0};
+static const KilnRT rt_externs = {ext_matmul_epi,       ext_conv2d_epi, ext_gather,
+                                  ext_conv_transpose2d, NULL,           0,
+                                  ext_conv2d_const_epi};
 static const KilnRT *rt_override;      /* rt_set_externs: a test's table */
 
 void rt_set_externs(const KilnRT *rt) { rt_override = rt; }
@@ -347,8 +348,18 @@ kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg
     return st;
 }
 
+/* The library's kept copies of this program's weights (conv2d_const) go
+ * with it: their addresses may next hold another program's weights. */
+static void forget_weights(const RtProgram *p) {
+    const LoopProgram *lp = p->plan ? p->plan->prog : NULL;
+    for (int b = 0; lp && b < lp->nbufs; b++)
+        if (lp->bufs[b]->body == BODY_WEIGHT && lp->bufs[b]->data)
+            ext_conv_forget_weights(lp->bufs[b]->data, (size_t)buf_bytes(lp->bufs[b]));
+}
+
 void rt_free(RtProgram *p) {
     if (!p) return;
+    forget_weights(p);
     jit_close(p->lib);
     cg_free(&p->code);
     plan_free(p->plan);
@@ -391,6 +402,7 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     KilnRT rt = *(rt_override ? rt_override : &rt_externs);
     if (!rt.gather) rt.gather = ext_gather;   /* a test's table may set only some */
     if (!rt.conv_transpose2d) rt.conv_transpose2d = ext_conv_transpose2d;
+    if (!rt.conv2d_const) rt.conv2d_const = rt.conv2d;
     rt.err = err;       /* a gather's index out of range is reported here */
     rt.errlen = errlen;
     int rc = p->entry ? p->entry(p->bufs, &rt) : 0;

@@ -182,7 +182,7 @@ static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
     float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
     Seen seen = {calloc((size_t)ny, 1), ny, 0};
     const float *bias = c[14] ? b : NULL;
-    int rc = dnnl_only ? ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, at_, plus_one, &seen)
+    int rc = dnnl_only ? ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, at_, false, plus_one, &seen)
                        : ext_conv2d_epi(x, xs, w, ws, bias, y, ys, at_, plus_one, &seen);
     EXPECT(rc == 0, "%s: case %zu: rc %d", backend, t, rc);
     naive_conv(x, xs, w, ws, bias, ref, ys, at_);
