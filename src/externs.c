@@ -8,7 +8,9 @@
  * Operands arrive as strided views (ExtView), so a transposed operand is
  * passed to BLAS as a transpose flag with a leading dimension instead of
  * being copied; only a view BLAS cannot express (a non-unit stride in both
- * of the last two dims) is packed into a temporary.
+ * of the last two dims) is packed into a temporary. A batched matmul whose
+ * batches share B is one GEMM over all their rows when A's rows allow it
+ * ("batch folding" below).
  *
  * Threads: kiln links the OpenMP build of OpenBLAS (Debian's
  * libopenblas-openmp-dev, chosen by rpath over the pthread build that the
@@ -300,7 +302,7 @@ static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, i
                          const int64_t *cshape, ExtView *a2, ExtView *b2) {
     int64_t M = cshape[nb], K = av->shape[av->rank - 1], rows = M;
     for (int d = 0; d < nb; d++) rows *= cshape[d];
-    if (rows == M || !b_shared(bv)) return false;
+    if (rows == M || rows > INT32_MAX || !b_shared(bv)) return false;   /* BLAS takes int */
     int64_t step = folded_row_stride(av, nb, cshape, M), scol = av->stride[av->rank - 1];
     BlasOperand o;
     if (step <= 0 || !as_blas(a + av->offset, rows, K, step, scol, &o)) return false;
