@@ -8,7 +8,9 @@
  * Operands arrive as strided views (ExtView), so a transposed operand is
  * passed to BLAS as a transpose flag with a leading dimension instead of
  * being copied; only a view BLAS cannot express (a non-unit stride in both
- * of the last two dims) is packed into a temporary.
+ * of the last two dims) is packed into a temporary. A batched matmul whose
+ * batches share B is one GEMM over all their rows when A's rows allow it
+ * ("batch folding" below).
  *
  * Threads: kiln links the OpenMP build of OpenBLAS (Debian's
  * libopenblas-openmp-dev, chosen by rpath over the pthread build that the
@@ -257,9 +259,69 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
     return true;
 }
 
+/* ---- batch folding ----------------------------------------------------------
+ *
+ * A batched matmul whose B is one matrix for every batch (a 2-D weight, or
+ * stride 0 over the batch dims) is a single GEMM of batches * M rows when
+ * A's rows, taken batch after batch, are evenly spaced in memory: C is
+ * dense, so its rows already follow each other that way. One call packs B
+ * once; a call per batch packs it again each time and, for small M, runs
+ * sgemm far below its speed. The ONNX encoder (models/export.py) shows it:
+ * the sequence-first transpose makes its QKV projection 128 batches of one
+ * row, [128, 1, 256] @ [256, 768], 1.93 ms as 128 calls against 0.36 ms as
+ * one (one thread; docs/benchmarks.md). A's rows must also suit BLAS as one
+ * matrix (as_blas); otherwise the batches run one by one as before. */
+
+/* B's offset is the same for every batch: its batch dims are 1 or stride 0. */
+static bool b_shared(const ExtView *bv) {
+    for (int d = 0; d < bv->rank - 2; d++)
+        if (bv->shape[d] != 1 && bv->stride[d] != 0) return false;
+    return true;
+}
+
+/* The stride between consecutive rows of A across all batches, or 0 when
+ * they are not evenly spaced (or A is broadcast over a batch dim of C). */
+static int64_t folded_row_stride(const ExtView *av, int nb, const int64_t *cshape, int64_t M) {
+    int vb = av->rank - 2;
+    int64_t step = M > 1 ? av->stride[vb] : 0, span = M;   /* step 0: not known yet */
+    if (M > 1 && step <= 0) return 0;
+    for (int d = nb - 1; d >= 0; d--) {
+        if (cshape[d] == 1) continue;
+        int vd = d - (nb - vb);
+        if (vd < 0 || av->shape[vd] == 1) return 0;
+        if (!step) step = av->stride[vd];
+        if (av->stride[vd] != step * span) return 0;
+        span *= cshape[d];
+    }
+    return step;
+}
+
+/* Rewrite a batched a @ b as 2-D views of batches * M rows; false when the
+ * batches cannot be one GEMM. */
+static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, int nb,
+                         const int64_t *cshape, ExtView *a2, ExtView *b2) {
+    int64_t M = cshape[nb], K = av->shape[av->rank - 1], rows = M;
+    for (int d = 0; d < nb; d++) rows *= cshape[d];
+    if (rows == M || rows > INT32_MAX || !b_shared(bv)) return false;   /* BLAS takes int */
+    int64_t step = folded_row_stride(av, nb, cshape, M), scol = av->stride[av->rank - 1];
+    BlasOperand o;
+    if (step <= 0 || !as_blas(a + av->offset, rows, K, step, scol, &o)) return false;
+    *a2 = (ExtView){2, {rows, K}, {step, scol}, av->offset};
+    *b2 = (ExtView){2, {K, bv->shape[bv->rank - 1]},
+                    {bv->stride[bv->rank - 2], bv->stride[bv->rank - 1]}, bv->offset};
+    return true;
+}
+
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx) {
     ext_blas_init();
+    ExtView a2, b2;
+    int64_t cs2[2];
+    if (crank > 2 && fold_batches(a, av, bv, crank - 2, cshape, &a2, &b2)) {
+        cs2[0] = a2.shape[0];
+        cs2[1] = cshape[crank - 1];
+        av = &a2, bv = &b2, cshape = cs2, crank = 2;
+    }
     int nb = crank - 2;
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     int64_t batches = 1, rows = block_rows(M, N, epi != NULL), arow = av->stride[av->rank - 2];

@@ -598,22 +598,29 @@ static void expect_rec(Rec *r, const float *got, const char *what) {
 
 TEST(epilogue_library_matmul_blocks) {
     /* batched, with an M that leaves a partial block, and N wide enough that
-     * a block's epilogue runs in parallel pieces */
-    static const struct { int64_t B, M, K, N, rows; } cases[] = {
-        {1, 300, 17, 520, 64}, {2, 131, 9, 40, 64}, {1, 300, 17, 33, 0}, {3, 5, 4, 3, 2},
+     * a block's epilogue runs in parallel pieces. A 2-D B is shared by every
+     * batch, and the library folds the batches into one matrix of B * M rows
+     * (ext_matmul_epi): its blocks then run across batches. A 3-D B (bb = B)
+     * keeps a GEMM per batch, and blocks inside each batch. */
+    static const struct { int64_t B, M, K, N, rows, bb; } cases[] = {
+        {1, 300, 17, 520, 64, 1}, {2, 131, 9, 40, 64, 1}, {1, 300, 17, 33, 0, 1},
+        {3, 5, 4, 3, 2, 1}, {2, 131, 9, 40, 64, 2}, {3, 5, 4, 3, 2, 3},
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
-        int64_t B = cases[t].B, M = cases[t].M, K = cases[t].K, N = cases[t].N;
-        int64_t as[3] = {B, M, K}, bs[2] = {K, N}, cs[3] = {B, M, N}, n = B * M * N;
-        float *a = malloc(sizeof(float) * (size_t)(B * M * K)), *b = malloc(sizeof(float) * (size_t)(K * N));
+        int64_t B = cases[t].B, M = cases[t].M, K = cases[t].K, N = cases[t].N, bb = cases[t].bb;
+        int64_t as[3] = {B, M, K}, bs[3] = {bb, K, N}, cs[3] = {B, M, N}, n = B * M * N;
+        float *a = malloc(sizeof(float) * (size_t)(B * M * K)), *b = malloc(sizeof(float) * (size_t)(bb * K * N));
         float *want = malloc(sizeof(float) * (size_t)n), *c = malloc(sizeof(float) * (size_t)n);
         unsigned char *seen = calloc((size_t)n, 1);
         fill(a, B * M * K, 1 + t);
-        fill(b, K * N, 11 + t);
-        ExtView av = test_dense_view(3, as), bv = test_dense_view(2, bs);
+        fill(b, bb * K * N, 11 + t);
+        ExtView av = test_dense_view(3, as);
+        ExtView bv = bb > 1 ? test_dense_view(3, bs) : test_dense_view(2, bs + 1);
         CHECK(ext_matmul(a, &av, b, &bv, want, 3, cs) == 0);
-        int64_t rows = cases[t].rows ? cases[t].rows : M;   /* 0: the policy, one block here */
-        Rec r = {want, n, N, M * N, rows * N, seen, 0, 0, 0};
+        bool folded = bb == 1 && B > 1;
+        int64_t m = folded ? B * M : M;   /* rows of one GEMM */
+        int64_t rows = cases[t].rows ? cases[t].rows : m;   /* 0: the policy, one block here */
+        Rec r = {want, n, N, m * N, rows * N, seen, 0, 0, 0};
         ext_set_epilogue_rows(cases[t].rows);
         int rc = ext_matmul_epi(a, &av, b, &bv, c, 3, cs, rec_epi, &r);
         ext_set_epilogue_rows(0);
@@ -621,9 +628,69 @@ TEST(epilogue_library_matmul_blocks) {
         char what[64];
         snprintf(what, sizeof what, "matmul case %zu", t);
         expect_rec(&r, c, what);
-        EXPECT(r.calls >= B * ((M + rows - 1) / rows), "%s: %d calls", what, r.calls);
+        EXPECT(r.calls >= B * M / m * ((m + rows - 1) / rows), "%s: %d calls", what, r.calls);
         free(a), free(b), free(want), free(c), free(seen);
     }
+}
+
+/* c = a @ b by the definition, element by element through the views: the
+ * oracle for the library's strided and folded calls. */
+static void naive_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv,
+                         float *c, int nb, const int64_t *cs) {
+    int64_t batches = 1, M = cs[nb], N = cs[nb + 1], K = av->shape[av->rank - 1];
+    for (int d = 0; d < nb; d++) batches *= cs[d];
+    for (int64_t i = 0; i < batches; i++) {
+        int64_t oa = av->offset, ob = bv->offset, rest = i;
+        for (int d = nb - 1; d >= 0; d--) {
+            int64_t x = rest % cs[d];
+            int da = d - (nb - (av->rank - 2)), db = d - (nb - (bv->rank - 2));
+            if (da >= 0 && av->shape[da] != 1) oa += x * av->stride[da];
+            if (db >= 0 && bv->shape[db] != 1) ob += x * bv->stride[db];
+            rest /= cs[d];
+        }
+        for (int64_t m = 0; m < M; m++)
+            for (int64_t nn = 0; nn < N; nn++) {
+                double acc = 0;
+                for (int64_t k = 0; k < K; k++)
+                    acc += (double)a[oa + m * av->stride[av->rank - 2] + k * av->stride[av->rank - 1]] *
+                           b[ob + k * bv->stride[bv->rank - 2] + nn * bv->stride[bv->rank - 1]];
+                c[(i * M + m) * N + nn] = (float)acc;
+            }
+    }
+}
+
+TEST(matmul_library_batch_folding) {
+    /* Views of a and b over 4096-float buffers: shared B folded into one
+     * GEMM (the encoder's [128, 1, 256] rows of x, dense batches, a column
+     * slice with row stride > K, a transposed A whose batches follow each
+     * other), and views that must not fold: A broadcast over a batch,
+     * padding between batches, a batched B; each against the naive loops. */
+    static const struct { ExtView a, b; int nb; int64_t cs[4]; } cases[] = {
+        {{3, {16, 1, 12}, {12, 0, 1}, 0}, {2, {12, 10}, {10, 1}, 0}, 1, {16, 1, 10}},
+        {{3, {3, 5, 7}, {35, 7, 1}, 2}, {3, {1, 7, 6}, {0, 1, 7}, 0}, 1, {3, 5, 6}},
+        {{4, {2, 3, 4, 5}, {120, 40, 10, 1}, 3}, {2, {5, 9}, {9, 1}, 1}, 2, {2, 3, 4, 9}},
+        {{3, {3, 4, 6}, {4, 1, 12}, 0}, {2, {6, 5}, {5, 1}, 0}, 1, {3, 4, 5}},
+        {{2, {4, 6}, {6, 1}, 0}, {2, {6, 5}, {5, 1}, 0}, 1, {3, 4, 5}},
+        {{3, {3, 4, 6}, {30, 6, 1}, 0}, {2, {6, 5}, {5, 1}, 0}, 1, {3, 4, 5}},
+        {{3, {3, 4, 6}, {24, 6, 1}, 0}, {3, {3, 6, 5}, {30, 5, 1}, 0}, 1, {3, 4, 5}},
+    };
+    float *a = malloc(sizeof(float) * 4096), *b = malloc(sizeof(float) * 4096);
+    float *got = malloc(sizeof(float) * 4096), *want = malloc(sizeof(float) * 4096);
+    fill(a, 4096, 5);
+    fill(b, 4096, 6);
+    for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
+        const int64_t *cs = cases[t].cs;
+        int nb = cases[t].nb;
+        int64_t n = 1;
+        for (int d = 0; d < nb + 2; d++) n *= cs[d];
+        naive_matmul(a, &cases[t].a, b, &cases[t].b, want, nb, cs);
+        EXPECT(ext_matmul(a, &cases[t].a, b, &cases[t].b, got, nb + 2, cs) == 0, "case %zu", t);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n; i++)
+            bad += !(fabsf(got[i] - want[i]) <= 1e-4f * (1.0f + fabsf(want[i])));
+        EXPECT(bad == 0, "case %zu: %lld of %lld elements wrong", t, (long long)bad, (long long)n);
+    }
+    free(a), free(b), free(got), free(want);
 }
 
 TEST(epilogue_library_conv_slabs) {
