@@ -147,6 +147,50 @@ TEST(codegen_softmax_is_one_row_loop) {
     plan_free(p);
 }
 
+/* Row pairs: a one-stage row reduction over rows of >= CG_PAIR_MIN elements
+ * and an even row count runs two rows per iteration of the row loop, each
+ * with its own accumulators in one inner loop (row steps too, like mean's
+ * scale); odd counts, short rows, fewer than 2 * CG_PARALLEL_ITERS rows and
+ * kernels of several inner stages (layer_norm) run a row at a time. */
+static char *kernel0_text(const char *src) {
+    Plan *p = plan_of(src, NULL);
+    if (!p) return NULL;
+    CgOutput out;
+    char err[512], *fn = NULL;
+    if (cg_generate(p->sched, &out, err, sizeof err) == KILN_OK) {
+        fn = function_text(out.source, p->sched->kernels[0].kernel);
+        cg_free(&out);
+    }
+    plan_free(p);
+    return fn;
+}
+
+TEST(codegen_row_pairs) {
+    char *fn = kernel0_text("input x: f32[512, 1024]\nm = amax(x, dim=1)\ns = sum(x, dim=1)\noutput m, s\n");
+    CHECK(fn);
+    EXPECT(count(fn, "x0 += 2") == 1 && count(fn, "in_x[1024*(x0 + 1) + r0]") == 1, "%s", fn);
+    EXPECT(count(fn, CG_INNER_MARK) == 1 && count(fn, "reduction(max:") == 2 &&
+               count(fn, "reduction(+:acc_buf1_1)") == 1 && count(fn, "if (nan_buf0_1)") == 1,
+           "one inner loop for both rows:\n%s", fn);
+    free(fn);
+    fn = kernel0_text("input x: f32[512, 1024]\nv = mean(x * x, dim=1)\noutput v\n");
+    CHECK(fn);
+    EXPECT(count(fn, "x0 += 2") == 1 && count(fn, "buf1[(x0 + 1)] = ") == 1, "a row step in pairs:\n%s", fn);
+    free(fn);
+    static const char *const single[] = {
+        "input x: f32[511, 1024]\ns = sum(x, dim=1)\noutput s\n",
+        "input x: f32[512, 512]\ns = sum(x, dim=1)\noutput s\n",
+        "input x: f32[510, 1024]\ns = sum(x, dim=1)\noutput s\n",
+        "input x: f32[512, 1024]\ny = layer_norm(x, [1024])\noutput y\n",
+    };
+    for (int i = 0; i < 4; i++) {
+        fn = kernel0_text(single[i]);
+        CHECK(fn);
+        EXPECT(count(fn, "x0++") == 1 && !strstr(fn, "x0 + 1"), "a row at a time:\n%s", fn);
+        free(fn);
+    }
+}
+
 /* layer_norm: rsqrt(var + eps) depends only on the row, so it is computed
  * between the inner loops, never inside one. */
 TEST(codegen_hoists_row_values) {

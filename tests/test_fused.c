@@ -540,3 +540,79 @@ TEST(fused_rejects_bad_inputs) {
     kiln_graph_free(g);
     leave_cache();
 }
+
+/* ===== row pairs ============================================================================ */
+
+/* Compile src (one input) and run it on x into out; 1 on success. */
+static int run_one(const char *src, float *x, kiln_tensor *out, kiln_graph **gout) {
+    kiln_graph *g = kiln_graph_new();
+    kiln_program *p = NULL;
+    int ok = 0;
+    if (kiln_parse(g, src, "pairs") != KILN_OK || kiln_compile(g, 0, &p) != KILN_OK) {
+        printf("  %s\n", kiln_error(g));
+    } else {
+        kiln_tensor in = kiln_input_desc(g, 0);
+        in.data = x;
+        ok = kiln_program_run(p, &in, out) == KILN_OK;
+        if (!ok) printf("  run: %s\n", kiln_program_error(p));
+    }
+    kiln_program_free(p);
+    if (ok && gout) *gout = g;
+    else kiln_graph_free(g);
+    return ok;
+}
+
+/* Row reductions over long rows run two rows per iteration (codegen.c's row
+ * pairs): NaN in the second row of a pair only (row 3), in the first only
+ * (row 4), an infinity in row 1; max and min exactly the interpreter's, the
+ * sums within tolerance, and every row bit for bit what the same program
+ * gives over 511 rows, which runs one row at a time (an odd count). */
+TEST(fused_row_pairs) {
+    enter_cache();
+    static const char *paired = "input x: f32[512, 1024]\nm = amax(x, dim=1)\nn = amin(x, dim=1)\n"
+                             "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
+    static const char *single = "input x: f32[511, 1024]\nm = amax(x, dim=1)\nn = amin(x, dim=1)\n"
+                               "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
+    float *x = malloc(sizeof(float) * 512 * 1024);
+    kiln_fill_randn(x, 512 * 1024, 5);
+    x[3 * 1024 + 700] = NAN;
+    x[4 * 1024 + 3] = NAN;
+    x[1 * 1024 + 9] = INFINITY;
+    kiln_graph *g = NULL;
+    kiln_tensor got[4], one[4], want[4];
+    CHECK(run_one(paired, x, got, &g));
+    CHECK(run_one(single, x, one, NULL));
+    kiln_tensor in = kiln_input_desc(g, 0);
+    in.data = x;
+    CHECK(kiln_interpret(g, &in, want) == KILN_OK);
+    RtTolerance tol = {1e-4 * 32, 1e-4, 1024};   /* rt_tolerance for sums of 1024 */
+    EXPECT(compare_all("row pairs", g, tol, got, want) <= 1.0, "row pairs differ from the interpreter");
+    for (int o = 0; o < 4; o++)
+        for (int r = 0; r < 511; r++) {
+            float a = ((float *)got[o].data)[r], b = ((float *)one[o].data)[r];
+            float w = ((float *)want[o].data)[r];
+            EXPECT(!memcmp(&a, &b, sizeof a), "output %d row %d: %.9g in pairs, %.9g alone", o, r, a, b);
+            if (o < 2) EXPECT(a == w || (isnan(a) && isnan(w)), "max/min row %d: %.9g, want %.9g", r, a, w);
+        }
+    EXPECT(isnan(((float *)got[0].data)[3]) && isnan(((float *)got[0].data)[4]) &&
+               !isnan(((float *)got[0].data)[2]) && !isnan(((float *)got[0].data)[5]),
+           "NaN rows of amax");
+    EXPECT(isinf(((float *)got[0].data)[1]), "amax of the row holding +inf");
+    free_tensors(got, 4);
+    free_tensors(one, 4);
+    free_tensors(want, 4);
+    kiln_graph_free(g);
+    free(x);
+    leave_cache();
+}
+
+/* Row pairs over a merged row nest (16 x 64 rows of 1024): 1 and 2 threads
+ * agree bit for bit (a row is never split between threads). */
+TEST(fused_row_pairs_threads) {
+    enter_cache();
+    EXPECT(thread_case("input x: f32[16, 64, 1024]\nm = amax(x, dim=2)\ns = sum(relu(x + 1), dim=2)\n"
+                       "output m, s\n", 1),
+           "row pairs differ across thread counts");
+    rt_set_threads(0);
+    leave_cache();
+}
