@@ -28,28 +28,15 @@
 #include "testutil.h"
 #include "codegen.h"
 
-#define MAXIO 12
-
-typedef struct {
-    kiln_graph *g;
-    int nin;
-    kiln_tensor in[MAXIO];
-} Prog;
+typedef TestProg Prog;
 
 static kiln_value input(Prog *P, const char *name, int rank, const int64_t *shape) {
-    kiln_value v = test_random_input(P->g, &P->in[P->nin], P->nin, name, rank, shape, 900);
-    if (v >= 0) P->nin++;
-    return v;
+    return test_prog_input(P, name, rank, shape, 900);
 }
 
 static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
                          uint64_t seed) {
     return test_random_weight(P->g, name, rank, shape, seed);
-}
-
-static void prog_free(Prog *P) {
-    for (int i = 0; i < P->nin; i++) kiln_tensor_free(&P->in[i]);
-    kiln_graph_free(P->g);
 }
 
 static KilnConfig config(bool epilogue) {
@@ -179,7 +166,7 @@ static bool has_epilogue(kiln_program *p) {
  * calls bring an epilogue exactly when the schedule has one. */
 static bool run_mode(Prog *P, kiln_program *p, const kiln_tensor *want, RunMode m, bool epilogue,
                      const char *name) {
-    kiln_tensor got[MAXIO];
+    kiln_tensor got[TEST_MAXIO];
     char what[200];
     snprintf(what, sizeof what, "%s, epilogues %s, %s", name, epilogue ? "on" : "off", mode_name[m]);
     if (m == RUN_BLOCKS64) ext_set_epilogue_rows(64);
@@ -214,7 +201,7 @@ static bool check_runs(Prog *P, bool epilogue, const char *name) {
         test_failf(__FILE__, __LINE__, "%s: compile: %s", name, kiln_error(P->g));
         return false;
     }
-    kiln_tensor want[MAXIO];
+    kiln_tensor want[TEST_MAXIO];
     bool ok = kiln_interpret(P->g, P->in, want) == KILN_OK;
     if (!ok) test_failf(__FILE__, __LINE__, "%s: interpret: %s", name, kiln_error(P->g));
     if (!epilogue && has_epilogue(p)) {
@@ -304,7 +291,7 @@ TEST(epilogue_seed_with) {
     free(log);
     plan_free(p);
     check_runs(&P, true, "seed");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* Without: Inductor's three calls, every extern pair a wall, traffic as
@@ -328,7 +315,7 @@ TEST(epilogue_seed_without) {
     free(log);
     plan_free(p);
     check_runs(&P, false, "seed");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* ===== linear + bias + gelu ======================================================= */
@@ -361,7 +348,7 @@ TEST(epilogue_linear_bias_gelu) {
     free(log);
     plan_free(p);
     check_both(&P, "linear_bias_gelu");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* ===== convolutions ================================================================ */
@@ -411,7 +398,7 @@ TEST(epilogue_conv_residual_relu) {
     static const char *const origins[] = {"conv2d", "add", "relu", NULL};
     expect_conv_calls(&P, "cpp_fused_add_relu_0", origins);
     check_both(&P, "conv_residual_relu");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* Conv-BN-ReLU with BN parameters as runtime inputs: nothing folds, and the
@@ -440,7 +427,7 @@ TEST(epilogue_conv_bn_relu_runtime) {
         char name[64];
         snprintf(name, sizeof name, "conv_bn_relu groups=%lld", (long long)gr);
         check_both(&P, name);
-        prog_free(&P);
+        test_prog_free(&P);
     }
 }
 
@@ -487,7 +474,7 @@ TEST(epilogue_rules) {
     free(log);
     plan_free(p);
     check_both(&P, "rules");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* A chain of materialized pointwise nodes joins one by one (t is an output
@@ -518,7 +505,7 @@ TEST(epilogue_chain) {
     free(log);
     plan_free(p);
     check_both(&P, "chain");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* The library's output is itself an output: the library writes it, and the
@@ -541,7 +528,7 @@ TEST(epilogue_stored_output_and_siblings) {
     free(log);
     plan_free(p);
     check_both(&P, "stored_output_and_siblings");
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* ===== the library side ============================================================ */

@@ -22,36 +22,15 @@
 #include "testutil.h"
 #include "codegen.h"
 
-#define MAXIO 24
-
-typedef struct {
-    kiln_graph *g;
-    int nin;
-    kiln_tensor in[MAXIO];
-    kiln_program *p;
-    kiln_tensor got[MAXIO], want[MAXIO];
-} Prog;
+typedef TestProg Prog;
 
 static kiln_value input(Prog *P, const char *name, int rank, const int64_t *shape) {
-    kiln_value v = test_random_input(P->g, &P->in[P->nin], P->nin, name, rank, shape, 500);
-    if (v >= 0) P->nin++;
-    return v;
+    return test_prog_input(P, name, rank, shape, 500);
 }
 
 static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
                          uint64_t seed) {
     return test_random_weight(P->g, name, rank, shape, seed);
-}
-
-static void prog_free(Prog *P) {
-    int nout = kiln_num_outputs(P->g);
-    for (int i = 0; i < P->nin; i++) kiln_tensor_free(&P->in[i]);
-    for (int i = 0; P->p && i < nout; i++) {
-        kiln_tensor_free(&P->got[i]);
-        kiln_tensor_free(&P->want[i]);
-    }
-    kiln_program_free(P->p);
-    kiln_graph_free(P->g);
 }
 
 /* Compile in a fresh cache, run fused and interpreted, compare every output. */
@@ -202,7 +181,7 @@ TEST(extern_fused_matmul) {
     Prog P = {0};
     build_mm(&P);
     CHECKF(kiln_error(P.g)[0] == 0, "%s", kiln_error(P.g));
-    if (!compile_and_compare(&P)) { prog_free(&P); return; }
+    if (!compile_and_compare(&P)) { test_prog_free(&P); return; }
     /* transposed and sliced operands are views of the original buffers */
     expect_view(&P, "wT_x", 0, BODY_WEIGHT, 1, 7, 0);
     expect_view(&P, "a_cT", 1, BODY_INPUT, 1, 13, 0);
@@ -224,7 +203,7 @@ TEST(extern_fused_matmul) {
     expect_no_pack(&P, "sliced", data);
     expect_no_pack(&P, "sliced2", data);
     expect_no_pack(&P, "qkT", data);
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* ===== conv2d ================================================================ */
@@ -288,7 +267,7 @@ TEST(extern_fused_conv2d) {
     Prog P = {0};
     build_conv(&P);
     CHECKF(kiln_error(P.g)[0] == 0, "%s", kiln_error(P.g));
-    if (!compile_and_compare(&P)) { prog_free(&P); return; }
+    if (!compile_and_compare(&P)) { test_prog_free(&P); return; }
     const Schedule *s = rt_schedule(kiln_program_rt(P.p));
     int convs = 0;
     for (int k = 0; k < s->nkernels; k++) convs += !strcmp(s->kernels[k].kernel, "extern_kernels.conv2d");
@@ -301,5 +280,5 @@ TEST(extern_fused_conv2d) {
            "cbr_const: relu does not read the conv");
     EXPECT(cr && has_origin(cr, "batch_norm") && has_origin(cr, "relu"),
            "cbr_runtime: BN is not fused with relu");
-    prog_free(&P);
+    test_prog_free(&P);
 }

@@ -18,20 +18,10 @@
 #include "codegen.h"
 #include "testutil.h"
 
-#define MAXIO 24
-
-typedef struct {
-    kiln_graph *g;
-    int nin;
-    kiln_tensor in[MAXIO];
-    kiln_program *p;
-    kiln_tensor got[MAXIO], want[MAXIO];
-} Prog;
+typedef TestProg Prog;
 
 static kiln_value input(Prog *P, const char *name, int rank, const int64_t *shape) {
-    kiln_value v = test_random_input(P->g, &P->in[P->nin], P->nin, name, rank, shape, 900);
-    if (v >= 0) P->nin++;
-    return v;
+    return test_prog_input(P, name, rank, shape, 900);
 }
 
 /* An index input: integers in [lo, hi] drawn from a fixed LCG. */
@@ -51,17 +41,6 @@ static kiln_value indices(Prog *P, const char *name, int rank, const int64_t *sh
 static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
                          uint64_t seed) {
     return test_random_weight(P->g, name, rank, shape, seed);
-}
-
-static void prog_free(Prog *P) {
-    int nout = kiln_num_outputs(P->g);
-    for (int i = 0; i < P->nin; i++) kiln_tensor_free(&P->in[i]);
-    for (int i = 0; P->p && i < nout; i++) {
-        kiln_tensor_free(&P->got[i]);
-        kiln_tensor_free(&P->want[i]);
-    }
-    kiln_program_free(P->p);
-    kiln_graph_free(P->g);
 }
 
 static kiln_status compile_in_cache(kiln_graph *g, const kiln_options *o, kiln_program **p) {
@@ -276,7 +255,7 @@ TEST(gather_fused_vs_interpreter) {
         EXPECT(k && k->kind == KK_EXTERN && !strcmp(k->kernel, "extern_kernels.gather") &&
                k->n == 2, "relu(gather * 2 + 1) is not the gather's epilogue");
     }
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* The same with epilogues off: every consumer is a kernel of its own. */
@@ -289,7 +268,7 @@ TEST(gather_no_extern_epilogue) {
         const Kernel *k = kernel_of(&P, "embed_relu");
         EXPECT(k && k->kind != KK_EXTERN, "epilogue fused although switched off");
     }
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* ===== gather: an index out of range at run time ================================= */
@@ -445,7 +424,7 @@ TEST(conv_transpose_fused_vs_interpreter) {
         k = kernel_of(&P, "big_relu");
         EXPECT(k && k->kind == KK_EXTERN && k->n == 2, "big relu is not an epilogue");
     }
-    prog_free(&P);
+    test_prog_free(&P);
 }
 
 /* One thread and four: the parallel col2im and per-plane epilogue agree. */
@@ -454,7 +433,7 @@ TEST(conv_transpose_threads) {
     build_ct(&P);
     kiln_options o = kiln_default_options();
     o.threads = 1;
-    kiln_tensor one[MAXIO];
+    kiln_tensor one[TEST_MAXIO];
     if (compile_and_compare(&P, &o, NULL)) {
         kiln_program *p4 = NULL;
         o.threads = 4;
@@ -473,5 +452,5 @@ TEST(conv_transpose_threads) {
         }
         kiln_program_free(p4);
     }
-    prog_free(&P);
+    test_prog_free(&P);
 }

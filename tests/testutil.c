@@ -66,14 +66,27 @@ ExtView test_dense_view(int rank, const int64_t *shape) {
     return v;
 }
 
-kiln_value test_random_input(kiln_graph *g, kiln_tensor *slot, int index, const char *name,
-                             int rank, const int64_t *shape, uint64_t seed_base) {
-    kiln_value v = kiln_input(g, name, KILN_F32, rank, shape);
+kiln_value test_prog_input(TestProg *P, const char *name, int rank, const int64_t *shape,
+                           uint64_t seed_base) {
+    kiln_tensor *t = &P->in[P->nin];
+    kiln_value v = kiln_input(P->g, name, KILN_F32, rank, shape);
     if (v < 0) return v;
-    *slot = kiln_input_desc(g, index);
-    if (kiln_tensor_alloc(slot) != KILN_OK) return KILN_NONE;
-    kiln_fill_randn(slot->data, kiln_tensor_numel(slot), seed_base + (uint64_t)index);
+    *t = kiln_input_desc(P->g, P->nin);
+    if (kiln_tensor_alloc(t) != KILN_OK) return KILN_NONE;
+    kiln_fill_randn(t->data, kiln_tensor_numel(t), seed_base + (uint64_t)P->nin);
+    P->nin++;
     return v;
+}
+
+void test_prog_free(TestProg *P) {
+    int nout = kiln_num_outputs(P->g);
+    for (int i = 0; i < P->nin; i++) kiln_tensor_free(&P->in[i]);
+    for (int i = 0; P->p && i < nout; i++) {
+        kiln_tensor_free(&P->got[i]);
+        kiln_tensor_free(&P->want[i]);
+    }
+    kiln_program_free(P->p);
+    kiln_graph_free(P->g);
 }
 
 kiln_value test_random_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,

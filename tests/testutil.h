@@ -3,6 +3,7 @@
 #define KILN_TESTUTIL_H
 #include <stdbool.h>
 #include "externs.h"
+#include "kiln.h"
 
 /* A whole file as a NUL-terminated malloc'd string, or NULL. */
 char *test_read_text(const char *path);
@@ -15,11 +16,23 @@ int test_compile_report(const char *name, const char *source, char c[600], char 
  * vectorized? allow_libcall also accepts a loop GCC turned into a library
  * call (a copy loop becomes memcpy). */
 bool test_vectorized_at(const char *report, const char *file, int line, bool allow_libcall);
-/* Declare f32 input `index` (the graph's next input) and fill *slot with
- * random normal data from seed_base + index. KILN_NONE (or the builder's
- * error) when that fails. */
-kiln_value test_random_input(kiln_graph *g, kiln_tensor *slot, int index, const char *name,
-                             int rank, const int64_t *shape, uint64_t seed_base);
+/* A program under test: its graph, random runtime inputs, and the compiled
+ * program with its outputs (got) and the interpreter's (want), when used. */
+#define TEST_MAXIO 24
+typedef struct {
+    kiln_graph *g;
+    int nin;
+    kiln_tensor in[TEST_MAXIO];
+    kiln_program *p;
+    kiln_tensor got[TEST_MAXIO], want[TEST_MAXIO];
+} TestProg;
+/* Declare the f32 input P->nin of P's graph and fill it with random normal
+ * data from seed_base + its index. KILN_NONE (or the builder's error) when
+ * that fails. */
+kiln_value test_prog_input(TestProg *P, const char *name, int rank, const int64_t *shape,
+                           uint64_t seed_base);
+/* Frees the inputs, the program and its outputs (when P->p is set), and the graph. */
+void test_prog_free(TestProg *P);
 /* A compile-time constant of random normal values from seed. */
 kiln_value test_random_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,
                               uint64_t seed);
