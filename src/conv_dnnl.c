@@ -47,16 +47,28 @@ enum { K_WS = 3 };   /* where ws[0..3] start */
 
 /* Memory objects (no buffer of their own; handles set per call); the last
  * two are a block of channels of M_DST and M_DST_PLAIN (see part_new). */
-enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD, M_PART,
-       M_PART_PLAIN, M_COUNT };
+enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD, M_COUNT };
+
+/* One thread's rows of a part (see part_new): its reorder (shared by the
+ * slices with as many rows), memory objects and stream of its own. */
+typedef struct {
+    int64_t h0, rows;            /* output rows [h0, h0 + rows) */
+    dnnl_primitive_t out;        /* not owned: DnnlConv.slice_out */
+    dnnl_memory_t blk, plain;    /* the rows of a part, blocked and NCHW */
+    dnnl_stream_t stream;
+} Slice;
 
 /* One shape, ready to run on one image at a time. */
 typedef struct {
     int64_t key[KEY_LEN];
     dnnl_primitive_t conv;
     dnnl_primitive_t src_in, wei_in, dst_out; /* reorders; NULL where layouts agree */
-    dnnl_primitive_t part_out;   /* dst_out for `part` channels; NULL: whole images */
-    int64_t part, part_stride;   /* channels per part; elements between parts in M_DST */
+    int64_t part, part_stride;   /* channels per part (0: whole images); elements between
+                                  * parts in M_DST */
+    int64_t row_stride;          /* elements between rows in M_DST */
+    dnnl_primitive_t slice_out[2]; /* part rows back to NCHW: H / nslices rows, one more */
+    Slice *slices;
+    int nslices;
     dnnl_memory_t mem[M_COUNT];
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
     dnnl_memory_desc_t wei_md;   /* the weights' layout for conv */
@@ -85,13 +97,15 @@ static void make_key(int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws
     memcpy(key, k, sizeof k);
 }
 
+static void slices_free(DnnlConv *d);
+
 static void conv_free(DnnlConv *d) {
     if (!d) return;
     dnnl_primitive_destroy(d->conv);
     dnnl_primitive_destroy(d->src_in);
     dnnl_primitive_destroy(d->wei_in);
     dnnl_primitive_destroy(d->dst_out);
-    dnnl_primitive_destroy(d->part_out);
+    slices_free(d);
     for (int i = 0; i < M_COUNT; i++) dnnl_memory_destroy(d->mem[i]);
     dnnl_stream_destroy(d->stream);
     free(d);
@@ -155,13 +169,13 @@ static dnnl_status_t make_pd(dnnl_primitive_desc_t *pd, const ConvDescs *c,
 }
 
 static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_desc_t pd) {
-    const dnnl_memory_desc_t *md[M_PART] = {
+    const dnnl_memory_desc_t *md[M_COUNT] = {
         &c->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
         &c->wei, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
         &c->bias, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
         &c->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)};
     dnnl_status_t st = dnnl_success;
-    for (int i = 0; i < M_PART && !st; i++)
+    for (int i = 0; i < M_COUNT && !st; i++)
         st = dnnl_memory_create(&d->mem[i], md[i], engine, DNNL_MEMORY_NONE);
     if (st) return st;
     st = make_reorder(&d->src_in, md[M_SRC_PLAIN], md[M_SRC]);
@@ -175,17 +189,82 @@ static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_d
     return st;
 }
 
+/* A slice's reorder: like make_reorder, but it fails (dnnl_unimplemented)
+ * when the reorder needs a scratchpad and is to be shared by threads
+ * (shared): then each run would use the same one at once. */
+static dnnl_status_t make_slice_reorder(dnnl_primitive_t *r, const dnnl_memory_desc_t *from,
+                                        const dnnl_memory_desc_t *to, bool shared) {
+    *r = NULL;
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, NULL);
+    if (st != dnnl_success) return st;
+    const dnnl_memory_desc_t *pad = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    if (shared && pad && dnnl_memory_desc_get_size(pad) > 0) st = dnnl_unimplemented;
+    if (!st) st = dnnl_primitive_create(r, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+static void slices_free(DnnlConv *d) {
+    for (int i = 0; i < 2; i++) {
+        dnnl_primitive_destroy(d->slice_out[i]);
+        d->slice_out[i] = NULL;
+    }
+    for (int i = 0; d->slices && i < d->nslices; i++) {
+        dnnl_memory_destroy(d->slices[i].blk);
+        dnnl_memory_destroy(d->slices[i].plain);
+        dnnl_stream_destroy(d->slices[i].stream);
+    }
+    free(d->slices);
+    d->slices = NULL;
+    d->nslices = 0;
+}
+
+/* n slices of rows of `part` channels of dst (blocked) and plain (NCHW). */
+static dnnl_status_t slices_new(DnnlConv *d, const dnnl_memory_desc_t *dst,
+                                const dnnl_memory_desc_t *plain, int64_t part, int n) {
+    int64_t h = dst->dims[2];
+    if (!(d->slices = calloc((size_t)n, sizeof *d->slices))) return dnnl_out_of_memory;
+    d->nslices = n;
+    dnnl_status_t st = dnnl_success;
+    for (int i = 0; i < n && !st; i++) {
+        Slice *sl = &d->slices[i];
+        sl->h0 = h * i / n;
+        sl->rows = h * (i + 1) / n - sl->h0;
+        int k = sl->rows != h / n;             /* h / n rows, or one more */
+        dnnl_dims_t dims = {dst->dims[0], part, sl->rows, dst->dims[3]}, zero = {0, 0, 0, 0};
+        dnnl_memory_desc_t sub, sub_plain;
+        st = dnnl_memory_desc_init_submemory(&sub, dst, dims, zero);
+        if (!st) st = dnnl_memory_desc_init_submemory(&sub_plain, plain, dims, zero);
+        if (!st) st = dnnl_memory_create(&sl->blk, &sub, engine, DNNL_MEMORY_NONE);
+        if (!st) st = dnnl_memory_create(&sl->plain, &sub_plain, engine, DNNL_MEMORY_NONE);
+        if (!st) st = dnnl_stream_create(&sl->stream, engine, dnnl_stream_default_flags);
+        if (!st && !d->slice_out[k])
+            st = make_slice_reorder(&d->slice_out[k], &sub, &sub_plain, n > 1);
+        sl->out = d->slice_out[k];
+    }
+    if (st) slices_free(d);
+    return st;
+}
+
 /* When one call's output is larger than CALL_BYTES (one big image: the
  * stem of a ResNet), the reorder back to NCHW and the epilogue go in parts
- * of `part` channels, each part's epilogue right after its reorder, so it
- * finds the part in the L2. That needs oneDNN's output blocked by channels
- * only (nChw16c, nChw8c) and one group: a part is then one contiguous piece
- * of both layouts, and one reorder between sub-memories serves every part
- * with moved handles. Otherwise (or when oneDNN declines) part stays 0. */
+ * of `part` channels, and each part in slices of output rows, one per
+ * thread: a thread reorders its rows of a part and at once runs their
+ * epilogue, so the epilogue finds them in its own core's cache, and goes on
+ * to its rows of the next part with no barrier in between. (A reorder
+ * region and an epilogue region per part, each splitting the part its own
+ * way, cost the stem's epilogue 12-15% of the call at 2 threads, half of
+ * it read from the other core's cache; this costs one parallel region.)
+ * That needs oneDNN's output blocked by channels only (nChw16c, nChw8c)
+ * and one group: a part's rows are then a strided piece of both layouts,
+ * and a reorder between sub-memories serves every part with moved handles.
+ * A reorder that wants a scratchpad cannot be shared by threads: then one
+ * slice. Otherwise (or when oneDNN declines) part stays 0. */
 static void part_new(DnnlConv *d, const dnnl_memory_desc_t *dst, const dnnl_memory_desc_t *plain,
                      int64_t groups) {
     const dnnl_blocking_desc_t *b = &dst->format_desc.blocking;
-    int64_t c = dst->dims[1], plane = dst->dims[2] * dst->dims[3], blk;
+    int64_t c = dst->dims[1], h = dst->dims[2], plane = dst->dims[2] * dst->dims[3], blk;
     if (!d->dst_out || groups != 1 || dst->format_kind != dnnl_blocked || b->inner_nblks != 1 ||
         b->inner_idxs[0] != 1 || dnnl_memory_desc_get_size(dst) <= (size_t)CALL_BYTES)
         return;
@@ -193,16 +272,12 @@ static void part_new(DnnlConv *d, const dnnl_memory_desc_t *dst, const dnnl_memo
     int64_t part = CALL_BYTES / (plane * (int64_t)sizeof(float)) / blk * blk;
     while (part > 0 && c % part) part -= blk;
     if (part <= 0 || part >= c) return;
-    dnnl_dims_t dims = {dst->dims[0], part, dst->dims[2], dst->dims[3]}, zero = {0, 0, 0, 0};
-    dnnl_memory_desc_t sub, sub_plain;
-    if (dnnl_memory_desc_init_submemory(&sub, dst, dims, zero) ||
-        dnnl_memory_desc_init_submemory(&sub_plain, plain, dims, zero) ||
-        dnnl_memory_create(&d->mem[M_PART], &sub, engine, DNNL_MEMORY_NONE) ||
-        dnnl_memory_create(&d->mem[M_PART_PLAIN], &sub_plain, engine, DNNL_MEMORY_NONE) ||
-        make_reorder(&d->part_out, &sub, &sub_plain) || !d->part_out)
-        return;
+    int n = (int)(d->key[K_THREADS] < h ? d->key[K_THREADS] : h);
+    if (n > 1 && slices_new(d, dst, plain, part, n) != dnnl_success) n = 1;
+    if (n <= 1 && slices_new(d, dst, plain, part, 1) != dnnl_success) return;
     d->part = part;
     d->part_stride = part / blk * b->strides[1];
+    d->row_stride = b->strides[2];
 }
 
 /* A new entry for this shape, or NULL when oneDNN declines it. */
@@ -346,22 +421,32 @@ int ext_conv_kept_weights(size_t *bytes) {
 /* ---- running ---- */
 
 /* The output of one call back to NCHW in y (images from n), in parts of
- * d->part channels each followed by its epilogue (see part_new). */
+ * d->part channels, each slice of rows followed by its epilogue on the
+ * thread that moved it (see part_new). */
 static dnnl_status_t out_parts(DnnlConv *d, float *y, int64_t n, const int64_t ys[4],
                                ExtEpilogue epi, void *ctx) {
-    int64_t plane = ys[2] * ys[3], yn = ys[1] * plane;
+    int64_t w = ys[3], plane = ys[2] * w, yn = ys[1] * plane;
     void *dst = NULL;
-    dnnl_status_t st = dnnl_memory_get_data_handle(d->mem[M_DST], &dst);
-    for (int64_t c = 0; c < ys[1] && !st; c += d->part) {
-        float *part = (float *)dst + c / d->part * d->part_stride;
-        st = dnnl_memory_set_data_handle(d->mem[M_PART], part);
-        if (!st) st = dnnl_memory_set_data_handle(d->mem[M_PART_PLAIN], y + n * yn + c * plane);
-        if (!st) st = reorder(d, d->part_out, M_PART, M_PART_PLAIN);
-        if (!st) st = dnnl_stream_wait(d->stream);
-        for (int64_t i = 0; i < d->key[K_IMAGES] && !st; i++)
-            ext_run_epilogue(epi, ctx, y, (n + i) * yn + c * plane, d->part * plane, plane);
+    if (dnnl_memory_get_data_handle(d->mem[M_DST], &dst) != dnnl_success) return dnnl_runtime_error;
+    int bad = 0;
+    #pragma omp parallel for schedule(static) num_threads(d->nslices) if (d->nslices > 1) \
+        reduction(| : bad)
+    for (int i = 0; i < d->nslices; i++) {
+        const Slice *sl = &d->slices[i];
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sl->blk}, {DNNL_ARG_TO, sl->plain}};
+        for (int64_t c = 0; c < ys[1] && !bad; c += d->part) {
+            float *from = (float *)dst + c / d->part * d->part_stride + sl->h0 * d->row_stride;
+            float *to = y + n * yn + c * plane + sl->h0 * w;
+            bad |= dnnl_memory_set_data_handle(sl->blk, from) != dnnl_success ||
+                   dnnl_memory_set_data_handle(sl->plain, to) != dnnl_success ||
+                   dnnl_primitive_execute(sl->out, sl->stream, 2, args) != dnnl_success ||
+                   dnnl_stream_wait(sl->stream) != dnnl_success;
+            for (int64_t m = 0; m < d->key[K_IMAGES] && !bad && epi; m++)
+                for (int64_t k = 0; k < d->part; k++)
+                    epi(ctx, y, (n + m) * yn + (c + k) * plane + sl->h0 * w, sl->rows * w);
+        }
     }
-    return st;
+    return bad ? dnnl_runtime_error : dnnl_success;
 }
 
 /* Images [n, n + nb): input in, convolution, output back to y, epilogue. */

@@ -168,6 +168,13 @@ KILN_VM_INLINE float kiln_vm_copysign(float mag, float sign) {
 /* max(x, 0); NaN stays NaN. */
 KILN_VM_INLINE float kiln_relu(float x) { return kiln_vm_sel(x < 0.0f, 0.0f, x); }
 
+/* 2^100 for |d| < 2^-100, else 1: generated code divides by a loop-invariant
+ * d as (a * s) * (1 / (d * s)) with s = kiln_rcp_scale(d), so 1 / (d s)
+ * stays finite wherever a / d is (both products are exact). */
+KILN_VM_INLINE float kiln_rcp_scale(float d) {
+    return kiln_vm_sel(kiln_vm_abs(d) < 0x1p-100f, 0x1p100f, 1.0f);
+}
+
 /* torch.maximum / torch.minimum: NaN if either operand is NaN. */
 KILN_VM_INLINE float kiln_max(float a, float b) {
     return kiln_vm_sel((a > b) | (a != a), a, b);

@@ -15,6 +15,8 @@
  * three counts) or its replacement by a library call (a plain copy becomes
  * memcpy), and no libm call may survive in the object.
  *
+ * Streamed stores: which outputs go through tiles and kiln_stream.
+ *
  * Memory planning: a chain of materialized intermediates reuses dead
  * buffers' memory, no two buffers live at once overlap, and the peak is
  * inputs + outputs + arena. Results are checked against the interpreter.
@@ -465,4 +467,41 @@ TEST(codegen_memory_reuse) {
     free(x);
     kiln_program_free(prog);
     kiln_graph_free(g);
+}
+
+/* Streamed stores: an output of at least 16 MiB (CG_STREAM_MIN) is written
+ * through a per-thread tile and kiln_stream (non-temporal stores) after the
+ * loop that fills it; a smaller one, and a pointwise kernel with expensive
+ * math (sin), store as usual. Row kernels stream whole rows; a long flat
+ * pointwise loop runs in blocks of 2048. test_fused.c checks the values. */
+TEST(codegen_streamed_stores) {
+    static const struct {
+        const char *src;
+        const char *tile;     /* the tile's store in the inner loop, or NULL: none */
+        const char *stream;   /* the copy after the loop */
+    } cases[] = {
+        {"input x: f32[2049, 2049]\ny = relu(x + 1)\noutput y\n", "st_buf0[x0 - x0b] = ",
+         "kiln_stream(&buf0[(x0b)], st_buf0, (x0b + 2048 < 4198401 ? x0b + 2048 : 4198401) - x0b);"},
+        {"input x: f32[1025, 4099]\ny = softmax(x, dim=1)\noutput y\n", "st_buf3[r0] = ",
+         "kiln_stream(&buf3[4099*x0 + (0)], st_buf3, 4099);"},
+        {"input x: f32[257, 16411]\ninput b: f32[16411]\ny = x * b\noutput y\n", "st_buf0[x1 - x1b] = ",
+         "kiln_stream(&buf0[16411*x0 + (x1b)], st_buf0, (x1b + 2048 < 16411 ? x1b + 2048 : 16411) - x1b);"},
+        {"input x: f32[2048, 2047]\ny = relu(x + 1)\noutput y\n", NULL, NULL},     /* 16 MiB - 8 KiB */
+        {"input x: f32[2049, 2049]\ny = sin(x)\noutput y\n", NULL, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *fn = kernel0_text(cases[i].src);
+        CHECK(fn);
+        if (cases[i].tile) {
+            EXPECT(count(fn, cases[i].tile) == 1 && count(fn, cases[i].stream) == 1 &&
+                       count(fn, "kiln_stream(") == 1,
+                   "case %zu streams:\n%s", i, fn);
+            /* the copy follows the loop that fills the tile */
+            const char *t = strstr(fn, cases[i].tile), *s = strstr(fn, cases[i].stream);
+            EXPECT(t && s && t < s, "case %zu: copy before the tile is full:\n%s", i, fn);
+        } else {
+            EXPECT(!strstr(fn, "kiln_stream(") && !strstr(fn, "st_buf"), "case %zu does not stream:\n%s", i, fn);
+        }
+        free(fn);
+    }
 }

@@ -160,6 +160,7 @@ static const int64_t conv_cases[][15] = {
     {3, 32, 12, 12, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* blocked channels, batch 3 */
     {4, 8, 40, 40, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: two calls of two images */
     {2, 3, 128, 128, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: output back in parts */
+    {1, 3, 127, 129, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* parts, rows not split evenly */
     {2, 20, 13, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20, 0}, /* depthwise, odd sizes */
     {1, 4, 5, 6, 4, 3, 3, 2, 1, 3, 2, 2, 3, 4, 1},   /* depthwise, strides and dilations */
     {1, 2, 5, 3, 2, 3, 3, 1, 2, 1, 3, 1, 3, 2, 1},   /* depthwise: a tap wholly in the padding */
@@ -216,6 +217,8 @@ TEST(externs_conv2d_params_dnnl) {
         for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN");
     ext_set_threads(threads > 1 ? 1 : 2);
     for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN, other threads");
+    ext_set_threads(3);   /* the parts' rows in 3 slices: 42 + 42 + 43 of 127 */
+    for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN, 3 threads");
     ext_set_threads(threads);
 }
 

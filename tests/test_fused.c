@@ -616,3 +616,85 @@ TEST(fused_row_pairs_threads) {
     rt_set_threads(0);
     leave_cache();
 }
+
+/* ===== division by a loop-invariant value ====================================================== */
+
+/* x / amax(x) per row: codegen divides by a row's value as a multiply by
+ * its reciprocal (div_by_invariant), which must stay within 2 ulp of the
+ * quotient and give what the division gives for every divisor, including
+ * tiny ones whose reciprocal would overflow (below 2^-128), zero, infinite
+ * and NaN. The oracle is the quotient in double, rounded once. */
+TEST(fused_divide_by_row_value) {
+    enter_cache();
+    enum { R = 8, C = 64 };
+    static const char *src = "input x: f32[8, 64]\ns = amax(x, dim=1, keepdim=true)\ny = x / s\noutput y\n";
+    static float x[R * C];
+    kiln_fill_randn(x, R * C, 11);
+    for (int j = 0; j < C; j++) {
+        x[1 * C + j] = ldexpf((float)(j % 7 + 1), -149);     /* denormals: max 7 * 2^-149 */
+        x[2 * C + j] = 0.0f;                                 /* 0 / 0 */
+        x[4 * C + j] = (float)j;
+        x[5 * C + j] = -ldexpf((float)(j % 5 + 3), -110);    /* max -3 * 2^-110: scaled */
+        x[6 * C + j] = ldexpf((float)(j + 1), -140);         /* max 2^-134, denormal */
+        x[7 * C + j] = 1e36f * (float)(j + 1);               /* max 6.4e37 */
+    }
+    x[3 * C + 5] = INFINITY;                                 /* x / inf = 0, inf / inf = NaN */
+    x[4 * C + 9] = NAN;                                      /* the max is NaN */
+    kiln_tensor got[1];
+    CHECK(run_one(src, x, got, NULL));
+    const float *y = got[0].data;
+    for (int r = 0; r < R; r++) {
+        float s = -INFINITY;
+        for (int j = 0; j < C; j++) s = isnan(x[r * C + j]) || isnan(s) ? NAN : fmaxf(s, x[r * C + j]);
+        for (int j = 0; j < C; j++) {
+            float q = (float)((double)x[r * C + j] / (double)s), v = y[r * C + j];
+            float ulp = fabsf(nextafterf(q, INFINITY) - q);
+            bool ok = isnan(q) ? isnan(v) : isinf(q) ? v == q : fabsf(v - q) <= 2.0f * ulp;
+            EXPECT(ok, "row %d col %d: %.9g / %.9g = %.9g, fused %.9g", r, j, x[r * C + j], s, q, v);
+            if (!ok) r = R;
+            if (!ok) break;
+        }
+    }
+    free_tensors(got, 1);
+    leave_cache();
+}
+
+/* ===== streamed stores ========================================================================= */
+
+/* Outputs of at least 16 MiB go out through tiles and non-temporal stores
+ * (codegen.c, streamed stores; test_codegen.c checks which kernels do):
+ * a flat pointwise loop in blocks with a short last block, softmax rows of
+ * an odd length (rows start unaligned), and a 2-D loop whose rows are split
+ * into blocks. Each against the interpreter, and relu(x + 1) exactly
+ * against its definition. */
+TEST(fused_streamed_stores) {
+    enter_cache();
+    static const char *const progs[] = {
+        "input x: f32[2049, 2049]\ny = relu(x + 1)\noutput y\n",
+        "input x: f32[1025, 4099]\ny = softmax(x, dim=1)\noutput y\n",
+        "input x: f32[257, 16411]\ninput b: f32[16411]\ny = x * b\noutput y\n",
+    };
+    for (int i = 0; i < 3; i++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor in[MAX_IO];
+        CHECK(kiln_parse(g, progs[i], "stream") == KILN_OK && fill_inputs(g, in, 40 + (uint64_t)i));
+        EXPECT(check_graph(progs[i], g, in), "streamed program %d differs from the interpreter", i);
+        if (i == 0) {
+            kiln_program *p = NULL;
+            kiln_tensor out[1];
+            CHECK(kiln_compile(g, 0, &p) == KILN_OK && kiln_program_run(p, in, out) == KILN_OK);
+            const float *x = in[0].data, *y = out[0].data;
+            int64_t bad = -1;
+            for (int64_t k = 0; k < 2049 * 2049 && bad < 0; k++) {
+                float w = x[k] + 1.0f;
+                if (memcmp(&y[k], &(float){w < 0.0f ? 0.0f : w}, sizeof(float))) bad = k;
+            }
+            EXPECT(bad < 0, "relu(x + 1)[%lld] = %.9g", (long long)bad, bad < 0 ? 0.0 : y[bad]);
+            kiln_tensor_free(&out[0]);
+            kiln_program_free(p);
+        }
+        free_tensors(in, kiln_num_inputs(g));
+        kiln_graph_free(g);
+    }
+    leave_cache();
+}
