@@ -57,6 +57,9 @@ int op_lookup(const char *name);
 
 void *kmalloc(size_t n);             /* NULL when the hook refuses */
 void *kcalloc(size_t n, size_t size);
+/* MADV_HUGEPAGE on the whole pages of [mem, mem + bytes) when it spans at
+ * least 4 MiB (Linux); advice only. */
+void util_advise_huge(void *mem, size_t bytes);
 void *krealloc(void *p, size_t n);
 void kfree(void *p);
 char *kstrdup(const char *s);

@@ -21,8 +21,9 @@
  * Threads are process-wide: one libgomp pool shared by the kernels and
  * OpenBLAS (see externs.c), sized by rt_set_threads.
  *
- * Large fresh memory (the arena, outputs kiln_program_run allocates) is
- * advised MADV_HUGEPAGE: its pages fault in during the first kernel that
+ * Large fresh memory (the arena; outputs kiln_program_run allocates and
+ * every other tensor through kiln_tensor_alloc) is advised MADV_HUGEPAGE
+ * (util_advise_huge): its pages fault in during the first kernel that
  * writes them, and 2 MiB pages take 512 times fewer faults than 4 KiB
  * ones (Linux with transparent huge pages on "madvise" or "always").
  */
@@ -32,10 +33,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#if defined(__linux__)
-#include <sys/mman.h>
-#include <unistd.h>
-#endif
 
 #define RT_ALIGN 64
 
@@ -180,21 +177,6 @@ static void mark_direct(RtProgram *p) {
     }
 }
 
-/* Ask for transparent huge pages on the whole pages inside [mem, mem +
- * bytes) when that is at least RT_HUGE_MIN; only advice, failures ignored. */
-#define RT_HUGE_MIN ((size_t)4 << 20)
-static void advise_huge(void *mem, size_t bytes) {
-#if defined(__linux__) && defined(MADV_HUGEPAGE)
-    long page = sysconf(_SC_PAGESIZE);
-    if (!mem || bytes < RT_HUGE_MIN || page <= 0) return;
-    uintptr_t start = ((uintptr_t)mem + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-    uintptr_t end = ((uintptr_t)mem + bytes) / (uintptr_t)page * (uintptr_t)page;
-    if (end > start) (void)madvise((void *)start, end - start, MADV_HUGEPAGE);
-#else
-    (void)mem, (void)bytes;
-#endif
-}
-
 static kiln_status alloc_run_state(RtProgram *p, char *err, size_t errlen) {
     p->bufs = kcalloc((size_t)p->nbufs + 1, sizeof(float *));
     p->direct = kcalloc((size_t)p->plan->prog->noutputs + 1, sizeof(bool));
@@ -205,7 +187,7 @@ static kiln_status alloc_run_state(RtProgram *p, char *err, size_t errlen) {
     }
     if (p->arena_raw)
         p->arena = p->arena_raw + (RT_ALIGN - (uintptr_t)p->arena_raw % RT_ALIGN) % RT_ALIGN;
-    advise_huge(p->arena_raw, (size_t)p->stats.arena_bytes + RT_ALIGN);
+    util_advise_huge(p->arena_raw, (size_t)p->stats.arena_bytes + RT_ALIGN);
     mark_direct(p);
     return KILN_OK;
 }
@@ -591,9 +573,6 @@ static kiln_status io_outputs(Io *io, const Graph *g, kiln_tensor *outputs, bool
     for (int i = 0; i < io->nout; i++) {
         if (!caller) outputs[i] = kiln_output_desc(g, i);
         if (!caller && kiln_tensor_alloc(&outputs[i]) != KILN_OK) return KILN_ERR_NOMEM;
-        if (!caller)
-            advise_huge(outputs[i].data, (size_t)kiln_tensor_numel(&outputs[i]) *
-                                             kiln_dtype_size(outputs[i].dtype));
         if (outputs[i].dtype == KILN_F32) {
             io->out[i] = outputs[i].data;
             continue;
