@@ -17,13 +17,19 @@
  * The inputs are generated once (kiln_fill_randn, the same seeds for both
  * programs), the outputs allocated once (kiln_program_run_into), so the
  * runs time the kernels, not page faults. After one warm-up run of each,
- * each of R rounds runs the three once, in turn, so a burst of other load
- * on a shared machine hits all three alike; each time is the median of its
- * R runs. The epilogue and separate outputs must agree (max_diff).
+ * each of R rounds runs the three once, in turn (the order rotates from
+ * round to round, so none always runs first after the others warmed the
+ * caches), so a burst of other load on a shared machine hits all three
+ * alike; each time is the median of its R runs. The ratios epi/bare and
+ * sep/bare are also taken within each round and their medians reported:
+ * a paired comparison, which a slow stretch of the machine moves far less
+ * than it moves a ratio of two medians. The epilogue and separate outputs
+ * must agree (max_diff).
  *
  * Prints one JSON line: bare_ms, epi_ms, sep_ms (medians of the wall time),
- * their minimums, bare_cpu_ms, epi_cpu_ms, sep_cpu_ms (medians of the
- * process CPU time), max_diff, threads, repeat.
+ * their minimums, epi_over_bare, sep_over_bare (medians of the per-round
+ * ratios), bare_cpu_ms, epi_cpu_ms, sep_cpu_ms (medians of the process CPU
+ * time), max_diff, threads, repeat.
  */
 #include "kiln.h"
 #include <math.h>
@@ -129,17 +135,26 @@ int main(int argc, char **argv) {
         c[v] = calloc((size_t)repeat, sizeof(double));
         run_ms(&p[v], &unused);
     }
-    for (int r = 0; r < repeat; r++)
-        for (int v = 0; v < VARIANTS; v++) t[v][r] = run_ms(&p[v], &c[v][r]);
+    double *ratio[2] = {calloc((size_t)repeat, sizeof(double)), calloc((size_t)repeat, sizeof(double))};
+    for (int r = 0; r < repeat; r++) {
+        for (int k = 0; k < VARIANTS; k++) {
+            int v = (r + k) % VARIANTS;
+            t[v][r] = run_ms(&p[v], &c[v][r]);
+        }
+        ratio[0][r] = t[EPI][r] / t[BARE][r];
+        ratio[1][r] = t[SEP][r] / t[BARE][r];
+    }
+    double epi_over = median(ratio[0], repeat), sep_over = median(ratio[1], repeat);
     for (int v = 0; v < VARIANTS; v++) {
         med[v] = median(t[v], repeat);
         min[v] = t[v][0];
         cpu[v] = median(c[v], repeat);
     }
     printf("{\"bare_ms\": %.4f, \"epi_ms\": %.4f, \"sep_ms\": %.4f, \"bare_min_ms\": %.4f, "
-           "\"epi_min_ms\": %.4f, \"sep_min_ms\": %.4f, \"bare_cpu_ms\": %.4f, \"epi_cpu_ms\": %.4f, "
+           "\"epi_min_ms\": %.4f, \"sep_min_ms\": %.4f, \"epi_over_bare\": %.4f, "
+           "\"sep_over_bare\": %.4f, \"bare_cpu_ms\": %.4f, \"epi_cpu_ms\": %.4f, "
            "\"sep_cpu_ms\": %.4f, \"max_diff\": %.3g, \"threads\": %d, \"repeat\": %d}\n",
-           med[BARE], med[EPI], med[SEP], min[BARE], min[EPI], min[SEP], cpu[BARE], cpu[EPI],
-           cpu[SEP], max_diff(&p[EPI].out[0], &p[SEP].out[0]), threads, repeat);
+           med[BARE], med[EPI], med[SEP], min[BARE], min[EPI], min[SEP], epi_over, sep_over,
+           cpu[BARE], cpu[EPI], cpu[SEP], max_diff(&p[EPI].out[0], &p[SEP].out[0]), threads, repeat);
     return 0;
 }
