@@ -35,7 +35,11 @@
  * with an accumulator per element ("outer reduction"); a pointwise kernel
  * with a transposed read walks its last two loops in tiles. A row reduction
  * that reads long rows once runs two rows per row-loop iteration in one
- * inner loop ("row pairs", see KGen). The outermost
+ * inner loop ("row pairs", see KGen). A buffer of 16 MiB or more is written
+ * through a per-thread tile and non-temporal stores ("streamed stores", see
+ * KGen). A division by a value the inner loop does not change (softmax's
+ * row sum) is a multiply by its reciprocal, computed once outside the loop
+ * (div_by_invariant). The outermost
  * loops run under `#pragma omp parallel for` when the kernel is big enough
  * (CG_PARALLEL_MIN). Every innermost loop's `for` line carries
  * CG_INNER_MARK so a test can match it with GCC's vectorization report.
@@ -405,7 +409,8 @@ typedef struct {
  * per-thread tile (st_<buf>, in L1) and after the loop kiln_stream copies
  * the tile out with non-temporal stores, which do not read the lines they
  * write first. In a row kernel the tile is the row (an inner stage's loop,
- * up to CG_STREAM_ROW); a pointwise kernel's innermost loop is split into
+ * up to CG_STREAM_ROW), and a later stage that reads the buffer again reads
+ * the tile; a pointwise kernel's innermost loop is split into
  * blocks of CG_STREAM_TILE when it is longer (plan_stream). At 8192x4096,
  * one thread, layer_norm went from 27-32 to 22.5 ms (the bound at copy
  * bandwidth is 17.6 ms). */
@@ -1014,9 +1019,13 @@ static bool stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
     const char *tile = pool_printf(P, "st_%s", K->g->bufname[b->id]);
     K->scratch = pool_grow(P, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
     K->scratch[K->nscratch++] = (Scratch){tile, n};
-    line(K, K->inner, "%s[%s] = %s;", tile, l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name, v.c);
+    const char *slot = pool_printf(P, "%s[%s]", tile, l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name);
+    line(K, K->inner, "%s = %s;", slot, v.c);
     str_putf(&K->post, "kiln_stream(&%s[%s], %s, %s);\n", K->g->bufname[b->id],
              subst_ident(P, ix.c, l->name, lo), tile, count);
+    /* a later stage of the row reads the tile (in L1), not the streamed
+     * copy, which the non-temporal stores sent to memory */
+    if (K->k->kind == KK_REDUCTION) table_add(P, &K->rows, reg_key(P, b->id, ix.c), slot, ix.level, 0);
     return true;
 }
 

@@ -83,8 +83,9 @@ static const char *usage_run =
     "  --interpret         run the reference interpreter only (no compiler)\n"
     "  --report FILE.json  write the fusion decisions, calls, traffic, timing\n"
     "                      and check result as JSON\n"
-    "  --no-extern-epilogue  keep matmul and conv2d library calls walls, as\n"
-    "                      PyTorch Inductor does: their pointwise consumers\n"
+    "  --no-extern-epilogue  keep library calls (matmul, conv2d,\n"
+    "                      conv_transpose2d, gather) walls, as PyTorch\n"
+    "                      Inductor does: their pointwise consumers\n"
     "                      (bias, BN, relu, a residual add) become kernels of\n"
     "                      their own instead of running on each output block\n"
     "                      inside the call\n";
@@ -113,7 +114,7 @@ static const char *usage_bench =
     "time is measured apart. --report writes fused_ms, unfused_ms (the unfused kernels), "
     "interp_ms,\n"
     "compile_ms, bytes_fused, bytes_unfused and threads. --no-extern-epilogue\n"
-    "compiles the fused program with matmul and conv2d as walls (as 'run').\n";
+    "compiles the fused program with library calls as walls (as 'run').\n";
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
@@ -125,7 +126,7 @@ static const char *usage_explain =
     "memory traffic unfused vs fused, and the peak memory.\n"
     "\n"
     "  --report FILE.json  also write the decisions as JSON\n"
-    "  --no-extern-epilogue  matmul and conv2d calls are walls (see 'kiln help run')\n"
+    "  --no-extern-epilogue  library calls are walls (see 'kiln help run')\n"
     "  --shape NAME=D0,D1,...  an ONNX model's input shape (see 'kiln help run')\n";
 
 static const char *usage_onnx_test =

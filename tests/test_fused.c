@@ -664,17 +664,20 @@ TEST(fused_divide_by_row_value) {
 /* Outputs of at least 16 MiB go out through tiles and non-temporal stores
  * (codegen.c, streamed stores; test_codegen.c checks which kernels do):
  * a flat pointwise loop in blocks with a short last block, softmax rows of
- * an odd length (rows start unaligned), and a 2-D loop whose rows are split
- * into blocks. Each against the interpreter, and relu(x + 1) exactly
- * against its definition. */
+ * an odd length (rows start unaligned), a 2-D loop whose rows are split
+ * into blocks, and a streamed output that a later stage of its row reads
+ * again (from the tile). Each against the interpreter, and relu(x + 1)
+ * exactly against its definition. */
 TEST(fused_streamed_stores) {
     enter_cache();
     static const char *const progs[] = {
         "input x: f32[2049, 2049]\ny = relu(x + 1)\noutput y\n",
         "input x: f32[1025, 4099]\ny = softmax(x, dim=1)\noutput y\n",
         "input x: f32[257, 16411]\ninput b: f32[16411]\ny = x * b\noutput y\n",
+        "input x: f32[1100, 4096]\nm = amax(x, dim=1, keepdim=true)\ne = exp(x - m)\n"
+        "s = sum(e, dim=1, keepdim=true)\ny = e / s\noutput e, y\n",
     };
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 4; i++) {
         kiln_graph *g = kiln_graph_new();
         kiln_tensor in[MAX_IO];
         CHECK(kiln_parse(g, progs[i], "stream") == KILN_OK && fill_inputs(g, in, 40 + (uint64_t)i));
