@@ -288,6 +288,13 @@ static const char prelude_tail[] =
     "    }\n"
     "}\n"
     "\n"
+    "/* Ask for n floats from p in the cache, a prefetch per 64-byte line: a\n"
+    " * row kernel asks for its next row while later passes work on this one\n"
+    " * in L1 (codegen.c: row prefetch). Never faults. */\n"
+    "static inline void kiln_prefetch(const float *p, int64_t n) {\n"
+    "    for (int64_t k = 0; k < n; k += 16) __builtin_prefetch(p + k, 0, 3);\n"
+    "}\n"
+    "\n"
     "/* dst[0..n) = src[0..n) with non-temporal stores: whole cache lines go to\n"
     " * memory without being read first (an ordinary store reads the line it\n"
     " * writes, a third of a copy's traffic). Kernels write outputs far larger\n"
@@ -413,7 +420,14 @@ typedef struct {
  * the tile; a pointwise kernel's innermost loop is split into
  * blocks of CG_STREAM_TILE when it is longer (plan_stream). At 8192x4096,
  * one thread, layer_norm went from 27-32 to 22.5 ms (the bound at copy
- * bandwidth is 17.6 ms). */
+ * bandwidth is 17.6 ms).
+ *
+ * Row prefetch: a row kernel with several inner stages reads its row from
+ * memory in the first and from L1 in the others; before the second, it
+ * asks for the next row's data that the first will read (kiln_prefetch),
+ * so memory works while the later passes compute. softmax and layer_norm
+ * over 1024x1024 (in the L3), 1 thread: 0.95 -> 0.89 ms and 0.45 -> 0.34
+ * ms; out of cache it makes no difference (+-2%). */
 typedef struct {
     Gen *g;
     const Kernel *k;
@@ -453,6 +467,9 @@ typedef struct {
     const char *guard;           /* inside a select's branch: when its loads are valid, or NULL */
     int guard_level;             /* deepest loop the guard uses */
     bool stream;                 /* pointwise: large stores go through tiles (plan_stream) */
+    bool pf_record;              /* row prefetch: collecting the first stage's row loads */
+    const char **pf;             /* their addresses at r = 0 of this row (C text) */
+    int npf, cappf;
 } KGen;
 
 typedef struct {
@@ -752,6 +769,21 @@ static void note_access(KGen *K, int buf, IxText ix, uint8_t how) {
     if (ix.level == K->inner && !ix.unit) K->strided = true;
 }
 
+/* Row prefetch (see KGen): a load of the first inner stage that walks the
+ * row with unit stride; its address at the row's start is kept once. */
+static const char *subst_ident(Pool *p, const char *text, const char *name, const char *repl);
+static void note_row_load(KGen *K, int buf, IxText ix) {
+    if (ix.level != K->inner || !ix.unit || K->innermost < 0) return;
+    Pool *P = K->g->pool;
+    const char *row = K->loop[K->pnest[K->npl - 1]].name, *r = K->loop[K->innermost].name;
+    const char *at = pool_printf(P, "&%s[%s]", K->g->bufname[buf], subst_ident(P, ix.c, r, "0"));
+    if (!strcmp(subst_ident(P, at, row, "0"), at)) return;   /* the same for every row */
+    for (int i = 0; i < K->npf; i++)
+        if (!strcmp(K->pf[i], at)) return;
+    K->pf = pool_grow(P, K->pf, &K->cappf, K->npf + 1, sizeof *K->pf);
+    K->pf[K->npf++] = at;
+}
+
 static Val emit_load(KGen *K, const Expr *e, int nvars) {
     Pool *P = K->g->pool;
     IxText ix = print_index(K, e->index, nvars);
@@ -769,6 +801,7 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
                         K->k->kernel, K->g->bufname[e->buf], ix.c);
     }
     note_access(K, e->buf, ix, USE_READ);
+    if (K->pf_record && !K->guard) note_row_load(K, e->buf, ix);
     if (K->guard)          /* a select's branch may address outside the buffer */
         return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
                     pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c));
@@ -987,7 +1020,8 @@ static void plan_stream(KGen *K) {
     bool any = false;
     for (int i = 0; i < K->k->n; i++) {
         const Buffer *b = member_buf(K, i);
-        if (b->body == BODY_RAND || (b->body == BODY_POINTWISE && ex_expensive(b->expr) >= 0)) return;
+        if (b->body == BODY_RAND || (b->body == BODY_POINTWISE && ex_expensive(b->expr) >= 0))
+            return;
         any |= K->k->store[i] == STORE_GLOBAL && stream_buffer(b);
     }
     int L = K->pnest[K->npl - 1];
@@ -1015,17 +1049,20 @@ static bool stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
     Pool *P = K->g->pool;
     int64_t n = l->lo ? CG_STREAM_TILE : l->extent;
     const char *lo = l->lo ? l->lo : "0";
-    const char *count = l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo) : pool_printf(P, "%lld", (long long)n);
+    const char *count = l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo)
+                              : pool_printf(P, "%lld", (long long)n);
     const char *tile = pool_printf(P, "st_%s", K->g->bufname[b->id]);
     K->scratch = pool_grow(P, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
     K->scratch[K->nscratch++] = (Scratch){tile, n};
-    const char *slot = pool_printf(P, "%s[%s]", tile, l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name);
+    const char *at = l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name;
+    const char *slot = pool_printf(P, "%s[%s]", tile, at);
     line(K, K->inner, "%s = %s;", slot, v.c);
     str_putf(&K->post, "kiln_stream(&%s[%s], %s, %s);\n", K->g->bufname[b->id],
              subst_ident(P, ix.c, l->name, lo), tile, count);
     /* a later stage of the row reads the tile (in L1), not the streamed
      * copy, which the non-temporal stores sent to memory */
-    if (K->k->kind == KK_REDUCTION) table_add(P, &K->rows, reg_key(P, b->id, ix.c), slot, ix.level, 0);
+    if (K->k->kind == KK_REDUCTION)
+        table_add(P, &K->rows, reg_key(P, b->id, ix.c), slot, ix.level, 0);
     return true;
 }
 
@@ -1556,6 +1593,18 @@ static void gen_outer_stages(KGen *K) {
     end_stage(K);
 }
 
+/* Before the second inner stage: the next row's loads of the first (if
+ * this is not the row loop's last iteration). */
+static void row_prefetch(KGen *K) {
+    Pool *P = K->g->pool;
+    const Loop *row = &K->loop[K->pnest[K->npl - 1]];
+    const char *next = pool_printf(P, "%s + 1", row->name);
+    for (int i = 0; i < K->npf; i++)
+        line(K, K->npl, "if (%s < %lld) kiln_prefetch(%s, %lld);", next, (long long)row->extent,
+             subst_ident(P, K->pf[i], row->name, next), (long long)K->k->rnumel);
+    K->npf = 0;
+}
+
 static void gen_stages(KGen *K) {
     const Kernel *k = K->k;
     if (k->kind == KK_POINTWISE) {
@@ -1567,8 +1616,16 @@ static void gen_stages(KGen *K) {
         gen_outer_stages(K);
         return;
     }
+    int inner = 0;
+    for (int st = 0; st < k->nstages; st++) inner += k->stage_kind[st] == STAGE_INNER;
+    const Loop *row = K->npl ? &K->loop[K->pnest[K->npl - 1]] : NULL;
+    bool pf = inner >= 2 && row && !row->lo && row->step == 1 && row->extent > 1 && K->pair == 1 &&
+              !K->epilogue && k->stage_kind[0] == STAGE_INNER;
+    int seen = 0;
     for (int st = 0; st < k->nstages; st++) {
         begin_stage(K, k->stage_kind[st]);
+        if (k->stage_kind[st] == STAGE_INNER && seen++ == 1 && pf) row_prefetch(K);
+        K->pf_record = pf && st == 0 && K->nsn == 1 && !K->loop[K->innermost].lo;
         for (int p = 0; p < K->pair; p++) {
             pair_row(K, p);
             for (int i = 0; i < k->n; i++)

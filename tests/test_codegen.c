@@ -144,6 +144,12 @@ TEST(codegen_softmax_is_one_row_loop) {
     EXPECT(count(fn, "kiln_expf_v(") == 1, "exp computed once per element:\n%s", fn);
     EXPECT(count(fn, "float row_") == 1, "one row-local scratch:\n%s", fn);
     EXPECT(out.calls[0].inner_loops == 3 && out.calls[0].parallel, "call info");
+    /* row prefetch: after the first pass over the row (max), the next row's
+     * x is asked for, once, before the second pass */
+    const char *pf = strstr(fn, "if (x0 + 1 < 1024) kiln_prefetch(&in_x[1024*(x0 + 1) + (0)], 1024);");
+    const char *mark1 = strstr(fn, CG_INNER_MARK), *mark2 = mark1 ? strstr(mark1 + 1, CG_INNER_MARK) : NULL;
+    EXPECT(pf && count(fn, "kiln_prefetch(") == 1 && mark1 < pf && pf < mark2,
+           "the next row prefetched between the first and second pass:\n%s", fn);
     free(fn);
     cg_free(&out);
     plan_free(p);
@@ -188,7 +194,8 @@ TEST(codegen_row_pairs) {
     for (int i = 0; i < 4; i++) {
         fn = kernel0_text(single[i]);
         CHECK(fn);
-        EXPECT(count(fn, "x0++") == 1 && !strstr(fn, "x0 + 1"), "a row at a time:\n%s", fn);
+        EXPECT(count(fn, "x0++") == 1 && !strstr(fn, "(x0 + 1) + r0]") && !strstr(fn, "_1 "),
+               "a row at a time:\n%s", fn);
         free(fn);
     }
 }
@@ -474,6 +481,20 @@ TEST(codegen_memory_reuse) {
  * loop that fills it; a smaller one, and a pointwise kernel with expensive
  * math (sin), store as usual. Row kernels stream whole rows; a long flat
  * pointwise loop runs in blocks of 2048. test_fused.c checks the values. */
+/* Row prefetch only where later passes re-read the row from L1: not in a
+ * one-pass row reduction, nor for a value the same in every row. */
+TEST(codegen_row_prefetch_only_for_several_passes) {
+    char *fn = kernel0_text("input x: f32[300, 1000]\ns = sum(relu(x + 1), dim=1)\noutput s\n");
+    CHECK(fn);
+    EXPECT(!strstr(fn, "kiln_prefetch("), "one pass:\n%s", fn);
+    free(fn);
+    fn = kernel0_text("input x: f32[300, 1000]\ninput g: f32[1000]\ny = layer_norm(x * g, [1000])\noutput y\n");
+    CHECK(fn);
+    EXPECT(count(fn, "kiln_prefetch(") == 1 && strstr(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (0)], 1000)"),
+           "x of the next row, not g:\n%s", fn);
+    free(fn);
+}
+
 TEST(codegen_streamed_stores) {
     static const struct {
         const char *src;
