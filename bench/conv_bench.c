@@ -1,12 +1,15 @@
 /*
  * conv_bench.c -- how fast is kiln's conv2d? (`make bench-conv`; not a test)
  *
- * Times ext_conv2d with both of kiln's backends: oneDNN (src/conv_dnnl.c,
- * the default: reorders from and to NCHW included, weights reordered on
- * every call) and im2col (src/externs.c: im2col + OpenBLAS sgemm, a
- * straight sgemm for 1x1 stride-1 convolutions, direct loops for
- * depthwise), on the convolution layers of ResNet-18 at batch 1 and 8,
- * plus a few 1x1 and depthwise shapes that reach the other two paths, at 1
+ * Times ext_conv2d with both of kiln's backends: the default (oneDNN,
+ * src/conv_dnnl.c: reorders from and to NCHW included, weights reordered on
+ * every call; but 1x1 stride-1 convolutions as one sgemm and depthwise ones
+ * with output planes of 100 or more as direct loops, both on NCHW) and
+ * im2col (src/externs.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
+ * stride-1 convolutions, direct loops for every depthwise one), on the
+ * convolution layers of ResNet-18 at batch 1 and 8, plus a few 1x1 and
+ * depthwise shapes (MobileNetV2's depthwise layers) that reach the other
+ * paths, at 1
  * and 2 threads, and prints milliseconds and GFLOP/s (2 * N * O * OH * OW *
  * C/groups * KH * KW flops per convolution; the bias add is not counted)
  * and the speed-up of the default over im2col.
@@ -50,6 +53,14 @@ static const Shape shapes[] = {
     {"1x1 256->256 @14", 256, 14, 14, 256, 1, 1, 0, 1},
     {"dw 3x3 64 @56", 64, 56, 56, 64, 3, 1, 1, 64},
     {"dw 3x3 256 @14", 256, 14, 14, 256, 3, 1, 1, 256},
+    /* MobileNetV2's depthwise layers */
+    {"dw 3x3 32 @112", 32, 112, 112, 32, 3, 1, 1, 32},
+    {"dw 3x3/2 96 @112", 96, 112, 112, 96, 3, 2, 1, 96},
+    {"dw 3x3 144 @56", 144, 56, 56, 144, 3, 1, 1, 144},
+    {"dw 3x3/2 144 @56", 144, 56, 56, 144, 3, 2, 1, 144},
+    {"dw 3x3 384 @14", 384, 14, 14, 384, 3, 1, 1, 384},
+    {"dw 3x3/2 576 @14", 576, 14, 14, 576, 3, 2, 1, 576},
+    {"dw 3x3 960 @7", 960, 7, 7, 960, 3, 1, 1, 960},
 };
 
 typedef struct {

@@ -371,45 +371,122 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
     return s;
 }
 
-/* Depthwise (one input and one output channel per group): direct loops,
- * the fallback when oneDNN is switched off. Each output row starts at the
- * bias and gets one pass per filter tap over the columns whose input is in
- * range: a unit-stride (or strided) loop without bounds tests that
- * vectorizes, where a per-element test of every tap ran at 1-2 GFLOP/s.
- * The thread that computed a plane runs the epilogue on it. */
-static int64_t ceil_div(int64_t a, int64_t b) { return a >= 0 ? (a + b - 1) / b : -(-a / b); }
+/* Depthwise (one input and one output channel per group): direct loops
+ * on kiln's NCHW planes, no reorder. Each thread copies a plane into a
+ * zero-padded buffer of its own (pad_plane), so that every filter tap is a
+ * plain load without bounds tests; a 3x3 filter (MobileNet's) then computes
+ * each output row in one vectorized pass with its nine taps in registers,
+ * other sizes in one pass per tap. The thread that computed a plane runs
+ * the epilogue on it while it is in cache. */
+typedef struct {
+    int64_t ph, pw;            /* rows and columns of the padded plane */
+} PadDims;
 
-static void depthwise_row(const ConvShape *s, const float *xp, const float *wp, float b,
-                          int64_t oh, float *yr) {
-    for (int64_t ow = 0; ow < s->ow; ow++) yr[ow] = b;
-    for (int64_t kh = 0; kh < s->kh; kh++) {
-        int64_t ih = oh * s->sh - s->ph + kh * s->dh;
-        if (ih < 0 || ih >= s->h) continue;
-        const float *xr = xp + ih * s->w;
-        for (int64_t kw = 0; kw < s->kw; kw++) {
-            int64_t off = kw * s->dw - s->pw, sw = s->sw;   /* iw = ow * sw + off */
-            int64_t lo = off >= 0 ? 0 : ceil_div(-off, sw);
-            int64_t hi = s->w - 1 - off < 0 ? 0 : (s->w - 1 - off) / sw + 1;
-            if (hi > s->ow) hi = s->ow;
-            float wv = wp[kh * s->kw + kw];
+static PadDims pad_dims(const ConvShape *s) {
+    PadDims d = {(s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1,
+                 (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1};
+    /* room for every input element (some past the last tap, unread) */
+    if (d.ph < s->h + s->ph) d.ph = s->h + s->ph;
+    if (d.pw < s->w + s->pw) d.pw = s->w + s->pw;
+    return d;
+}
+
+/* The plane xp into the interior of P (d.ph x d.pw), shifted by the
+ * padding; the border of P is zero from its allocation and never written. */
+static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) {
+    for (int64_t ih = 0; ih < s->h; ih++) {
+        float *restrict pr = P + (ih + s->ph) * d.pw + s->pw;
+        const float *restrict xr = xp + ih * s->w;
+        #pragma omp simd
+        for (int64_t iw = 0; iw < s->w; iw++) pr[iw] = xr[iw];
+    }
+}
+
+/* The library is built for any x86-64 (SSE2); these loops also get AVX2
+ * and AVX-512 versions, picked at load time by the CPU's features (GCC's
+ * target_clones, an ifunc; "arch=" clones would match CPU models only):
+ * 4-wide SSE ran MobileNet's depthwise layers at 3-17 GFLOP/s. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define DW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define DW_CLONES
+#endif
+
+/* One output row of a 3x3 filter: the nine taps of each output in one
+ * expression, the output row written once. The column stride is a
+ * constant in each instance (1 and 2 get their own, so the loads are
+ * contiguous or a shuffle of two; a runtime stride would make gathers). */
+#define DW_ROW3(name, SW)                                                                    \
+    DW_CLONES static void name(const float *r0, const float *r1, const float *r2, const float *k,     \
+                     float b, int64_t e1, int64_t ow, int64_t sw, float *restrict yr) {     \
+        float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6],   \
+              k7 = k[7], k8 = k[8];                                                          \
+        int64_t e2 = 2 * e1;                                                                 \
+        (void)sw;                                                                            \
+        _Pragma("omp simd")                                                                  \
+        for (int64_t o = 0; o < ow; o++) {                                                   \
+            int64_t i = o * (SW);                                                            \
+            yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +        \
+                    k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +       \
+                    k8 * r2[i + e2];                                                         \
+        }                                                                                    \
+    }
+DW_ROW3(dw_row3_s1, 1)
+DW_ROW3(dw_row3_s2, 2)
+DW_ROW3(dw_row3_sn, sw)
+
+static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
+                    int64_t oh, float *restrict yr) {
+    const float *r0 = P + oh * s->sh * d.pw, *r1 = r0 + s->dh * d.pw, *r2 = r1 + s->dh * d.pw;
+    if (s->sw == 1) dw_row3_s1(r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
+    else if (s->sw == 2) dw_row3_s2(r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
+    else dw_row3_sn(r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
+}
+
+/* One output row of any filter: a pass per tap. */
+DW_CLONES static void dw_row(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
+                   int64_t oh, float *restrict yr) {
+    for (int64_t o = 0; o < s->ow; o++) yr[o] = b;
+    for (int64_t i = 0; i < s->kh; i++) {
+        const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;
+        for (int64_t j = 0; j < s->kw; j++) {
+            float kv = k[i * s->kw + j];
+            const float *pc = pr + j * s->dw;
+            int64_t sw = s->sw;
             #pragma omp simd
-            for (int64_t ow = lo; ow < hi; ow++) yr[ow] += wv * xr[ow * sw + off];
+            for (int64_t o = 0; o < s->ow; o++) yr[o] += kv * pc[o * sw];
         }
     }
 }
 
-static void conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
-                           float *y, ExtEpilogue epi, void *ctx) {
-    #pragma omp parallel for collapse(2) schedule(static)
-    for (int64_t n = 0; n < s->n; n++)
-        for (int64_t c = 0; c < s->c; c++) {
-            const float *xp = x + (n * s->c + c) * s->h * s->w;
-            float *yp = y + (n * s->c + c) * s->oh * s->ow;
-            for (int64_t oh = 0; oh < s->oh; oh++)
-                depthwise_row(s, xp, w + c * s->kh * s->kw, bias ? bias[c] : 0.0f, oh,
-                              yp + oh * s->ow);
-            if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
+/* 0, or -1 when a thread's padded plane cannot be allocated. */
+static int conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
+                          float *y, ExtEpilogue epi, void *ctx) {
+    PadDims d = pad_dims(s);
+    int failed = 0;
+    #pragma omp parallel
+    {
+        float *P = kcalloc((size_t)(d.ph * d.pw), sizeof(float));
+        if (!P) {
+            #pragma omp atomic write
+            failed = 1;
         }
+        #pragma omp for collapse(2) schedule(static)
+        for (int64_t n = 0; n < s->n; n++)
+            for (int64_t c = 0; c < s->c; c++) {
+                if (!P) continue;
+                const float *k = w + c * s->kh * s->kw;
+                float b = bias ? bias[c] : 0.0f, *yp = y + (n * s->c + c) * s->oh * s->ow;
+                pad_plane(s, d, x + (n * s->c + c) * s->h * s->w, P);
+                for (int64_t oh = 0; oh < s->oh; oh++) {
+                    if (s->kh == 3 && s->kw == 3) dw_row3(s, d, P, k, b, oh, yp + oh * s->ow);
+                    else dw_row(s, d, P, k, b, oh, yp + oh * s->ow);
+                }
+                if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
+            }
+        kfree(P);
+    }
+    return failed ? -1 : 0;
 }
 
 /* col[(c*kh*kw + i*kw + j), (oh*ow)] = padded input patch element */
@@ -446,6 +523,7 @@ static void slab_piece(const ConvShape *s, const SlabEnd *e, float *y, int64_t n
     for (int64_t o = o0; e->bias && o < o0 + no; o++) {
         float *yp = y + (n * s->o + o) * plane;
         float bo = e->bias[o];
+        #pragma omp simd
         for (int64_t k = 0; k < plane; k++) yp[k] += bo;
     }
     if (e->epi) e->epi(e->ctx, y, (n * s->o + o0) * plane, no * plane);
@@ -466,6 +544,7 @@ static void finish_slab(const ConvShape *s, const SlabEnd *e, float *y, int64_t 
 }
 
 static ExtConvBackend conv_backend = EXT_CONV_DNNL;
+#define DW_DIRECT_PLANE 100
 
 void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
 
@@ -475,16 +554,19 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
     ext_blas_init();
     ConvShape s = conv_shape(xs, ws, ys, attr);
     bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
+    bool depthwise = s.groups == s.c && s.o == s.c;
     /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
-     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md). */
-    if (conv_backend == EXT_CONV_DNNL && !direct) {
+     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md). A
+     * depthwise one with output planes of DW_DIRECT_PLANE or more runs the
+     * direct loops on NCHW: oneDNN's depthwise kernel wants NHWC, and the
+     * two reorders cost more than the loops (MobileNetV2's layers: the
+     * loops 1.1-2.3x oneDNN with its reorders from 14x14 up, 0.6-0.9x on
+     * the 7x7 planes; make bench-conv). */
+    if (conv_backend == EXT_CONV_DNNL && !direct && !(depthwise && s.oh * s.ow >= DW_DIRECT_PLANE)) {
         int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
         if (r <= 0) return r;
     }
-    if (s.groups == s.c && s.o == s.c) {
-        conv_depthwise(&s, x, w, bias, y, epi, ctx);
-        return 0;
-    }
+    if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
     SlabEnd end = {bias, epi, ctx};
     int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
     int64_t kdim = cg * s.kh * s.kw;

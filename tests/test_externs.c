@@ -165,6 +165,11 @@ static const int64_t conv_cases[][15] = {
     {1, 4, 5, 6, 4, 3, 3, 2, 1, 3, 2, 2, 3, 4, 1},   /* depthwise, strides and dilations */
     {1, 2, 5, 3, 2, 3, 3, 1, 2, 1, 3, 1, 3, 2, 1},   /* depthwise: a tap wholly in the padding */
     {1, 3, 7, 9, 3, 5, 5, 1, 2, 2, 2, 1, 1, 3, 1},   /* depthwise 5x5, column stride 2 */
+    /* depthwise with output planes of 100 or more: the direct loops by default */
+    {1, 8, 23, 17, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1},   /* 3x3, odd sizes */
+    {2, 5, 30, 21, 5, 3, 3, 2, 2, 2, 1, 2, 1, 5, 1},   /* 3x3, stride 2, dilated rows */
+    {1, 3, 20, 20, 3, 5, 5, 1, 1, 2, 2, 1, 1, 3, 0},   /* 5x5: a pass per tap */
+    {1, 4, 33, 34, 4, 3, 3, 3, 3, 1, 1, 1, 1, 4, 1},   /* 3x3, stride 3 */
 };
 #define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 
