@@ -305,11 +305,16 @@ static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, i
     if (rows == M || rows > INT32_MAX || !b_shared(bv)) return false;   /* BLAS takes int */
     int64_t step = folded_row_stride(av, nb, cshape, M), scol = av->stride[av->rank - 1];
     BlasOperand o;
-    if (step <= 0 || !as_blas(a + av->offset, rows, K, step, scol, &o)) return false;
+    if (step <= 0 || !as_blas(a ? a + av->offset : NULL, rows, K, step, scol, &o)) return false;
     *a2 = (ExtView){2, {rows, K}, {step, scol}, av->offset};
     *b2 = (ExtView){2, {K, bv->shape[bv->rank - 1]},
                     {bv->stride[bv->rank - 2], bv->stride[bv->rank - 1]}, bv->offset};
     return true;
+}
+
+bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape) {
+    ExtView a2, b2;
+    return crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2);
 }
 
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,

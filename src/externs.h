@@ -27,6 +27,10 @@ typedef void (*ExtEpilogue)(void *ctx, float *c, int64_t start, int64_t count);
  * broadcast against c's (crank - 2) batch dims; c is dense. */
 int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                int crank, const int64_t *cshape);
+/* Does ext_matmul run this batched product as one GEMM (B shared by every
+ * batch, A's rows evenly spaced: "batch folding" in externs.c)? Depends on
+ * the views and shapes only, so the scheduler can name the call. */
+bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
 /* The same, with epi (NULL: none) applied to each block of rows as it is done. */
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);

@@ -49,6 +49,7 @@
  * an extern is a wall ("node1 is extern"), as in Inductor.
  */
 #include "loop.h"
+#include "externs.h"
 #include <stdlib.h>
 #include <string.h>
 
@@ -1064,11 +1065,22 @@ static void run_rounds(Sched *S) {
 
 /* ===== kernels ============================================================================= */
 
+static ExtView ext_view(const BufView *v) {
+    ExtView e = {.rank = v->rank, .offset = v->offset};
+    memcpy(e.shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
+    memcpy(e.stride, v->stride, sizeof(int64_t) * (size_t)v->rank);
+    return e;
+}
+
+/* A batched matmul that the library runs as one GEMM (a shared weight,
+ * ext_matmul_folds) is named mm, as what runs. */
 static const char *extern_name(const Buffer *b) {
     if (b->ext_op == OP_CONV2D) return "extern_kernels.conv2d";
     if (b->ext_op == OP_GATHER) return "extern_kernels.gather";
     if (b->ext_op == OP_CONV_TRANSPOSE2D) return "extern_kernels.conv_transpose2d";
-    return b->rank > 2 ? "extern_kernels.bmm" : "extern_kernels.mm";
+    if (b->rank <= 2) return "extern_kernels.mm";
+    ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
+    return ext_matmul_folds(&a, &w, b->rank, b->shape) ? "extern_kernels.mm" : "extern_kernels.bmm";
 }
 
 /* Where each member's result lives: memory when an output or read by

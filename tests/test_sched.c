@@ -242,6 +242,30 @@ TEST(sched_extern) {
     plan_free(p);
 }
 
+/* A batched matmul whose weight every batch shares runs as one GEMM
+ * (ext_matmul's batch folding) and is named mm, as what runs; batches with
+ * their own B, and a shared B whose A rows are not evenly spaced (a
+ * transposed batch), stay bmm. */
+TEST(sched_folded_batch_named_mm) {
+    static const int64_t xs[3] = {128, 1, 256}, ws[2] = {256, 768};
+    static const int64_t as[3] = {4, 8, 16}, bs[3] = {4, 16, 5}, ts[3] = {8, 4, 16};
+    static const int64_t vs[2] = {16, 5};
+    kiln_graph *g = kiln_graph_new();
+    int x = kiln_input(g, "x", KILN_F32, 3, xs), w = kiln_input(g, "w", KILN_F32, 2, ws);
+    int a = kiln_input(g, "a", KILN_F32, 3, as), b = kiln_input(g, "b", KILN_F32, 3, bs);
+    int t = kiln_input(g, "t", KILN_F32, 3, ts), v = kiln_input(g, "v", KILN_F32, 2, vs);
+    static const int perm[3] = {1, 0, 2};
+    kiln_output(g, kiln_matmul(g, x, w), "y");      /* [128, 1, 768]: one GEMM of 128 rows */
+    kiln_output(g, kiln_matmul(g, a, b), "z");      /* four B matrices */
+    /* [4, 8, 16] with rows 64 apart inside a batch but batches 16 apart */
+    kiln_output(g, kiln_matmul(g, kiln_permute(g, t, 3, perm), v), "u");
+    Plan *p = compile(g);
+    CHECK(p);
+    static const char *const calls[] = {"extern_kernels.mm", "extern_kernels.bmm", "extern_kernels.bmm"};
+    CHECK(calls_are(p->sched, 3, calls));
+    plan_free(p);
+}
+
 /* layout sum(x,1), sum(x,0): different index formulas over x, no shared data. */
 TEST(sched_layout) {
     static const int64_t xs[2] = {64, 128};
