@@ -454,3 +454,38 @@ TEST(conv_transpose_threads) {
     }
     test_prog_free(&P);
 }
+
+/* ===== traffic ============================================================== */
+
+/* The traffic report charges a gather with the rows its indices pick, not
+ * the whole table (an embedding lookup reads 5 rows of 1000), both fused
+ * and unfused; more indices than rows read the whole tensor once. */
+TEST(gather_traffic_counts_picked_rows) {
+    static const struct {
+        int64_t d0, d1, nidx;
+        int axis;
+        int64_t read;            /* bytes of data read */
+    } cases[] = {
+        {1000, 64, 5, 0, 5 * 64 * 4},
+        {64, 1000, 7, 1, 64 * 7 * 4},
+        {1000, 64, 3000, 0, 1000 * 64 * 4},
+    };
+    for (int c = 0; c < 3; c++) {
+        kiln_graph *g = kiln_graph_new();
+        int64_t ts[2] = {cases[c].d0, cases[c].d1}, is[1] = {cases[c].nidx};
+        kiln_value t = kiln_input(g, "t", KILN_F32, 2, ts), i = kiln_input(g, "i", KILN_F32, 1, is);
+        kiln_output(g, kiln_gather(g, t, i, cases[c].axis), "y");
+        KilnConfig cfg = kiln_config_default();
+        cfg.logs = 0;
+        Plan *p = NULL;
+        char err[256];
+        CHECKF(plan_build(g, &cfg, &p, err, sizeof err) == KILN_OK, "%s", err);
+        int64_t out = (cases[c].axis == 0 ? cases[c].d1 : cases[c].d0) * cases[c].nidx * 4;
+        int64_t want = cases[c].read + cases[c].nidx * 4 + out;
+        EXPECT(p->sched->fused_bytes == want && p->sched->unfused_bytes == want,
+               "case %d: fused %lld, unfused %lld bytes, want %lld", c, (long long)p->sched->fused_bytes,
+               (long long)p->sched->unfused_bytes, (long long)want);
+        plan_free(p);
+        kiln_graph_free(g);
+    }
+}
