@@ -421,20 +421,21 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
  * expression, the output row written once. The column stride is a
  * constant in each instance (1 and 2 get their own, so the loads are
  * contiguous or a shuffle of two; a runtime stride would make gathers). */
-#define DW_ROW3(name, SW)                                                                    \
-    DW_CLONES static void name(const float *r0, const float *r1, const float *r2, const float *k,     \
-                     float b, int64_t e1, int64_t ow, int64_t sw, float *restrict yr) {     \
-        float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6],   \
-              k7 = k[7], k8 = k[8];                                                          \
-        int64_t e2 = 2 * e1;                                                                 \
-        (void)sw;                                                                            \
-        _Pragma("omp simd")                                                                  \
-        for (int64_t o = 0; o < ow; o++) {                                                   \
-            int64_t i = o * (SW);                                                            \
-            yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +        \
-                    k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +       \
-                    k8 * r2[i + e2];                                                         \
-        }                                                                                    \
+#define DW_ROW3(name, SW)                                                                \
+    DW_CLONES static void name(const float *r0, const float *r1, const float *r2,          \
+                               const float *k, float b, int64_t e1, int64_t ow, int64_t sw, \
+                               float *restrict yr) {                                        \
+        float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6], \
+              k7 = k[7], k8 = k[8];                                                        \
+        int64_t e2 = 2 * e1;                                                               \
+        (void)sw;                                                                          \
+        _Pragma("omp simd")                                                                \
+        for (int64_t o = 0; o < ow; o++) {                                                 \
+            int64_t i = o * (SW);                                                          \
+            yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +      \
+                    k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +     \
+                    k8 * r2[i + e2];                                                       \
+        }                                                                                  \
     }
 DW_ROW3(dw_row3_s1, 1)
 DW_ROW3(dw_row3_s2, 2)
@@ -449,8 +450,8 @@ static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *
 }
 
 /* One output row of any filter: a pass per tap. */
-DW_CLONES static void dw_row(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
-                   int64_t oh, float *restrict yr) {
+DW_CLONES static void dw_row(const ConvShape *s, PadDims d, const float *P, const float *k,
+                             float b, int64_t oh, float *restrict yr) {
     for (int64_t o = 0; o < s->ow; o++) yr[o] = b;
     for (int64_t i = 0; i < s->kh; i++) {
         const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;
@@ -549,6 +550,8 @@ static void finish_slab(const ConvShape *s, const SlabEnd *e, float *y, int64_t 
 }
 
 static ExtConvBackend conv_backend = EXT_CONV_DNNL;
+/* Depthwise convolutions with output planes of at least this many elements
+ * run the direct loops even on the oneDNN backend (see conv2d). */
 #define DW_DIRECT_PLANE 100
 
 void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
@@ -567,7 +570,8 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
      * two reorders cost more than the loops (MobileNetV2's layers: the
      * loops 1.1-2.3x oneDNN with its reorders from 14x14 up, 0.6-0.9x on
      * the 7x7 planes; make bench-conv). */
-    if (conv_backend == EXT_CONV_DNNL && !direct && !(depthwise && s.oh * s.ow >= DW_DIRECT_PLANE)) {
+    bool dw_direct = depthwise && s.oh * s.ow >= DW_DIRECT_PLANE;
+    if (conv_backend == EXT_CONV_DNNL && !direct && !dw_direct) {
         int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
         if (r <= 0) return r;
     }
