@@ -433,16 +433,8 @@ static int plan_is_sound(const RtProgram *p) {
 TEST(codegen_memory_reuse) {
     kiln_graph *g = kiln_graph_new();
     CHECK(kiln_parse(g, chain_prog, "chain") == KILN_OK);
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/codegen-cache", test_tmpdir());
-    const char *old = getenv("KILN_CACHE_DIR");
-    char saved[600];
-    if (old) snprintf(saved, sizeof saved, "%s", old);
-    setenv("KILN_CACHE_DIR", dir, 1);
     kiln_program *prog = NULL;
-    kiln_status st = kiln_compile(g, 0, &prog);
-    if (old) setenv("KILN_CACHE_DIR", saved, 1);
-    else unsetenv("KILN_CACHE_DIR");
+    kiln_status st = test_compile_in_cache(g, "codegen-cache", NULL, &prog);
     CHECKF(st == KILN_OK, "%s", kiln_error(g));
     RtProgram *p = kiln_program_rt(prog);
     const RtStats *s = rt_stats(p);

@@ -35,41 +35,7 @@ static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *sha
 
 /* Compile in a fresh cache, run fused and interpreted, compare every output. */
 static bool compile_and_compare(Prog *P) {
-    char dir[600], saved[1024];
-    const char *old = getenv("KILN_CACHE_DIR");
-    if (old) snprintf(saved, sizeof saved, "%s", old);
-    snprintf(dir, sizeof dir, "%s/extern-fused-cache", test_tmpdir());
-    setenv("KILN_CACHE_DIR", dir, 1);
-    kiln_status st = kiln_compile(P->g, 0, &P->p);
-    if (old) setenv("KILN_CACHE_DIR", saved, 1);
-    else unsetenv("KILN_CACHE_DIR");
-    if (st != KILN_OK) {
-        test_failf(__FILE__, __LINE__, "compile: %s", kiln_error(P->g));
-        return false;
-    }
-    if (kiln_program_run(P->p, P->in, P->got) != KILN_OK) {
-        test_failf(__FILE__, __LINE__, "run: %s", kiln_program_error(P->p));
-        kiln_program_free(P->p);
-        P->p = NULL;
-        return false;
-    }
-    if (kiln_interpret(P->g, P->in, P->want) != KILN_OK) {
-        test_failf(__FILE__, __LINE__, "interpret: %s", kiln_error(P->g));
-        return false;
-    }
-    RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(P->p)));
-    for (int i = 0; i < kiln_num_outputs(P->g); i++) {
-        const float *g = P->got[i].data, *w = P->want[i].data;
-        int64_t n = kiln_tensor_numel(&P->want[i]);
-        EXPECT(kiln_tensor_numel(&P->got[i]) == n, "%s: size", kiln_output_name(P->g, i));
-        for (int64_t k = 0; k < n; k++)
-            if (!(rt_excess(g[k], w[k], tol) <= 1.0)) {
-                test_failf(__FILE__, __LINE__, "%s[%lld]: fused %.8g, interpreter %.8g",
-                           kiln_output_name(P->g, i), (long long)k, g[k], w[k]);
-                break;
-            }
-    }
-    return !test_failed;
+    return test_prog_check(P, "extern-fused-cache", NULL, NULL);
 }
 
 static int output_index(const kiln_graph *g, const char *name) {

@@ -43,51 +43,8 @@ static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *sha
     return test_random_weight(P->g, name, rank, shape, seed);
 }
 
-static kiln_status compile_in_cache(kiln_graph *g, const kiln_options *o, kiln_program **p) {
-    char dir[600], saved[1024];
-    const char *old = getenv("KILN_CACHE_DIR");
-    if (old) snprintf(saved, sizeof saved, "%s", old);
-    snprintf(dir, sizeof dir, "%s/gather-cache", test_tmpdir());
-    setenv("KILN_CACHE_DIR", dir, 1);
-    kiln_options d = kiln_default_options();
-    kiln_status st = kiln_compile_with(g, o ? o : &d, p);
-    if (old) setenv("KILN_CACHE_DIR", saved, 1);
-    else unsetenv("KILN_CACHE_DIR");
-    return st;
-}
-
-/* Compile, run fused and interpreted, compare every output; outputs named
- * in `exact` (comma-separated, NULL: none) must match bit for bit. */
 static bool compile_and_compare(Prog *P, const kiln_options *o, const char *exact) {
-    if (compile_in_cache(P->g, o, &P->p) != KILN_OK) {
-        test_failf(__FILE__, __LINE__, "compile: %s", kiln_error(P->g));
-        return false;
-    }
-    if (kiln_program_run(P->p, P->in, P->got) != KILN_OK) {
-        test_failf(__FILE__, __LINE__, "run: %s", kiln_program_error(P->p));
-        kiln_program_free(P->p);
-        P->p = NULL;
-        return false;
-    }
-    if (kiln_interpret(P->g, P->in, P->want) != KILN_OK) {
-        test_failf(__FILE__, __LINE__, "interpret: %s", kiln_error(P->g));
-        return false;
-    }
-    RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(P->p)));
-    for (int i = 0; i < kiln_num_outputs(P->g); i++) {
-        const char *name = kiln_output_name(P->g, i);
-        const float *g = P->got[i].data, *w = P->want[i].data;
-        int64_t n = kiln_tensor_numel(&P->want[i]);
-        bool bits = exact && strstr(exact, name);
-        EXPECT(kiln_tensor_numel(&P->got[i]) == n, "%s: size", name);
-        for (int64_t k = 0; k < n; k++)
-            if (bits ? g[k] != w[k] : !(rt_excess(g[k], w[k], tol) <= 1.0)) {
-                test_failf(__FILE__, __LINE__, "%s[%lld]: fused %.8g, interpreter %.8g", name,
-                           (long long)k, g[k], w[k]);
-                break;
-            }
-    }
-    return !test_failed;
+    return test_prog_check(P, "gather-cache", o, exact);
 }
 
 /* The kernel that computes output `name`: its extern kind and member count. */
@@ -298,7 +255,7 @@ TEST(gather_index_out_of_range) {
     kiln_value i = kiln_input(g, "i", KILN_F32, 1, (int64_t[]){4});
     kiln_output(g, kiln_unary(g, "relu", kiln_gather(g, x, i, 1)), "y");   /* with epilogue */
     kiln_program *p = NULL;
-    CHECKF(compile_in_cache(g, NULL, &p) == KILN_OK, "compile: %s", kiln_error(g));
+    CHECKF(test_compile_in_cache(g, "gather-cache", NULL, &p) == KILN_OK, "compile: %s", kiln_error(g));
     kiln_tensor in[2] = {kiln_input_desc(g, 0), kiln_input_desc(g, 1)};
     kiln_tensor_alloc(&in[0]);
     kiln_tensor_alloc(&in[1]);
@@ -437,7 +394,7 @@ TEST(conv_transpose_threads) {
     if (compile_and_compare(&P, &o, NULL)) {
         kiln_program *p4 = NULL;
         o.threads = 4;
-        CHECKF(compile_in_cache(P.g, &o, &p4) == KILN_OK, "%s", kiln_error(P.g));
+        CHECKF(test_compile_in_cache(P.g, "gather-cache", &o, &p4) == KILN_OK, "%s", kiln_error(P.g));
         CHECKF(kiln_program_run(p4, P.in, one) == KILN_OK, "%s", kiln_program_error(p4));
         RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(p4)));
         for (int i = 0; i < kiln_num_outputs(P.g); i++) {

@@ -100,3 +100,49 @@ kiln_value test_random_weight(kiln_graph *g, const char *name, int rank, const i
     free(data);
     return v;
 }
+
+kiln_status test_compile_in_cache(kiln_graph *g, const char *cache, const kiln_options *o,
+                                  kiln_program **p) {
+    char dir[600], saved[1024];
+    const char *old = getenv("KILN_CACHE_DIR");
+    if (old) snprintf(saved, sizeof saved, "%s", old);
+    snprintf(dir, sizeof dir, "%s/%s", test_tmpdir(), cache);
+    setenv("KILN_CACHE_DIR", dir, 1);
+    kiln_options d = kiln_default_options();
+    kiln_status st = kiln_compile_with(g, o ? o : &d, p);
+    if (old) setenv("KILN_CACHE_DIR", saved, 1);
+    else unsetenv("KILN_CACHE_DIR");
+    return st;
+}
+
+bool test_prog_check(TestProg *P, const char *cache, const kiln_options *o, const char *exact) {
+    if (test_compile_in_cache(P->g, cache, o, &P->p) != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "compile: %s", kiln_error(P->g));
+        return false;
+    }
+    if (kiln_program_run(P->p, P->in, P->got) != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "run: %s", kiln_program_error(P->p));
+        kiln_program_free(P->p);
+        P->p = NULL;
+        return false;
+    }
+    if (kiln_interpret(P->g, P->in, P->want) != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "interpret: %s", kiln_error(P->g));
+        return false;
+    }
+    RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(P->p)));
+    for (int i = 0; i < kiln_num_outputs(P->g); i++) {
+        const char *name = kiln_output_name(P->g, i);
+        const float *g = P->got[i].data, *w = P->want[i].data;
+        int64_t n = kiln_tensor_numel(&P->want[i]);
+        bool bits = exact && strstr(exact, name);
+        EXPECT(kiln_tensor_numel(&P->got[i]) == n, "%s: size", name);
+        for (int64_t k = 0; k < n; k++)
+            if (bits ? g[k] != w[k] : !(rt_excess(g[k], w[k], tol) <= 1.0)) {
+                test_failf(__FILE__, __LINE__, "%s[%lld]: fused %.8g, interpreter %.8g", name,
+                           (long long)k, g[k], w[k]);
+                break;
+            }
+    }
+    return !test_failed;
+}

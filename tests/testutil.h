@@ -38,4 +38,13 @@ kiln_value test_random_weight(kiln_graph *g, const char *name, int rank, const i
                               uint64_t seed);
 /* A dense C-order view of shape. */
 ExtView test_dense_view(int rank, const int64_t *shape);
+/* Compile g with options o (NULL: the defaults) into *p, with the JIT
+ * cache in <test_tmpdir()>/<cache>; KILN_CACHE_DIR is restored after. */
+kiln_status test_compile_in_cache(kiln_graph *g, const char *cache, const kiln_options *o,
+                                  kiln_program **p);
+/* Compile P (as test_compile_in_cache), run it fused and interpreted and
+ * compare every output within rt_tolerance; outputs named in `exact`
+ * (comma-separated, NULL: none) must match bit for bit. Failures are
+ * recorded; false when any. */
+bool test_prog_check(TestProg *P, const char *cache, const kiln_options *o, const char *exact);
 #endif
