@@ -1091,14 +1091,23 @@ static kiln_value normalize(Graph *g, kiln_value x, int nd, const int *dims, dou
     return kiln_binary(g, "mul", d, rstd);
 }
 
+/* The spatial dims 2.. of an (N, C, ...) input x into dims; their count,
+ * or -1 (with the failure recorded) when x is missing or of rank < 3. */
+static int spatial_dims(OxNode *n, kiln_value x, int *dims) {
+    if (x < 0) return -1;
+    int r = kiln_value_rank(n->im->g, x);
+    if (r < 3) return nfail(n, "the input needs rank >= 3, got %d", r), -1;
+    for (int i = 2; i < r; i++) dims[i - 2] = i;
+    return r - 2;
+}
+
 static bool op_instance_norm(OxNode *n) {
     Graph *g = n->im->g;
     kiln_value x = gin(n, 0);
-    if (x < 0) return false;
-    int r = kiln_value_rank(g, x), dims[KILN_MAX_RANK];
-    if (r < 3) return nfail(n, "the input needs rank >= 3, got %d", r);
-    for (int i = 2; i < r; i++) dims[i - 2] = i;
-    kiln_value y = normalize(g, x, r - 2, dims, attr_f(n, "epsilon", 1e-5), NULL, NULL);
+    int dims[KILN_MAX_RANK], ns = spatial_dims(n, x, dims);
+    if (ns < 0) return false;
+    int r = ns + 2;
+    kiln_value y = normalize(g, x, ns, dims, attr_f(n, "epsilon", 1e-5), NULL, NULL);
     y = kiln_binary(g, "mul", y, per_channel(g, gin(n, 1), r));
     y = kiln_binary(g, "add", y, per_channel(g, gin(n, 2), r));
     return set_graph(n, 0, y, OT_FLOAT);
@@ -1198,11 +1207,9 @@ static bool op_avg_pool(OxNode *n) { return op_pool(n, false); }
 static bool op_global_pool(OxNode *n, const char *red) {
     Graph *g = n->im->g;
     kiln_value x = gin(n, 0);
-    if (x < 0) return false;
-    int r = kiln_value_rank(g, x), dims[KILN_MAX_RANK];
-    if (r < 3) return nfail(n, "the input needs rank >= 3, got %d", r);
-    for (int i = 2; i < r; i++) dims[i - 2] = i;
-    return set_graph(n, 0, kiln_reduce(g, red, x, r - 2, dims, 1), OT_FLOAT);
+    int dims[KILN_MAX_RANK], ns = spatial_dims(n, x, dims);
+    if (ns < 0) return false;
+    return set_graph(n, 0, kiln_reduce(g, red, x, ns, dims, 1), OT_FLOAT);
 }
 
 static bool op_global_avg(OxNode *n) { return op_global_pool(n, "mean"); }
