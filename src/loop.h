@@ -301,9 +301,10 @@ void lower_print(FILE *f, const LoopProgram *p);
 void ex_print(Str *s, const LoopProgram *p, const Expr *e);
 /* Element size of a dtype in bytes. */
 int64_t loop_elsize(kiln_dtype dt);
-/* The bytes a gather reads of data_bytes of data whose gathered dim has
- * axis_len entries, with nidx indices: the picked rows, at most all. */
-int64_t lower_gathered_bytes(int64_t data_bytes, int64_t axis_len, int64_t nidx);
+/* The entries of a gathered dim of axis_len that nidx indices read: one
+ * per index at most (an embedding lookup reads a few rows of a large
+ * table), never more than all. Unfused and fused traffic both count so. */
+int64_t lower_gathered_rows(int64_t axis_len, int64_t nidx);
 
 /* ===== scheduler ========================================================== */
 

@@ -1237,18 +1237,16 @@ static int64_t operand_bytes(const Graph *g, int o) {
     return e * loop_elsize(graph_node(g, o)->dtype);
 }
 
-/* What a gather reads of its data: the rows its indices pick, at most one
- * per index (an embedding lookup reads a few rows of a large table), never
- * more than the whole tensor. */
-int64_t lower_gathered_bytes(int64_t data_bytes, int64_t axis_len, int64_t nidx) {
-    if (axis_len <= 0) return 0;
-    return nidx < axis_len ? data_bytes / axis_len * nidx : data_bytes;
+int64_t lower_gathered_rows(int64_t axis_len, int64_t nidx) {
+    return nidx < axis_len ? nidx : axis_len;
 }
 
+/* What a gather reads of its data: the rows its indices pick. */
 static int64_t gathered_bytes(const Graph *g, const Node *n) {
-    const Node *d = graph_node(g, n->in[0]);
-    return lower_gathered_bytes(operand_bytes(g, n->in[0]), d->shape[n->attr[0]],
-                                node_numel(graph_node(g, n->in[1])));
+    int64_t len = graph_node(g, n->in[0])->shape[n->attr[0]];
+    if (len <= 0) return 0;
+    int64_t rows = lower_gathered_rows(len, node_numel(graph_node(g, n->in[1])));
+    return operand_bytes(g, n->in[0]) / len * rows;
 }
 
 /* Unfused: every (live) computing op reads its operands and writes its result;
@@ -1262,7 +1260,8 @@ static int64_t unfused_traffic(const Graph *g, const bool *live) {
         total += node_numel(n) * loop_elsize(n->dtype);
         for (int j = 0; k != KIND_RANDOM && j < n->nin; j++)
             if (n->in[j] >= 0)
-                total += n->op == OP_GATHER && j == 0 ? gathered_bytes(g, n) : operand_bytes(g, n->in[j]);
+                total += n->op == OP_GATHER && j == 0 ? gathered_bytes(g, n)
+                                                      : operand_bytes(g, n->in[j]);
     }
     return total;
 }

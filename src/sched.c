@@ -185,8 +185,8 @@ static void read_load(const Expr *e, void *ud) {
 }
 
 /* An extern reads each operand through its view: offset + sum stride*v; a
- * gather reads of its data only the rows its indices pick (at most one per
- * index, lower_gathered_bytes), counted as that many rows of the view. */
+ * gather reads of its data only the rows its indices pick
+ * (lower_gathered_rows), counted as that many rows of the view. */
 static void extern_reads(DepCtx *c, const Buffer *b) {
     Pool *P = c->S->pool;
     for (int i = 0; i < b->nopnds; i++) {
@@ -194,8 +194,8 @@ static void extern_reads(DepCtx *c, const Buffer *b) {
         int64_t shape[KILN_MAX_RANK];
         memcpy(shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
         if (b->ext_op == OP_GATHER && i == 0) {
-            int64_t ax = b->attr[0], nidx = util_numel(b->opnd[1].rank, b->opnd[1].shape);
-            if (nidx < shape[ax]) shape[ax] = nidx;
+            int64_t ax = b->attr[0];
+            shape[ax] = lower_gathered_rows(shape[ax], util_numel(b->opnd[1].rank, b->opnd[1].shape));
         }
         Index *ix = ix_const(P, v->offset);
         for (int d = 0; d < v->rank; d++) ix = ix_add(P, ix, ix_mul(P, ix_var(P, d), v->stride[d]));
