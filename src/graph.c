@@ -111,7 +111,7 @@ int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map) {
     if (n.name && !(n.name = arena_strdup(&dst->arena, n.name))) return nomem(dst);
     if (n.data) {
         int64_t cnt = node_numel(&n);
-        float *d = arena_alloc(&dst->arena, sizeof(float) * (size_t)cnt);
+        float *d = arena_alloc_lines(&dst->arena, sizeof(float) * (size_t)cnt);
         if (!d) return nomem(dst);
         memcpy(d, src->nodes[id].data, sizeof(float) * (size_t)cnt);
         n.data = d;
@@ -241,7 +241,7 @@ kiln_value kiln_weight(kiln_graph *g, const char *name, int rank, const int64_t 
     if (v < 0) return v;
     if (!data) return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
     size_t bytes = sizeof(float) * (size_t)node_numel(&g->nodes[v]);
-    float *d = arena_alloc(&g->arena, bytes);
+    float *d = arena_alloc_lines(&g->arena, bytes);
     if (!d) return nomem(g);
     memcpy(d, data, bytes);
     g->nodes[v].data = d;

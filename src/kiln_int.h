@@ -55,6 +55,8 @@ int op_lookup(const char *name);
 
 /* ===== util.c ========================================================== */
 
+/* Tensor data, weights and the runtime's arena start on a cache line. */
+#define KILN_ALIGN 64
 void *kmalloc(size_t n);             /* NULL when the hook refuses */
 void *kcalloc(size_t n, size_t size);
 /* MADV_HUGEPAGE on the whole pages of [mem, mem + bytes) when it spans at
@@ -73,6 +75,7 @@ typedef struct {
     ArenaChunk *head;
 } Arena;
 void *arena_alloc(Arena *a, size_t n);  /* zeroed; NULL when out of memory */
+void *arena_alloc_lines(Arena *a, size_t n); /* the same, KILN_ALIGN-aligned */
 char *arena_strdup(Arena *a, const char *s);
 void arena_free(Arena *a);
 

@@ -34,7 +34,7 @@
 #include <string.h>
 #include <time.h>
 
-#define RT_ALIGN 64
+#define RT_ALIGN KILN_ALIGN
 
 struct RtProgram {
     Plan *plan;               /* owns the decomposed graph (and weight data) */

@@ -19,6 +19,7 @@
  */
 #include "test.h"
 #include "codegen.h"
+#include "kiln_int.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -208,4 +209,64 @@ TEST(alloc_fail_each_program_run) {
     if (use_own_cache() && clean_run(run_compiled, &clean))
         fail_range("program run", run_compiled, clean.mark + 1, clean.requests);
     restore_cache();
+}
+
+/* ---- tensor data on cache lines ----------------------------------------- */
+
+/* A hook whose blocks start 8 bytes past malloc's alignment (a header in
+ * front keeps the real block), and that counts the bytes it holds. */
+typedef struct {
+    long long held;
+} OddHook;
+
+static void *odd_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    OddHook *h = ud;
+    char *real = ptr ? (char *)ptr - 24 : NULL;
+    char *p = NULL;
+    if (n && !(p = malloc(n + 24))) return NULL;
+    if (p && real) memcpy(p + 24, ptr, old < n ? old : n);
+    free(real);
+    h->held += (long long)n - (long long)old;
+    return p ? p + 24 : NULL;
+}
+
+/* Checks every tensor size of `sizes` starts on a KILN_ALIGN line and can
+ * be written whole (ASan: no overrun), then is freed. */
+static void check_lines(const char *who) {
+    static const int64_t sizes[] = {1, 3, 17, 1000, 1 << 20, (5 << 20) + 3};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        kiln_tensor t = {KILN_F32, 1, {sizes[i]}, NULL};
+        CHECK(kiln_tensor_alloc(&t) == KILN_OK);
+        EXPECT((uintptr_t)t.data % KILN_ALIGN == 0, "%s: %lld floats at %p, not on a line",
+               who, (long long)sizes[i], t.data);
+        memset(t.data, 0x5a, (size_t)sizes[i] * sizeof(float));
+        kiln_tensor_free(&t);
+    }
+}
+
+/* kiln_tensor_alloc's data and a weight's data start on a cache line
+ * (util.c: a 512-bit load from a row that starts mid-line touches two
+ * lines), whatever alignment the allocation hook gives, and freeing gives
+ * back every byte. */
+TEST(alloc_tensor_data_on_cache_lines) {
+    check_lines("default allocator");
+    OddHook h = {0};
+    kiln_set_allocator(odd_alloc, &h);
+    check_lines("hook 8 bytes off");
+    kiln_graph *g = kiln_graph_new();
+    CHECK(g != NULL);
+    static const float ones[7] = {1, 1, 1, 1, 1, 1, 1};
+    for (int k = 1; k <= 7; k++) {
+        int64_t shape[1] = {k};
+        char name[8];
+        snprintf(name, sizeof name, "w%d", k);
+        kiln_value v = kiln_weight(g, name, 1, shape, ones);
+        CHECKF(v >= 0, "%s", kiln_error(g));
+        const float *d = g->nodes[v].data;
+        EXPECT((uintptr_t)d % KILN_ALIGN == 0, "weight %s at %p, not on a line", name, (void *)d);
+        EXPECT(d[k - 1] == 1.0f, "weight %s lost its data", name);
+    }
+    kiln_graph_free(g);
+    kiln_set_allocator(NULL, NULL);
+    EXPECT(h.held == 0, "the hook still holds %lld bytes", h.held);
 }
