@@ -284,7 +284,9 @@ kiln_status kiln_npy_write(const char *path, const kiln_tensor *t, char *err, si
 /* All of kiln's allocations go through one function, Lua-style:
  * alloc(ud, ptr, oldsize, newsize): newsize 0 frees ptr and returns NULL;
  * otherwise it returns a block of newsize bytes holding the old contents
- * (ptr NULL: a new block), or NULL on failure. NULL restores the default.
+ * (ptr NULL: a new block), aligned to 16 bytes as malloc's are, or NULL on
+ * failure. NULL restores the default. (Tensor data is placed on a 64-byte
+ * cache line inside such a block.)
  * The hook is process-wide; set it before building any graph.
  * The default allocator refuses to hold more than the machine can back
  * (physical memory plus swap, or the cgroup's limit), or $KILN_MEM_LIMIT

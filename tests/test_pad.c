@@ -141,11 +141,12 @@ TEST(slice_negative_step_fused) {
 /* ===== fusion ================================================================== */
 
 /* max_pool(relu(x)): the window's taps count as one user of relu (NF_TAP),
- * so relu is inlined into the pool's single kernel, recomputed per tap. */
+ * so relu is inlined into the pool's single kernel, recomputed per tap;
+ * so with a stride along the last dim when nothing is padded. */
 TEST(pool_after_relu_is_one_kernel) {
     Plan *p = plan_of("input x: f32[2, 8, 32, 32]\n"
                       "y = max_pool2d(relu(x), 3, stride=1, padding=1)\n"
-                      "z = avg_pool2d(relu(x + 1.0), 3, stride=2, padding=1)\n"
+                      "z = avg_pool2d(relu(x + 1.0), 3, stride=2)\n"
                       "output y, z\n");
     CHECK(p);
     EXPECT(p->sched->nkernels == 2, "%d kernels, want one per pool", p->sched->nkernels);
@@ -153,6 +154,31 @@ TEST(pool_after_relu_is_one_kernel) {
     char *ir = loop_ir_text(p);
     EXPECT(ir && count(ir, "relu(") == 18, "relu read once per tap (9 + 9):\n%s", ir);
     free(ir);
+    plan_free(p);
+}
+
+/* A padded window strided along the last dim (ResNet's max pool 3x3/2,
+ * padding 1) reads a materialized padded input (decompose.c: strided
+ * border-tested loads do not vectorize): relu fuses into the pad kernel,
+ * the window reads the padded buffer with no select; a stride along
+ * another dim only keeps the single kernel. */
+TEST(pool_strided_padded_reads_a_materialized_pad) {
+    Plan *p = plan_of("input x: f32[2, 8, 32, 32]\n"
+                      "y = max_pool2d(relu(x), 3, stride=2, padding=1)\n"
+                      "z = avg_pool2d(relu(x + 1.0), 3, stride=2, padding=1)\n"
+                      "output y, z\n");
+    CHECK(p);
+    char *ir = loop_ir_text(p);
+    EXPECT(p->sched->nkernels == 4 && p->prog->ncomputed == 4 && ir && count(ir, "relu(") == 2 &&
+               count(ir, "select(") == 4,
+           "%d kernels, %d buffers, want a pad and a window kernel per pool:\n%s",
+           p->sched->nkernels, p->prog->ncomputed, ir);
+    free(ir);
+    plan_free(p);
+    p = plan_of("input x: f32[2, 8, 32, 32]\n"
+                "y = max_pool2d(relu(x), [3, 3], stride=[2, 1], padding=1)\noutput y\n");
+    CHECK(p);
+    EXPECT(p->sched->nkernels == 1, "stride along rows only: %d kernels", p->sched->nkernels);
     plan_free(p);
 }
 
