@@ -69,14 +69,19 @@ static int per_channel(Graph *g, int p, int rank) {
     return kiln_reshape(g, p, rank - 1, shape);
 }
 
+/* Inference batch norm as a scale and a shift per channel, the form
+ * PyTorch's CPU kernel and ONNX Runtime compute: s = gamma / sqrt(var +
+ * eps), y = x s + (beta - mean s). Per element that is a multiply and an
+ * add (s and the shift are per-channel values, computed once per channel
+ * in a fused loop) where (x - mean) / sqrt(var + eps) gamma + beta takes
+ * four operations. */
 static int batch_norm(Graph *g, int x, const Node *n, const int *map) {
     int rank = graph_node(g, x)->rank;
-    int mu = per_channel(g, map[n->in[1]], rank), var = per_channel(g, map[n->in[2]], rank);
-    int inv = kiln_unary(g, "rsqrt", bin(g, "add", var, num(g, n->f[0])));
-    int y = bin(g, "mul", bin(g, "sub", x, mu), inv);
-    if (n->in[3] >= 0) y = bin(g, "mul", y, per_channel(g, map[n->in[3]], rank));
-    if (n->in[4] >= 0) y = bin(g, "add", y, per_channel(g, map[n->in[4]], rank));
-    return y;
+    int s = kiln_unary(g, "rsqrt", bin(g, "add", map[n->in[2]], num(g, n->f[0])));
+    if (n->in[3] >= 0) s = bin(g, "mul", s, map[n->in[3]]);
+    int t = bin(g, "mul", map[n->in[1]], s);
+    t = n->in[4] >= 0 ? bin(g, "sub", map[n->in[4]], t) : kiln_unary(g, "neg", t);
+    return bin(g, "add", bin(g, "mul", x, per_channel(g, s, rank)), per_channel(g, t, rank));
 }
 
 /* dropout: keep where u >= p, scaled by 1/(1-p); u is materialized once */

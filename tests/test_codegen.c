@@ -529,3 +529,19 @@ TEST(codegen_streamed_stores) {
         free(fn);
     }
 }
+
+/* Inference batch norm is a scale and a shift per channel (decompose.c, as
+ * PyTorch's CPU kernel computes it): the per-channel rsqrt, scale and shift
+ * sit outside the inner loop, which multiplies and adds once per element. */
+TEST(codegen_batch_norm_scale_shift) {
+    char *fn = kernel0_text("input x: f32[2, 8, 50, 50]\ninput m: f32[8]\ninput v: f32[8]\n"
+                            "input g: f32[8]\ninput b: f32[8]\n"
+                            "y = batch_norm(x, m, abs(v) + 1.0, g, b)\noutput y\n");
+    CHECK(fn);
+    const char *in = strstr(fn, CG_INNER_MARK);
+    EXPECT(in && strstr(fn, "sqrtf(") && strstr(fn, "sqrtf(") < in, "rsqrt per channel:\n%s", fn);
+    EXPECT(in && count(in, " * tmp") == 1 && count(in, " + tmp") == 1 && count(in, " - tmp") == 0 &&
+               !strstr(in, "sqrtf("),
+           "one multiply and one add per element:\n%s", fn);
+    free(fn);
+}
