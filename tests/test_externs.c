@@ -151,6 +151,7 @@ static void plus_one(void *ctx, float *c, int64_t start, int64_t count) {
 /* N C H W | O KH KW | sh sw ph pw dh dw groups | bias */
 static const int64_t conv_cases[][15] = {
     {1, 3, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 1x1 direct */
+    {2, 8, 200, 180, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* 1x1 direct: bias filled by threads */
     {2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 3x3 pad 1 */
     {1, 4, 16, 16, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* 7x7 stride 2 */
     {1, 2, 11, 10, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 1}, /* dilation 2 */
