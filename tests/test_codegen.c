@@ -144,12 +144,15 @@ TEST(codegen_softmax_is_one_row_loop) {
     EXPECT(count(fn, "kiln_expf_v(") == 1, "exp computed once per element:\n%s", fn);
     EXPECT(count(fn, "float row_") == 1, "one row-local scratch:\n%s", fn);
     EXPECT(out.calls[0].inner_loops == 3 && out.calls[0].parallel, "call info");
-    /* row prefetch: after the first pass over the row (max), the next row's
-     * x is asked for, once, before the second pass */
-    const char *pf = strstr(fn, "if (x0 + 1 < 1024) kiln_prefetch(&in_x[1024*(x0 + 1) + (0)], 1024);");
+    /* row prefetch: after the first pass over the row (max), the second
+     * runs in blocks of 256, each asking for its part of the next row's x */
+    const char *blk = strstr(fn, "for (int64_t r0b = 0; r0b < 1024; r0b += 256) {");
+    const char *pf = strstr(fn, "if (x0 + 1 < 1024) kiln_prefetch(&in_x[1024*(x0 + 1) + (r0b)], "
+                                "r0b + 256 < 1024 ? 256 : 1024 - r0b);");
     const char *mark1 = strstr(fn, CG_INNER_MARK), *mark2 = mark1 ? strstr(mark1 + 1, CG_INNER_MARK) : NULL;
-    EXPECT(pf && count(fn, "kiln_prefetch(") == 1 && mark1 < pf && pf < mark2,
-           "the next row prefetched between the first and second pass:\n%s", fn);
+    EXPECT(blk && pf && count(fn, "kiln_prefetch(") == 1 && mark1 < blk && blk < pf && pf < mark2 &&
+               strstr(fn, "for (int64_t r0 = r0b; r0 < (r0b + 256 < 1024 ? r0b + 256 : 1024); r0++) {  " CG_INNER_MARK),
+           "the next row prefetched block by block in the second pass:\n%s", fn);
     free(fn);
     cg_free(&out);
     plan_free(p);
@@ -482,8 +485,20 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
     free(fn);
     fn = kernel0_text("input x: f32[300, 1000]\ninput g: f32[1000]\ny = layer_norm(x * g, [1000])\noutput y\n");
     CHECK(fn);
-    EXPECT(count(fn, "kiln_prefetch(") == 1 && strstr(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (0)], 1000)"),
+    EXPECT(count(fn, "kiln_prefetch(") == 1 && strstr(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (r0b)], "),
            "x of the next row, not g:\n%s", fn);
+    free(fn);
+    /* a second pass no longer than a block asks for the whole row at once;
+     * so does one that stores (it streams whole rows: test below) */
+    fn = kernel0_text("input x: f32[300, 200]\ny = layer_norm(x, [200])\noutput y\n");
+    CHECK(fn);
+    EXPECT(count(fn, "kiln_prefetch(&in_x[200*(x0 + 1) + (0)], 200);") == 1 && !strstr(fn, "r0b"),
+           "short rows:\n%s", fn);
+    free(fn);
+    fn = kernel0_text("input x: f32[300, 1000]\ny = x - mean(x, dim=1, keepdim=true)\noutput y\n");
+    CHECK(fn);
+    EXPECT(count(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (0)], 1000);") == 1 && !strstr(fn, "r0b"),
+           "a stored second pass:\n%s", fn);
     free(fn);
 }
 
