@@ -441,8 +441,8 @@ typedef struct {
  * buffers, and out of cache that made no difference (+-2%); so a second
  * pass longer than CG_ROW_PF_BLOCK runs in blocks, each asking for its part
  * of the next row while it computes (spread_stage): at 8192x4096, 1 / 2
- * threads, best of 16, softmax 41.4 -> 34.3 / 21.6 -> 18.1 ms, layer_norm
- * 25.0 -> 22.0 / 14.6 -> 13.9 ms. */
+ * threads, best of 16, softmax 41.8 -> 34.4 / 20.3 -> 17.9 ms, layer_norm
+ * 24.5 -> 22.2 / 12.6 -> 11.4 ms (docs/benchmarks.md, finding 4). */
 typedef struct {
     Gen *g;
     const Kernel *k;
