@@ -103,6 +103,7 @@
 #define CG_STREAM_MIN ((int64_t)16 << 20)
 #define CG_STREAM_ROW 16384
 #define CG_STREAM_TILE 2048
+#define CG_STREAM_TILE_MATH 256
 /* Row prefetch: the second pass runs in blocks of this many elements, each
  * asking for its part of the next row. */
 #define CG_ROW_PF_BLOCK 256
@@ -483,6 +484,7 @@ typedef struct {
     int guard_level;             /* deepest loop the guard uses */
     bool stream;                 /* pointwise: large stores go through tiles (plan_stream) */
     bool streamed;               /* some store went through a tile: fence at the end */
+    int64_t stream_tile;         /* pointwise: elements per tile of a split innermost loop */
     bool pf_record;              /* row prefetch: collecting the first stage's row loads */
     const char **pf;             /* their addresses (C text, in the row and r loop vars) */
     int npf, cappf;
@@ -1026,24 +1028,26 @@ static const char *subst_ident(Pool *p, const char *text, const char *name, cons
 /* A pointwise kernel that stores a large buffer: its innermost loop covers
  * at most CG_STREAM_ROW elements (a longer one is split into blocks of
  * CG_STREAM_TILE), so each large store can go through a tile. Not for
- * transposing tiles, whose rows are short, nor for kernels with expensive
- * math (exp, sin, erf, ...): their ordinary stores drain while the math
- * runs, where a tile's burst of streamed stores stalls it (8192x4096:
- * relu(x + y) 1.10-1.12x faster streamed, sin(relu(x + 1) * 2) and
- * gelu(x + b) 1.10-1.17x slower). */
+ * transposing tiles, whose rows are short. A kernel with expensive math
+ * (exp, sin, erf, ...; random numbers) streams tiles of CG_STREAM_TILE_MATH
+ * whatever its rows: its math runs between the bursts of streamed stores,
+ * and a burst of a long tile stalls it (8192x4096, 1 / 2 threads, best of
+ * 8-10: gelu(x + b) 1.02-1.06x faster with tiles of 256, 1.03x slower with
+ * 1024, 1.11-1.13x slower with 4096; sin(relu(x + 1) * 2) 1.04-1.06x
+ * faster with 256; relu(x + y), tiles of 2048, 1.10-1.12x faster). */
 static void plan_stream(KGen *K) {
     if (K->epilogue || K->k->kind != KK_POINTWISE || K->npl == 0) return;
-    bool any = false;
+    bool any = false, math = false;
     for (int i = 0; i < K->k->n; i++) {
         const Buffer *b = member_buf(K, i);
-        if (b->body == BODY_RAND || (b->body == BODY_POINTWISE && ex_expensive(b->expr) >= 0))
-            return;
+        math |= b->body == BODY_RAND || (b->body == BODY_POINTWISE && ex_expensive(b->expr) >= 0);
         any |= K->k->store[i] == STORE_GLOBAL && stream_buffer(b);
     }
     int L = K->pnest[K->npl - 1];
     if (!any || K->loop[L].lo || K->loop[L].step != 1) return;
-    if (K->loop[L].extent > CG_STREAM_ROW) {
-        K->pnest[K->npl - 1] = split_loop(K, L, CG_STREAM_TILE);
+    K->stream_tile = math ? CG_STREAM_TILE_MATH : CG_STREAM_TILE;
+    if (K->loop[L].extent > (math ? CG_STREAM_TILE_MATH : CG_STREAM_ROW)) {
+        K->pnest[K->npl - 1] = split_loop(K, L, K->stream_tile);
         K->pnest[K->npl++] = L;
     }
     K->stream = true;
@@ -1063,7 +1067,7 @@ static bool stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
         return false;
     if (l->step != 1) return false;
     Pool *P = K->g->pool;
-    int64_t n = l->lo ? CG_STREAM_TILE : l->extent;
+    int64_t n = l->lo ? K->stream_tile : l->extent;
     const char *lo = l->lo ? l->lo : "0";
     const char *count = l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo)
                               : pool_printf(P, "%lld", (long long)n);

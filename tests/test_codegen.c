@@ -476,9 +476,10 @@ TEST(codegen_memory_reuse) {
 
 /* Streamed stores: an output of at least 16 MiB (CG_STREAM_MIN) is written
  * through a per-thread tile and kiln_stream (non-temporal stores) after the
- * loop that fills it; a smaller one, and a pointwise kernel with expensive
- * math (sin), store as usual. Row kernels stream whole rows; a long flat
- * pointwise loop runs in blocks of 2048. test_fused.c checks the values. */
+ * loop that fills it; a smaller one stores as usual. Row kernels stream
+ * whole rows; a long flat pointwise loop runs in blocks of 2048, one with
+ * expensive math (sin, gelu) in blocks of 256. test_fused.c checks the
+ * values. */
 /* Row prefetch only where later passes re-read the row from L1: not in a
  * one-pass row reduction, nor for a value the same in every row. */
 TEST(codegen_row_prefetch_only_for_several_passes) {
@@ -521,7 +522,11 @@ TEST(codegen_streamed_stores) {
          "s = sum(e, dim=1, keepdim=true)\ny = e / s\noutput e, y\n", "st_buf1[r0] = ",
          "kiln_stream(&buf1[4096*x0 + (0)], st_buf1, 4096);"},
         {"input x: f32[2048, 2047]\ny = relu(x + 1)\noutput y\n", NULL, NULL},     /* 16 MiB - 8 KiB */
-        {"input x: f32[2049, 2049]\ny = sin(x)\noutput y\n", NULL, NULL},
+        /* expensive math: tiles of 256, also where a row would fit whole */
+        {"input x: f32[2049, 2049]\ny = sin(x)\noutput y\n", "st_buf0[x0 - x0b] = ",
+         "kiln_stream(&buf0[(x0b)], st_buf0, (x0b + 256 < 4198401 ? x0b + 256 : 4198401) - x0b);"},
+        {"input x: f32[2049, 4096]\ninput b: f32[4096]\ny = gelu(x + b)\noutput y\n", "st_buf0[x1 - x1b] = ",
+         "kiln_stream(&buf0[4096*x0 + (x1b)], st_buf0, (x1b + 256 < 4096 ? x1b + 256 : 4096) - x1b);"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *fn = kernel0_text(cases[i].src);
