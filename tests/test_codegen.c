@@ -474,12 +474,6 @@ TEST(codegen_memory_reuse) {
     kiln_graph_free(g);
 }
 
-/* Streamed stores: an output of at least 16 MiB (CG_STREAM_MIN) is written
- * through a per-thread tile and kiln_stream (non-temporal stores) after the
- * loop that fills it; a smaller one stores as usual. Row kernels stream
- * whole rows; a long flat pointwise loop runs in blocks of 2048, one with
- * expensive math (sin, gelu) in blocks of 256. test_fused.c checks the
- * values. */
 /* Row prefetch only where later passes re-read the row from L1: not in a
  * one-pass row reduction, nor for a value the same in every row. */
 TEST(codegen_row_prefetch_only_for_several_passes) {
@@ -506,6 +500,12 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
     free(fn);
 }
 
+/* Streamed stores: an output of at least 16 MiB (CG_STREAM_MIN) is written
+ * through a per-thread tile and kiln_stream (non-temporal stores) after the
+ * loop that fills it; a smaller one stores as usual. Row kernels stream
+ * whole rows; a long flat pointwise loop runs in blocks of 2048, one with
+ * expensive math (sin, gelu) in blocks of 256. test_fused.c checks the
+ * values. */
 TEST(codegen_streamed_stores) {
     static const struct {
         const char *src;
