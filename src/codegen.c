@@ -982,6 +982,12 @@ static int member_vars(const SNode *n) {
 
 /* A value to keep for later stages of this row: a scalar when it is the same
  * for the whole row, else a per-thread row of scratch. */
+/* A per-thread float array of n elements for the kernel (scratch_decls). */
+static void add_scratch(KGen *K, const char *name, int64_t n) {
+    K->scratch = pool_grow(K->g->pool, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
+    K->scratch[K->nscratch++] = (Scratch){name, n};
+}
+
 static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars, const int64_t *sizes) {
     Pool *P = K->g->pool;
     if (v.level <= K->npl) {
@@ -993,8 +999,7 @@ static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars, 
     const Index *rix = ix_simplify(P, ix_mod(P, (Index *)six, rn), nvars, sizes);
     IxText r = print_index(K, rix, nvars);
     const char *arr = pool_printf(P, "row_%s%s", K->g->bufname[buf], K->sfx);
-    K->scratch = pool_grow(P, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
-    K->scratch[K->nscratch++] = (Scratch){arr, rn};
+    add_scratch(K, arr, rn);
     const char *slot = pool_printf(P, "%s[%s]", arr, r.c);
     line(K, r.level > v.level ? r.level : v.level, "%s = %s;", slot, v.c);
     table_add(P, &K->rows, key, slot, r.level, 0);
@@ -1072,8 +1077,7 @@ static bool stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
     const char *count = l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo)
                               : pool_printf(P, "%lld", (long long)n);
     const char *tile = pool_printf(P, "st_%s", K->g->bufname[b->id]);
-    K->scratch = pool_grow(P, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
-    K->scratch[K->nscratch++] = (Scratch){tile, n};
+    add_scratch(K, tile, n);
     const char *at = l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name;
     const char *slot = pool_printf(P, "%s[%s]", tile, at);
     line(K, K->inner, "%s = %s;", slot, v.c);
@@ -1572,6 +1576,14 @@ static void nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int
 
 /* ===== stages ============================================================================ */
 
+/* A stage's loops ids[0..n) open, with no strided load or reduction seen
+ * yet. */
+static void open_stage(KGen *K, const int *ids, int n) {
+    open_nest(K, ids, n);
+    K->strided = false;
+    K->has_red = false;
+}
+
 /* An inner stage runs the reduced loops (and, in an outer reduction, the
  * moved parallel loop below them); a row step runs nothing, or the moved
  * loop. */
@@ -1580,9 +1592,7 @@ static void begin_stage(KGen *K, StageKind kind) {
     if (kind == STAGE_INNER && K->k->kind == KK_REDUCTION)
         for (int j = 0; j < K->nrl; j++) ids[n++] = K->rl[j];
     if (K->xin >= 0) ids[n++] = K->xin;
-    open_nest(K, ids, n);
-    K->strided = false;
-    K->has_red = false;
+    open_stage(K, ids, n);
 }
 
 /* Close a stage: its loops go into the row body, its values die. */
@@ -1655,9 +1665,7 @@ static int spread_stage(KGen *K, int st) {
         if (K->k->stage[i] == st && K->k->store[i] == STORE_GLOBAL) return -1;
     int b = split_loop(K, r, CG_ROW_PF_BLOCK);
     int ids[2] = {b, r};
-    open_nest(K, ids, 2);
-    K->strided = false;
-    K->has_red = false;
+    open_stage(K, ids, 2);
     return b;
 }
 

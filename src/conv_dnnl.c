@@ -374,11 +374,11 @@ static void *kept_weights(DnnlConv *d, const float *w) {
     if (kept_bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
     *k = (Kept){.w = w, .groups = d->key[K_GROUPS], .md = d->wei_md, .bytes = d->wei_bytes};
     memcpy(k->ws, d->key + K_WS, sizeof k->ws);
-    if (!(k->raw = kmalloc(k->bytes + 63))) {
+    if (!(k->raw = kmalloc(k->bytes + KILN_ALIGN - 1))) {
         kept_free(k);
         return NULL;
     }
-    k->data = (char *)k->raw + (64 - (uintptr_t)k->raw % 64) % 64;
+    k->data = util_on_line(k->raw);
     dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)w);
     if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], k->data);
     if (!st) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
@@ -485,7 +485,7 @@ static int run(DnnlConv *d, const float *x, const int64_t xs[4], const float *w,
     size_t total = 64 * 5 + d->src_bytes + wei_bytes + d->dst_bytes + d->pad_bytes;
     char *block = kmalloc(total), *p = block;
     if (!block) return -1;
-    p += (64 - (uintptr_t)p % 64) % 64;
+    p = util_on_line(p);
     void *src = carve(&p, d->src_bytes), *wei = carve(&p, wei_bytes);
     void *dst = carve(&p, d->dst_bytes), *pad = carve(&p, d->pad_bytes);
     void *blocked = kw ? kw : d->wei_in ? wei : (void *)w;

@@ -57,6 +57,11 @@ int op_lookup(const char *name);
 
 /* Tensor data, weights and the runtime's arena start on a cache line. */
 #define KILN_ALIGN 64
+/* p rounded up to the next KILN_ALIGN boundary (p itself when on one); a
+ * block of n + KILN_ALIGN - 1 bytes holds n from there. */
+static inline void *util_on_line(void *p) {
+    return (char *)p + (KILN_ALIGN - (uintptr_t)p % KILN_ALIGN) % KILN_ALIGN;
+}
 void *kmalloc(size_t n);             /* NULL when the hook refuses */
 void *kcalloc(size_t n, size_t size);
 /* MADV_HUGEPAGE on the whole pages of [mem, mem + bytes) when it spans at

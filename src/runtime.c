@@ -185,8 +185,7 @@ static kiln_status alloc_run_state(RtProgram *p, char *err, size_t errlen) {
         util_fmt(err, errlen, "out of memory: %lld bytes of arena", (long long)p->stats.arena_bytes);
         return KILN_ERR_NOMEM;
     }
-    if (p->arena_raw)
-        p->arena = p->arena_raw + (RT_ALIGN - (uintptr_t)p->arena_raw % RT_ALIGN) % RT_ALIGN;
+    if (p->arena_raw) p->arena = util_on_line(p->arena_raw);
     util_advise_huge(p->arena_raw, (size_t)p->stats.arena_bytes + RT_ALIGN);
     mark_direct(p);
     return KILN_OK;

@@ -196,8 +196,8 @@ void *arena_alloc(Arena *a, size_t n) {
 
 void *arena_alloc_lines(Arena *a, size_t n) {
     if (n > SIZE_MAX - KILN_ALIGN) return NULL;
-    unsigned char *p = arena_alloc(a, n + KILN_ALIGN - 1);
-    return p ? p + (KILN_ALIGN - (uintptr_t)p % KILN_ALIGN) % KILN_ALIGN : NULL;
+    void *p = arena_alloc(a, n + KILN_ALIGN - 1);
+    return p ? util_on_line(p) : NULL;
 }
 
 char *arena_strdup(Arena *a, const char *s) {
