@@ -3,14 +3,13 @@
  *
  * Times ext_conv2d with both of kiln's backends: the default (oneDNN,
  * src/conv_dnnl.c: reorders from and to NCHW included, weights reordered on
- * every call; but 1x1 stride-1 convolutions as one sgemm and depthwise ones
- * with output planes of 100 or more as direct loops, both on NCHW) and
- * im2col (src/externs.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
+ * every call; but 1x1 stride-1 convolutions through src/conv1x1.c (with
+ * AVX-512; weights packed on every call here) and depthwise ones with
+ * output planes of 100 or more as direct loops, both on NCHW) and im2col
+ * (src/externs.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
  * stride-1 convolutions, direct loops for every depthwise one), on the
- * convolution layers of ResNet-18 at batch 1 and 8, plus a few 1x1 and
- * depthwise shapes (MobileNetV2's depthwise layers) that reach the other
- * paths, at 1
- * and 2 threads, and prints milliseconds and GFLOP/s (2 * N * O * OH * OW *
+ * convolution layers of ResNet-18 at batch 1 and 8, plus 1x1 and depthwise
+ * shapes (MobileNetV2's) that reach the other paths, at 1 and 2 threads, and prints milliseconds and GFLOP/s (2 * N * O * OH * OW *
  * C/groups * KH * KW flops per convolution; the bias add is not counted)
  * and the speed-up of the default over im2col.
  *
@@ -61,6 +60,27 @@ static const Shape shapes[] = {
     {"dw 3x3 384 @14", 384, 14, 14, 384, 3, 1, 1, 384},
     {"dw 3x3/2 576 @14", 576, 14, 14, 576, 3, 2, 1, 576},
     {"dw 3x3 960 @7", 960, 7, 7, 960, 3, 1, 1, 960},
+    /* MobileNetV2's 1x1 convolutions (expansions and projections): conv1x1.c
+     * by default, the sgemm with the bias filled first on im2col */
+    {"1x1 32->16 @112", 32, 112, 112, 16, 1, 1, 0, 1},
+    {"1x1 16->96 @112", 16, 112, 112, 96, 1, 1, 0, 1},
+    {"1x1 96->24 @56", 96, 56, 56, 24, 1, 1, 0, 1},
+    {"1x1 24->144 @56", 24, 56, 56, 144, 1, 1, 0, 1},
+    {"1x1 144->24 @56", 144, 56, 56, 24, 1, 1, 0, 1},
+    {"1x1 144->32 @28", 144, 28, 28, 32, 1, 1, 0, 1},
+    {"1x1 32->192 @28", 32, 28, 28, 192, 1, 1, 0, 1},
+    {"1x1 192->32 @28", 192, 28, 28, 32, 1, 1, 0, 1},
+    {"1x1 192->64 @14", 192, 14, 14, 64, 1, 1, 0, 1},
+    {"1x1 64->384 @14", 64, 14, 14, 384, 1, 1, 0, 1},
+    {"1x1 384->64 @14", 384, 14, 14, 64, 1, 1, 0, 1},
+    {"1x1 384->96 @14", 384, 14, 14, 96, 1, 1, 0, 1},
+    {"1x1 96->576 @14", 96, 14, 14, 576, 1, 1, 0, 1},
+    {"1x1 576->96 @14", 576, 14, 14, 96, 1, 1, 0, 1},
+    {"1x1 576->160 @7", 576, 7, 7, 160, 1, 1, 0, 1},
+    {"1x1 160->960 @7", 160, 7, 7, 960, 1, 1, 0, 1},
+    {"1x1 960->160 @7", 960, 7, 7, 160, 1, 1, 0, 1},
+    {"1x1 960->320 @7", 960, 7, 7, 320, 1, 1, 0, 1},
+    {"1x1 320->1280 @7", 320, 7, 7, 1280, 1, 1, 0, 1},
 };
 
 typedef struct {

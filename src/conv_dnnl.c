@@ -393,7 +393,7 @@ static void *kept_weights(DnnlConv *d, const float *w) {
     return k->data;
 }
 
-void ext_conv_forget_weights(const void *data, size_t bytes) {
+void ext_dnnl_forget_weights(const void *data, size_t bytes) {
     const char *lo = data, *hi = lo + bytes;
     pthread_mutex_lock(&lock);
     for (Kept **pk = &kept; *pk;) {
@@ -409,7 +409,7 @@ void ext_conv_forget_weights(const void *data, size_t bytes) {
     pthread_mutex_unlock(&lock);
 }
 
-int ext_conv_kept_weights(size_t *bytes) {
+int ext_dnnl_kept_weights(size_t *bytes) {
     int n = 0;
     pthread_mutex_lock(&lock);
     for (const Kept *k = kept; k; k = k->next) n++;

@@ -1,8 +1,9 @@
 /*
  * externs.c -- the library kernels behind kiln's extern ops: matmul through
  * OpenBLAS cblas_sgemm; conv2d through oneDNN (conv_dnnl.c) except 1x1
- * stride-1 convolutions, which are one sgemm per image; im2col + sgemm
- * (depthwise: a direct loop) for what oneDNN declines, or everything with
+ * stride-1 convolutions, which are kiln's own GEMM (conv1x1.c; one sgemm
+ * per image without AVX-512), and depthwise ones with large planes (direct
+ * loops); im2col + sgemm for what oneDNN declines, or everything with
  * ext_set_conv_backend(EXT_CONV_IM2COL).
  *
  * Operands arrive as strided views (ExtView), so a transposed operand is
@@ -34,6 +35,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 /* ---- OpenBLAS's kernels -----------------------------------------------------
  *
@@ -254,6 +258,17 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
         pack(b, K, N, bv->stride[rb - 2], bv->stride[rb - 1], tmp_b);
         B = (BlasOperand){tmp_b, CblasNoTrans, N};
     }
+    if (M == 1 && N > 1 && K > 0) {
+        /* One row of C: a matrix-vector product. sgemm would pack all of B
+         * for it, on every call (MobileNetV2's classifier, [1, 1280] @
+         * [1280, 1000]: the packing was 5% of the whole model's run); sgemv
+         * reads B once, where it is. */
+        int inc = A.trans == CblasNoTrans ? 1 : (int)A.ld;
+        CBLAS_TRANSPOSE t = B.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
+        int rows = B.trans == CblasNoTrans ? (int)K : (int)N, cols = B.trans == CblasNoTrans ? (int)N : (int)K;
+        cblas_sgemv(CblasRowMajor, t, rows, cols, 1.0f, B.p, (int)B.ld, A.p, inc, 0.0f, c, 1);
+        return true;
+    }
     cblas_sgemm(CblasRowMajor, A.trans, B.trans, (int)M, (int)N, (int)K, 1.0f, A.p, (int)A.ld,
                 B.p, (int)B.ld, 0.0f, c, (int)N);
     return true;
@@ -441,9 +456,74 @@ DW_ROW3(dw_row3_s1, 1)
 DW_ROW3(dw_row3_s2, 2)
 DW_ROW3(dw_row3_sn, sw)
 
+/* With AVX-512, column strides 1 and 2 run these instead: vectors of 16
+ * outputs with the last one's store masked, where the loops above, with
+ * GCC's scalar remainder, ran MobileNetV2's rows of 7, 14, 28 and 56
+ * outputs mostly or wholly in scalar code. The loads of the last vector
+ * may run up to 16 * stride floats past its row: the padded plane has
+ * DW_SLACK floats more than its rows, zeroed. */
+#define DW_SLACK 64
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DW_AVX512 1
+#define DW_TARGET __attribute__((target("avx512f")))
+
+/* 16 floats p[0], p[sw], ..., p[15 sw], for sw 1 or 2 (the even elements
+ * of 32, picked by a permute). */
+static inline __attribute__((always_inline)) DW_TARGET __m512 dw_load(const float *p, int sw) {
+    if (sw == 1) return _mm512_loadu_ps(p);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
+}
+
+/* One output row of a 3x3 filter, sw a constant; three accumulators (one
+ * per filter column) to shorten the chain of dependent FMAs. */
+static inline __attribute__((always_inline)) DW_TARGET void
+dw_row3_v(const int sw, const float *r0, const float *r1, const float *r2, const float *k,
+          float b, int64_t e1, int64_t ow, float *yr) {
+    __m512 k0 = _mm512_set1_ps(k[0]), k1 = _mm512_set1_ps(k[1]), k2 = _mm512_set1_ps(k[2]);
+    __m512 k3 = _mm512_set1_ps(k[3]), k4 = _mm512_set1_ps(k[4]), k5 = _mm512_set1_ps(k[5]);
+    __m512 k6 = _mm512_set1_ps(k[6]), k7 = _mm512_set1_ps(k[7]), k8 = _mm512_set1_ps(k[8]);
+    __m512 bv = _mm512_set1_ps(b);
+    for (int64_t o = 0; o < ow; o += 16) {
+        int64_t i = o * sw;
+        __m512 a0 = _mm512_fmadd_ps(k0, dw_load(r0 + i, sw), bv);
+        __m512 a1 = _mm512_mul_ps(k1, dw_load(r0 + i + e1, sw));
+        __m512 a2 = _mm512_mul_ps(k2, dw_load(r0 + i + 2 * e1, sw));
+        a0 = _mm512_fmadd_ps(k3, dw_load(r1 + i, sw), a0);
+        a1 = _mm512_fmadd_ps(k4, dw_load(r1 + i + e1, sw), a1);
+        a2 = _mm512_fmadd_ps(k5, dw_load(r1 + i + 2 * e1, sw), a2);
+        a0 = _mm512_fmadd_ps(k6, dw_load(r2 + i, sw), a0);
+        a1 = _mm512_fmadd_ps(k7, dw_load(r2 + i + e1, sw), a1);
+        a2 = _mm512_fmadd_ps(k8, dw_load(r2 + i + 2 * e1, sw), a2);
+        __m512 acc = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
+        if (ow - o >= 16) _mm512_storeu_ps(yr + o, acc);
+        else _mm512_mask_storeu_ps(yr + o, (__mmask16)((1u << (ow - o)) - 1u), acc);
+    }
+}
+
+static DW_TARGET void dw_row3_v1(const float *r0, const float *r1, const float *r2,
+                                 const float *k, float b, int64_t e1, int64_t ow, float *yr) {
+    dw_row3_v(1, r0, r1, r2, k, b, e1, ow, yr);
+}
+static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *r2,
+                                 const float *k, float b, int64_t e1, int64_t ow, float *yr) {
+    dw_row3_v(2, r0, r1, r2, k, b, e1, ow, yr);
+}
+#else
+#define DW_AVX512 0
+#endif
+
 static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
-                    int64_t oh, float *restrict yr) {
+                    int64_t oh, bool avx512, float *restrict yr) {
     const float *r0 = P + oh * s->sh * d.pw, *r1 = r0 + s->dh * d.pw, *r2 = r1 + s->dh * d.pw;
+#if DW_AVX512
+    if (avx512 && (s->sw == 1 || s->sw == 2)) {
+        (s->sw == 1 ? dw_row3_v1 : dw_row3_v2)(r0, r1, r2, k, b, s->dw, s->ow, yr);
+        return;
+    }
+#else
+    (void)avx512;
+#endif
     if (s->sw == 1) dw_row3_s1(r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
     else if (s->sw == 2) dw_row3_s2(r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
     else dw_row3_sn(r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
@@ -469,10 +549,11 @@ DW_CLONES static void dw_row(const ConvShape *s, PadDims d, const float *P, cons
 static int conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
                           float *y, ExtEpilogue epi, void *ctx) {
     PadDims d = pad_dims(s);
+    bool avx512 = (ext_cpu_features() & EXT_CPU_AVX512) != 0;
     int failed = 0;
     #pragma omp parallel
     {
-        float *P = kcalloc((size_t)(d.ph * d.pw), sizeof(float));
+        float *P = kcalloc((size_t)(d.ph * d.pw + DW_SLACK), sizeof(float));
         if (!P) {
             #pragma omp atomic write
             failed = 1;
@@ -485,7 +566,7 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 float b = bias ? bias[c] : 0.0f, *yp = y + (n * s->c + c) * s->oh * s->ow;
                 pad_plane(s, d, x + (n * s->c + c) * s->h * s->w, P);
                 for (int64_t oh = 0; oh < s->oh; oh++) {
-                    if (s->kh == 3 && s->kw == 3) dw_row3(s, d, P, k, b, oh, yp + oh * s->ow);
+                    if (s->kh == 3 && s->kw == 3) dw_row3(s, d, P, k, b, oh, avx512, yp + oh * s->ow);
                     else dw_row(s, d, P, k, b, oh, yp + oh * s->ow);
                 }
                 if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
@@ -546,12 +627,20 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
      * loops 1.1-2.3x oneDNN with its reorders from 14x14 up, 0.6-0.9x on
      * the 7x7 planes; make bench-conv). */
     bool dw_direct = depthwise && s.oh * s.ow >= DW_DIRECT_PLANE;
+    /* A 1x1 stride-1 convolution with one group: kiln's own GEMM where the
+     * CPU has AVX-512 (conv1x1.c: weights packed once, bias and epilogue
+     * as the output is written; 1.2-1.6x the sgemm below). */
+    if (conv_backend == EXT_CONV_DNNL && direct && s.groups == 1) {
+        int r = ext_conv1x1(x, s.n, s.c, s.oh * s.ow, w, s.o, bias, y, wconst, epi, ctx);
+        if (r <= 0) return r;
+    }
     if (conv_backend == EXT_CONV_DNNL && !direct && !dw_direct) {
         int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
         if (r <= 0) return r;
     }
     if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
-    /* The bias goes into the output before the sgemm, which then adds to it
+    /* (Without AVX-512, or on the im2col backend:) the bias goes into the
+     * output before the sgemm, which then adds to it
      * (beta 1): OpenBLAS clears the output first when beta is 0 (a memset
      * pass), so the fill costs what that pass cost, and the separate bias
      * pass after the call goes (MobileNetV2, 1 thread: the bias pass was 7%
@@ -573,6 +662,18 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
         }
     kfree(col);
     return 0;
+}
+
+void ext_conv_forget_weights(const void *data, size_t bytes) {
+    ext_dnnl_forget_weights(data, bytes);
+    ext_c1_forget_weights(data, bytes);
+}
+
+int ext_conv_kept_weights(size_t *bytes) {
+    size_t a = 0, b = 0;
+    int n = ext_dnnl_kept_weights(&a) + ext_c1_kept_weights(&b);
+    if (bytes) *bytes = a + b;
+    return n;
 }
 
 int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],

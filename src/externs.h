@@ -62,12 +62,24 @@ void ext_set_conv_backend(ExtConvBackend b);
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                     bool wconst, ExtEpilogue epi, void *ctx);
-/* Drop the kept reordered copies of constant weights stored within
- * [data, data + bytes) (a program's weights, when it is freed: the address
- * may next hold other data). */
+/* Drop the kept reordered (oneDNN) and packed (1x1) copies of constant
+ * weights stored within [data, data + bytes) (a program's weights, when it
+ * is freed: the address may next hold other data). */
 void ext_conv_forget_weights(const void *data, size_t bytes);
-/* Tests: how many reordered weight copies are kept, and their bytes. */
+/* Tests: how many reordered or packed weight copies are kept, and their bytes. */
 int ext_conv_kept_weights(size_t *bytes);
+/* The same for each kind of copy: conv_dnnl.c's, conv1x1.c's. */
+void ext_dnnl_forget_weights(const void *data, size_t bytes);
+int ext_dnnl_kept_weights(size_t *bytes);
+void ext_c1_forget_weights(const void *data, size_t bytes);
+int ext_c1_kept_weights(size_t *bytes);
+/* conv1x1.c: a 1x1 stride-1 convolution with one group, y[n] = w @ x[n] +
+ * bias (x: N images of [K, P], w: [O, K], y: N images of [O, P]; bias may
+ * be NULL), epi run on each unit's rows as it is done; wconst as for
+ * ext_conv2d_dnnl (the packed weights are kept). 0, -1 (out of memory), or
+ * 1 when this CPU lacks AVX-512: the caller runs the sgemm. */
+int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
+                const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx);
 /* Run epi over elements [start, start + count) of c, whose rows (or planes)
  * are `unit` elements long, on every thread when it is large; call outside
  * any parallel region. */

@@ -95,6 +95,28 @@ TEST(externs_matmul_transposed_views) {
     free(w);
 }
 
+/* One row of C is an sgemv (externs.c, gemm2d): B as stored or transposed,
+ * A's row contiguous or every third element (a column of a [K, 3] matrix),
+ * and batches that each have one row. */
+TEST(externs_matmul_one_row) {
+    int64_t K = 300, N = 257;
+    float *a = randbuf(3 * K, 11), *b = randbuf(K * N, 12);
+    ExtView dense_a = {2, {1, K}, {K, 1}, 0}, column_a = {2, {1, K}, {1, 3}, 1};
+    ExtView dense_b = {2, {K, N}, {N, 1}, 0}, trans_b = {2, {K, N}, {1, K}, 0};
+    const ExtView *as_[] = {&dense_a, &column_a}, *bs_[] = {&dense_b, &trans_b};
+    int64_t cs[2] = {1, N};
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 2; j++)
+            EXPECT(!check_mm(a, as_[i], b, bs_[j], 2, cs), "a %s, b %s", i ? "column" : "dense",
+                   j ? "transposed" : "dense");
+    /* [3, 1, 100] @ [3, 100, 257]: B differs per batch, one row each */
+    ExtView ba = {3, {3, 1, 100}, {100, 100, 1}, 0}, bb = {3, {3, 100, N}, {100 * N, N, 1}, 0};
+    int64_t bcs[3] = {3, 1, N};
+    CHECK(!check_mm(a, &ba, b, &bb, 3, bcs));
+    free(a);
+    free(b);
+}
+
 TEST(externs_matmul_batch_broadcast) {
     /* [2,1,3,4] @ [5,4,6] -> [2,5,3,6] */
     int64_t as[4] = {2, 1, 3, 4}, bs[3] = {5, 4, 6}, cs[4] = {2, 5, 3, 6};
@@ -171,6 +193,14 @@ static const int64_t conv_cases[][15] = {
     {2, 5, 30, 21, 5, 3, 3, 2, 2, 2, 1, 2, 1, 5, 1},   /* 3x3, stride 2, dilated rows */
     {1, 3, 20, 20, 3, 5, 5, 1, 1, 2, 2, 1, 1, 3, 0},   /* 5x5: a pass per tap */
     {1, 4, 33, 34, 4, 3, 3, 3, 3, 1, 1, 1, 1, 4, 1},   /* 3x3, stride 3 */
+    /* 1x1 stride 1, one group: conv1x1.c's kernel (tiles of 6 channels by
+     * up to 64 pixels, the last vector masked) where the CPU has AVX-512 */
+    {2, 600, 13, 11, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* pixels in chunks of 64, 64, 15 */
+    {1, 1, 5, 7, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},     /* one input channel */
+    {3, 5, 4, 4, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* 16 pixels: one whole vector */
+    {1, 9, 1, 17, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 17 pixels: a vector and 1 */
+    {1, 2048, 3, 3, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* a long K, 9 pixels */
+    {1, 24, 56, 56, 144, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* MobileNetV2's expansion, in parallel */
 };
 #define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 

@@ -1,7 +1,8 @@
 /*
- * test_wcache.c -- conv2d's kept weights (conv_dnnl.c): a constant weight
- * is reordered into oneDNN's layout once and the copy used on later calls;
- * a runtime weight never is. Against naive loops and the interpreter:
+ * test_wcache.c -- conv2d's kept weights: a constant weight is reordered
+ * into oneDNN's layout (conv_dnnl.c) or packed for the 1x1 kernel
+ * (conv1x1.c) once and the copy used on later calls; a runtime weight
+ * never is. Against naive loops and the interpreter:
  * - through the library: a kept copy is used (an in-place change of the
  *   weights is not seen until ext_conv_forget_weights), and forgetting
  *   brings the new weights in;
@@ -167,4 +168,63 @@ TEST(wcache_constant_weight_kept_while_program_lives) {
     EXPECT(ext_conv_kept_weights(NULL) == before, "not dropped with the program");
     kiln_graph_free(g);
     free(x), free(w);
+}
+
+/* A 1x1 convolution's constant weights (conv1x1.c, on a CPU with AVX-512):
+ * packed once and kept, the packed copy used on later calls (an in-place
+ * change is not seen until forgotten), dropped by ext_conv_forget_weights;
+ * runtime weights are packed per call. Without AVX-512 the sgemm runs and
+ * nothing is kept. Two images of 20 channels, 5x7, to 9 channels. */
+enum { C1_N = 2, C1_C = 20, C1_P = 35, C1_O = 9 };
+
+/* ref = w @ x[n] + b, in double */
+static void c1_naive(const float *x, const float *w, const float *b, float *ref) {
+    for (int64_t n = 0; n < C1_N; n++)
+        for (int64_t o = 0; o < C1_O; o++)
+            for (int64_t p = 0; p < C1_P; p++) {
+                double acc = b[o];
+                for (int64_t c = 0; c < C1_C; c++)
+                    acc += (double)w[o * C1_C + c] * x[(n * C1_C + c) * C1_P + p];
+                ref[(n * C1_O + o) * C1_P + p] = (float)acc;
+            }
+}
+
+static double c1_err(const float *y, const float *ref) {
+    double e = 0;
+    for (int64_t i = 0; i < C1_N * C1_O * C1_P; i++) e = fmax(e, fabs((double)y[i] - ref[i]));
+    return e;
+}
+
+TEST(wcache_conv1x1_keeps_packed_weights) {
+    ext_set_conv_backend(EXT_CONV_DNNL);
+    static const int64_t xs[4] = {C1_N, C1_C, 5, 7}, ws[4] = {C1_O, C1_C, 1, 1};
+    static const int64_t ys[4] = {C1_N, C1_O, 5, 7}, attr[7] = {1, 1, 0, 0, 1, 1, 1};
+    float *x = randbuf(numel4(xs), 8), *w = randbuf(numel4(ws), 9), *b = randbuf(C1_O, 10);
+    float *y = malloc(sizeof(float) * (size_t)numel4(ys)), *ref = malloc(sizeof(float) * (size_t)numel4(ys));
+    size_t wbytes = sizeof(float) * (size_t)numel4(ws);
+    int packs = (ext_cpu_features() & EXT_CPU_AVX512) != 0, before = ext_conv_kept_weights(NULL);
+    c1_naive(x, w, b, ref);
+    EXPECT(ext_conv2d_const_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "first call");
+    EXPECT(c1_err(y, ref) < 1e-4, "first call: error %g", c1_err(y, ref));
+    EXPECT(ext_conv_kept_weights(NULL) == before + packs, "kept %d, before %d, AVX-512 %d",
+           ext_conv_kept_weights(NULL), before, packs);
+    /* The same address with other data: the packed copy is what runs. */
+    for (int64_t i = 0; i < numel4(ws); i++) w[i] = -w[i];
+    EXPECT(ext_conv2d_const_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "second call");
+    EXPECT(!packs || c1_err(y, ref) < 1e-4, "the packed copy not used: error %g", c1_err(y, ref));
+    EXPECT(ext_conv_kept_weights(NULL) == before + packs, "a second copy was kept");
+    /* Forgotten: the new data comes in. */
+    ext_conv_forget_weights(w, wbytes);
+    EXPECT(ext_conv_kept_weights(NULL) == before, "not forgotten");
+    c1_naive(x, w, b, ref);
+    EXPECT(ext_conv2d_const_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "third call");
+    EXPECT(c1_err(y, ref) < 1e-4, "after forgetting: error %g", c1_err(y, ref));
+    /* A runtime weight is packed per call, never kept. */
+    ext_conv_forget_weights(w, wbytes);
+    for (int64_t i = 0; i < numel4(ws); i++) w[i] *= 0.5f;
+    c1_naive(x, w, b, ref);
+    EXPECT(ext_conv2d_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "runtime call");
+    EXPECT(c1_err(y, ref) < 1e-4, "runtime weight: error %g", c1_err(y, ref));
+    EXPECT(ext_conv_kept_weights(NULL) == before, "a runtime weight was kept");
+    free(x), free(w), free(b), free(y), free(ref);
 }
