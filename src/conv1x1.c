@@ -7,28 +7,33 @@
  * AVX-512): in a perf profile of MobileNetV2 at one thread, the sgemm
  * calls spent 18% of the whole run packing (the constant weights on every
  * call, and the activations), and filling the output with the bias first
- * (so that sgemm adds to it) cost another 7%. Here the weights are packed
- * once and kept (constant weights, like conv_dnnl.c's reordered copies),
- * the activations are read where they are, and the bias goes in as the
- * accumulators are stored: the output is written once.
+ * (so that sgemm adds to it) cost another 7%. Here a constant weight is
+ * packed once and kept (like conv_dnnl.c's reordered copies), a runtime
+ * one is read as it is, the activations are read where they are, and the
+ * bias goes in as the accumulators are stored: the output is written once.
  *
  * The kernel: a tile of MR output channels by up to NR pixels in 24 AVX-512
  * accumulators (MR x NV vectors); per input channel k it loads NV vectors
- * of x's row k and broadcasts MR weights from the packed panel
- * pw[tile][k][MR] (rows past O are zeros). The last vector of a row is
- * masked, so any P works. A unit of work is one tile of channels over a
- * chunk of pixels whose K x chunk block of x stays in the L2 (C1_CHUNK_BYTES)
- * while the tiles of channels run over it; units are shared among the
- * threads, and the thread that finished a unit runs its epilogue at once,
- * on the rows it just wrote (a unit's rows are whole planes when the chunk
- * is the whole plane, else one call per row).
+ * of x's row k and broadcasts MR weights, from the packed panel
+ * pw[tile][k][MR] (rows past O are zeros) or from the weight's rows (the
+ * last one repeated past O, its results not stored). The last vector of a
+ * row is masked, so any P works. A unit of work is one tile of channels
+ * over a chunk of pixels whose K x chunk block of x stays in the L2
+ * (C1_CHUNK_BYTES) while the tiles of channels run over it; units are
+ * shared among the threads, and the thread that finished a unit runs its
+ * epilogue at once, on the rows it just wrote (a unit's rows are whole
+ * planes when the chunk is the whole plane, else one call per row).
  *
- * Measured (bench/conv1x1_bench.c: MobileNetV2's 19 shapes, minimum of 30
- * runs each, against cblas_sgemm with the bias filled first; the same
- * binary, side by side): 1.17-1.37x at one thread (about 100 GFLOP/s on
- * the large planes; 7x7 planes lose a third of the last vector's lanes),
- * 1.40-1.59x at two. MR = 6, NV = 4 beat 8 x 3, 12 x 2 and 4 x 4, and the
- * chunk size mattered little (64 KiB to 1 MiB within 3%).
+ * Measured (make bench-conv, MobileNetV2's 19 shapes at batch 1, against
+ * the im2col backend's sgemm with the bias filled first, side by side, best
+ * of several runs; docs/benchmarks.md): 0.88-1.85x at one thread and
+ * 0.84-2.42x at two with the weights as runtime inputs (13 and 15 of 19
+ * faster), 0.85-1.34x and 0.85-2.47x with them constant (packed and kept;
+ * 16 and 18 of 19). Single shapes move by 10-20% between runs on the shared
+ * machine; the whole model is the steadier figure (MobileNetV2 at one
+ * thread: 11.7 -> 8.5 ms, with the depthwise rows in externs.c). Before the shapes were settled, a standalone kernel
+ * with MR = 6, NV = 4 beat 8 x 3, 12 x 2 and 4 x 4 by 7-24% in total, and
+ * the chunk size mattered little (64 KiB to 1 MiB within 3%).
  *
  * Needs AVX-512 (F): the kernel is compiled for it with a target attribute
  * and used when the CPU has it (ext_cpu_features); elsewhere
@@ -143,12 +148,13 @@ int ext_c1_kept_weights(size_t *bytes) {
 #define C1_TARGET __attribute__((target("avx512f")))
 
 /* One tile: rows [0, rows) of y (row stride P) at columns [0, 16 (nv - 1)
- * + popcount(m)) get bias + a @ x, a the packed panel (K x MR), x the
- * first pixel of the tile in row 0 of the input (row stride P). Written
+ * + popcount(m)) get bias + w @ x, where w's row r, element k is
+ * ar[r][k * ks] (packed panels: ks = MR; a runtime weight as it is: ks = 1)
+ * and x is the tile's first pixel in input row 0 (row stride P). Written
  * for a constant nv, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) C1_TARGET void
-tile(const int nv, const float *a, const float *x, int64_t P, int64_t K, const float *bias,
-     int rows, float *y, __mmask16 m) {
+tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t P, int64_t K,
+     const float *bias, int rows, float *y, __mmask16 m) {
     __m512 c[MR][NV];
     #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
@@ -162,7 +168,7 @@ tile(const int nv, const float *a, const float *x, int64_t P, int64_t K, const f
         b[nv - 1] = _mm512_maskz_loadu_ps(m, xk + 16 * (nv - 1));
         #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
-            __m512 av = _mm512_set1_ps(a[k * MR + r]);
+            __m512 av = _mm512_set1_ps(ar[r][k * ks]);
             #pragma GCC unroll 4
             for (int v = 0; v < nv; v++) c[r][v] = _mm512_fmadd_ps(av, b[v], c[r][v]);
         }
@@ -180,58 +186,48 @@ tile(const int nv, const float *a, const float *x, int64_t P, int64_t K, const f
     }
 }
 
-static C1_TARGET void tile1(const float *a, const float *x, int64_t P, int64_t K,
-                            const float *bias, int rows, float *y, __mmask16 m) {
-    tile(1, a, x, P, K, bias, rows, y, m);
+static C1_TARGET void tile1(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
+                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
+    tile(1, ar, ks, x, P, K, bias, rows, y, m);
 }
-static C1_TARGET void tile2(const float *a, const float *x, int64_t P, int64_t K,
-                            const float *bias, int rows, float *y, __mmask16 m) {
-    tile(2, a, x, P, K, bias, rows, y, m);
+static C1_TARGET void tile2(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
+                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
+    tile(2, ar, ks, x, P, K, bias, rows, y, m);
 }
-static C1_TARGET void tile3(const float *a, const float *x, int64_t P, int64_t K,
-                            const float *bias, int rows, float *y, __mmask16 m) {
-    tile(3, a, x, P, K, bias, rows, y, m);
+static C1_TARGET void tile3(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
+                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
+    tile(3, ar, ks, x, P, K, bias, rows, y, m);
 }
-static C1_TARGET void tile4(const float *a, const float *x, int64_t P, int64_t K,
-                            const float *bias, int rows, float *y, __mmask16 m) {
-    tile(4, a, x, P, K, bias, rows, y, m);
+static C1_TARGET void tile4(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
+                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
+    tile(4, ar, ks, x, P, K, bias, rows, y, m);
 }
 
-/* Rows [0, rows) of y = bias + a @ x over pixels [j0, j1) (x and y point
- * at pixel 0 of the tile's first row). */
-static C1_TARGET void unit(const float *a, const float *x, int64_t P, int64_t K, const float *bias,
-                           int rows, float *y, int64_t j0, int64_t j1) {
+/* Rows [0, rows) of y = bias + w @ x over pixels [j0, j1) (w's rows as in
+ * tile; x and y point at pixel 0 of the tile's first row). */
+static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
+                           int64_t K, const float *bias, int rows, float *y, int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; j += NR) {
         int64_t n = j1 - j < NR ? j1 - j : NR;
         int nv = (int)((n + 15) / 16), last = (int)(n - 16 * (nv - 1));
         __mmask16 m = (__mmask16)((1u << last) - 1u);
         switch (nv) {
-        case 4: tile4(a, x + j, P, K, bias, rows, y + j, m); break;
-        case 3: tile3(a, x + j, P, K, bias, rows, y + j, m); break;
-        case 2: tile2(a, x + j, P, K, bias, rows, y + j, m); break;
-        default: tile1(a, x + j, P, K, bias, rows, y + j, m); break;
+        case 4: tile4(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
+        case 3: tile3(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
+        case 2: tile2(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
+        default: tile1(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
         }
     }
 }
 #endif
 
-static bool have_avx512(void) {
-    static int have = -1;   /* a benign race: every thread computes the same */
-    if (have < 0) have = (ext_cpu_features() & EXT_CPU_AVX512) != 0;
-    return have;
-}
-
 int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
                 const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx) {
 #if C1_AVX512
-    if (!have_avx512()) return 1;
+    if (!(ext_cpu_features() & EXT_CPU_AVX512)) return 1;
+    /* packed panels for a constant weight (kept); a runtime one is read as
+     * it is (packing it on every call cost more than it saved) */
     const float *pw = wconst ? kept_packed(w, O, K) : NULL;
-    float *own = NULL;
-    if (!pw) {
-        if (!(own = kmalloc(packed_bytes(O, K) + 1))) return -1;
-        pack_weights(w, O, K, own);
-        pw = own;
-    }
     int64_t tiles = (O + MR - 1) / MR;
     int64_t chunk = K > 0 ? C1_CHUNK_BYTES / ((int64_t)sizeof(float) * K) / NR * NR : P;
     if (chunk < NR) chunk = NR;
@@ -244,14 +240,16 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
         int rows = (int)(O - o0 < MR ? O - o0 : MR);
         float b[MR] = {0};
         for (int r = 0; r < rows && bias; r++) b[r] = bias[o0 + r];
+        const float *ar[MR];   /* row r of the tile's weights: see tile */
+        for (int r = 0; r < MR; r++)
+            ar[r] = pw ? pw + t * K * MR + r : w + (o0 + (r < rows ? r : rows - 1)) * K;
         int64_t off = (n * O + o0) * P;
-        unit(pw + t * K * MR, x + n * K * P, P, K, b, rows, y + off, j0, j1);
+        unit(ar, pw ? MR : 1, x + n * K * P, P, K, b, rows, y + off, j0, j1);
         if (!epi) continue;
         if (j0 == 0 && j1 == P) epi(ctx, y, off, rows * P);
         else
             for (int r = 0; r < rows; r++) epi(ctx, y, off + r * P + j0, j1 - j0);
     }
-    kfree(own);
     return 0;
 #else
     (void)x, (void)N, (void)K, (void)P, (void)w, (void)O, (void)bias, (void)y, (void)wconst;
