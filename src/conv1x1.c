@@ -75,19 +75,16 @@ static size_t packed_bytes(int64_t O, int64_t K) {
 
 /* ---- constant weights, packed once ---- */
 
-typedef struct C1Kept {
-    const float *w;          /* the plain weights (a program's constant) */
+typedef struct {
+    ExtKept base;            /* w, raw (kmalloc'd), bytes, next */
     int64_t o, k;
-    void *raw;
     float *packed;           /* raw, on a cache line */
-    size_t bytes;
-    struct C1Kept *next;
 } C1Kept;
 
-/* The kept copies together stay under this; beyond it, weights are packed
- * per call. */
+/* The kept copies together stay under this; beyond it, weights are read
+ * as they are (as runtime ones). */
 #define C1_KEPT_MAX ((size_t)256 << 20)
-static C1Kept *kept;         /* under lock */
+static ExtKept *kept;        /* of C1Kept entries; under lock */
 static size_t kept_bytes;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -95,20 +92,18 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
  * be kept (over C1_KEPT_MAX, out of memory). */
 static const float *kept_packed(const float *w, int64_t O, int64_t K) {
     pthread_mutex_lock(&lock);
-    C1Kept *k;
-    for (k = kept; k; k = k->next)
-        if (k->w == w && k->o == O && k->k == K) break;
+    C1Kept *k = NULL;
+    for (ExtKept *e = kept; e && !k; e = e->next)
+        if (e->w == w && ((C1Kept *)e)->o == O && ((C1Kept *)e)->k == K) k = (C1Kept *)e;
     size_t bytes = packed_bytes(O, K);
     if (!k && kept_bytes + bytes <= C1_KEPT_MAX && (k = kmalloc(sizeof *k))) {
-        *k = (C1Kept){.w = w, .o = O, .k = K, .bytes = bytes};
-        if ((k->raw = kmalloc(bytes + KILN_ALIGN - 1))) {
-            k->packed = util_on_line(k->raw);
+        *k = (C1Kept){.base = {.w = w, .bytes = bytes}, .o = O, .k = K};
+        if ((k->base.raw = kmalloc(bytes + KILN_ALIGN - 1))) {
+            k->packed = util_on_line(k->base.raw);
             pack_weights(w, O, K, k->packed);
-            k->next = kept;
-            kept = k;
-            kept_bytes += bytes;
+            ext_kept_add(&kept, &kept_bytes, &k->base);
         } else {
-            kfree(k);
+            ext_kept_free(&k->base);
             k = NULL;
         }
     }
@@ -117,26 +112,14 @@ static const float *kept_packed(const float *w, int64_t O, int64_t K) {
 }
 
 void ext_c1_forget_weights(const void *data, size_t bytes) {
-    const char *lo = data, *hi = lo + bytes;
     pthread_mutex_lock(&lock);
-    for (C1Kept **pk = &kept; *pk;) {
-        C1Kept *k = *pk;
-        if ((const char *)k->w < lo || (const char *)k->w >= hi) {
-            pk = &k->next;
-            continue;
-        }
-        *pk = k->next;
-        kept_bytes -= k->bytes;
-        kfree(k->raw);
-        kfree(k);
-    }
+    ext_kept_drop(&kept, &kept_bytes, data, bytes);
     pthread_mutex_unlock(&lock);
 }
 
 int ext_c1_kept_weights(size_t *bytes) {
-    int n = 0;
     pthread_mutex_lock(&lock);
-    for (const C1Kept *k = kept; k; k = k->next) n++;
+    int n = ext_kept_count(kept);
     if (bytes) *bytes = kept_bytes;
     pthread_mutex_unlock(&lock);
     return n;
@@ -186,22 +169,17 @@ tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_
     }
 }
 
-static C1_TARGET void tile1(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
-                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
-    tile(1, ar, ks, x, P, K, bias, rows, y, m);
-}
-static C1_TARGET void tile2(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
-                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
-    tile(2, ar, ks, x, P, K, bias, rows, y, m);
-}
-static C1_TARGET void tile3(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
-                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
-    tile(3, ar, ks, x, P, K, bias, rows, y, m);
-}
-static C1_TARGET void tile4(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
-                            int64_t K, const float *bias, int rows, float *y, __mmask16 m) {
-    tile(4, ar, ks, x, P, K, bias, rows, y, m);
-}
+/* tile for nv = N, out of line (a call per tile). */
+#define C1_TILE(N)                                                                          \
+    static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,   \
+                                  int64_t P, int64_t K, const float *bias, int rows,        \
+                                  float *y, __mmask16 m) {                                  \
+        tile(N, ar, ks, x, P, K, bias, rows, y, m);                                         \
+    }
+C1_TILE(1)
+C1_TILE(2)
+C1_TILE(3)
+C1_TILE(4)
 
 /* Rows [0, rows) of y = bias + w @ x over pixels [j0, j1) (w's rows as in
  * tile; x and y point at pixel 0 of the tile's first row). */

@@ -337,33 +337,28 @@ static dnnl_status_t reorder(DnnlConv *d, dnnl_primitive_t r, int from, int to) 
 /* One constant weight in a primitive's layout. Two primitives (thread
  * counts, image counts) may want one weight in different layouts, hence md
  * in the key. */
-typedef struct Kept {
-    const float *w;          /* the plain weights (a program's constant) */
+typedef struct {
+    ExtKept base;            /* w, raw (kmalloc'd), bytes, next */
     int64_t ws[4], groups;
     dnnl_memory_desc_t md;   /* the layout of data */
-    void *raw, *data;        /* kmalloc'd; data: raw 64-byte aligned */
-    size_t bytes;
-    struct Kept *next;
+    void *data;              /* raw, 64-byte aligned */
 } Kept;
 
 /* All kept copies together stay under this; a weight beyond it is
  * reordered per call as a runtime one (models far larger than ResNet-50's
  * 100 MB of weights, many programs alive at once). */
 #define KEPT_MAX ((size_t)1 << 30)
-static Kept *kept;           /* under lock */
+static ExtKept *kept;        /* of Kept entries; under lock */
 static size_t kept_bytes;
 
 static Kept *kept_find(const DnnlConv *d, const float *w) {
-    for (Kept *k = kept; k; k = k->next)
-        if (k->w == w && !memcmp(k->ws, d->key + K_WS, sizeof k->ws) &&
+    for (ExtKept *e = kept; e; e = e->next) {
+        Kept *k = (Kept *)e;
+        if (e->w == w && !memcmp(k->ws, d->key + K_WS, sizeof k->ws) &&
             k->groups == d->key[K_GROUPS] && dnnl_memory_desc_equal(&k->md, &d->wei_md))
             return k;
+    }
     return NULL;
-}
-
-static void kept_free(Kept *k) {
-    kfree(k->raw);
-    kfree(k);
 }
 
 /* w in d's layout, kept for later calls (made now on a miss); NULL when it
@@ -372,47 +367,34 @@ static void *kept_weights(DnnlConv *d, const float *w) {
     Kept *k = kept_find(d, w);
     if (k) return k->data;
     if (kept_bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
-    *k = (Kept){.w = w, .groups = d->key[K_GROUPS], .md = d->wei_md, .bytes = d->wei_bytes};
+    *k = (Kept){.base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS], .md = d->wei_md};
     memcpy(k->ws, d->key + K_WS, sizeof k->ws);
-    if (!(k->raw = kmalloc(k->bytes + KILN_ALIGN - 1))) {
-        kept_free(k);
+    if (!(k->base.raw = kmalloc(k->base.bytes + KILN_ALIGN - 1))) {
+        ext_kept_free(&k->base);
         return NULL;
     }
-    k->data = util_on_line(k->raw);
+    k->data = util_on_line(k->base.raw);
     dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)w);
     if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], k->data);
     if (!st) st = reorder(d, d->wei_in, M_WEI_PLAIN, M_WEI);
     if (!st) st = dnnl_stream_wait(d->stream);
     if (st) {
-        kept_free(k);
+        ext_kept_free(&k->base);
         return NULL;
     }
-    k->next = kept;
-    kept = k;
-    kept_bytes += k->bytes;
+    ext_kept_add(&kept, &kept_bytes, &k->base);
     return k->data;
 }
 
 void ext_dnnl_forget_weights(const void *data, size_t bytes) {
-    const char *lo = data, *hi = lo + bytes;
     pthread_mutex_lock(&lock);
-    for (Kept **pk = &kept; *pk;) {
-        Kept *k = *pk;
-        if ((const char *)k->w < lo || (const char *)k->w >= hi) {
-            pk = &k->next;
-            continue;
-        }
-        *pk = k->next;
-        kept_bytes -= k->bytes;
-        kept_free(k);
-    }
+    ext_kept_drop(&kept, &kept_bytes, data, bytes);
     pthread_mutex_unlock(&lock);
 }
 
 int ext_dnnl_kept_weights(size_t *bytes) {
-    int n = 0;
     pthread_mutex_lock(&lock);
-    for (const Kept *k = kept; k; k = k->next) n++;
+    int n = ext_kept_count(kept);
     if (bytes) *bytes = kept_bytes;
     pthread_mutex_unlock(&lock);
     return n;

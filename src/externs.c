@@ -664,6 +664,37 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
     return 0;
 }
 
+void ext_kept_add(ExtKept **list, size_t *total, ExtKept *e) {
+    e->next = *list;
+    *list = e;
+    *total += e->bytes;
+}
+
+void ext_kept_free(ExtKept *e) {
+    kfree(e->raw);
+    kfree(e);
+}
+
+void ext_kept_drop(ExtKept **list, size_t *total, const void *data, size_t bytes) {
+    const char *lo = data, *hi = lo + bytes;
+    for (ExtKept **pe = list; *pe;) {
+        ExtKept *e = *pe;
+        if ((const char *)e->w < lo || (const char *)e->w >= hi) {
+            pe = &e->next;
+            continue;
+        }
+        *pe = e->next;
+        *total -= e->bytes;
+        ext_kept_free(e);
+    }
+}
+
+int ext_kept_count(const ExtKept *list) {
+    int n = 0;
+    for (; list; list = list->next) n++;
+    return n;
+}
+
 void ext_conv_forget_weights(const void *data, size_t bytes) {
     ext_dnnl_forget_weights(data, bytes);
     ext_c1_forget_weights(data, bytes);

@@ -68,7 +68,25 @@ int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const i
 void ext_conv_forget_weights(const void *data, size_t bytes);
 /* Tests: how many reordered or packed weight copies are kept, and their bytes. */
 int ext_conv_kept_weights(size_t *bytes);
-/* The same for each kind of copy: conv_dnnl.c's, conv1x1.c's. */
+/* A kept copy of a constant weight: the first member of conv_dnnl.c's and
+ * conv1x1.c's entries, each module's list under its own lock. raw is the
+ * copy's kmalloc'd block. */
+typedef struct ExtKept {
+    const float *w;          /* the plain weights (a program's constant) */
+    void *raw;
+    size_t bytes;            /* of the copy */
+    struct ExtKept *next;
+} ExtKept;
+/* Add e (its raw set) to *list; *total gains its bytes. */
+void ext_kept_add(ExtKept **list, size_t *total, ExtKept *e);
+/* Unlink and free (raw, then the entry) the copies in *list of weights
+ * within [data, data + bytes); *total loses their bytes. */
+void ext_kept_drop(ExtKept **list, size_t *total, const void *data, size_t bytes);
+/* Free one entry that is in no list (raw may be NULL). */
+void ext_kept_free(ExtKept *e);
+int ext_kept_count(const ExtKept *list);
+/* ext_conv_forget_weights and ext_conv_kept_weights for each kind of copy:
+ * conv_dnnl.c's, conv1x1.c's. */
 void ext_dnnl_forget_weights(const void *data, size_t bytes);
 int ext_dnnl_kept_weights(size_t *bytes);
 void ext_c1_forget_weights(const void *data, size_t bytes);
