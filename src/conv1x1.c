@@ -207,10 +207,15 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
      * it is (packing it on every call cost more than it saved) */
     const float *pw = wconst ? kept_packed(w, O, K) : NULL;
     int64_t tiles = (O + MR - 1) / MR;
-    int64_t chunk = K > 0 ? C1_CHUNK_BYTES / ((int64_t)sizeof(float) * K) / NR * NR : P;
-    if (chunk < NR) chunk = NR;
-    if (chunk > P) chunk = P;
-    int64_t chunks = chunk > 0 ? (P + chunk - 1) / chunk : 0, units = N * chunks * tiles;
+    /* as few chunks as fit C1_CHUNK_BYTES, of equal size (in whole
+     * vectors): chunks of 4096, 4096, 4096 and 256 pixels would give one
+     * thread of two nearly twice the work of the other */
+    int64_t most = K > 0 ? C1_CHUNK_BYTES / ((int64_t)sizeof(float) * K) / NR * NR : P;
+    if (most < NR) most = NR;
+    int64_t chunks = P > 0 ? (P + most - 1) / most : 0;
+    int64_t chunk = chunks > 1 ? ((P + chunks - 1) / chunks + 15) / 16 * 16 : P;
+    if (chunks > 1) chunks = (P + chunk - 1) / chunk;
+    int64_t units = N * chunks * tiles;
     #pragma omp parallel for schedule(static) if (N * O * K * P >= C1_PARALLEL_MIN)
     for (int64_t u = 0; u < units; u++) {
         int64_t n = u / (chunks * tiles), t = u % tiles, j0 = u / tiles % chunks * chunk;

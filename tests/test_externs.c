@@ -195,7 +195,7 @@ static const int64_t conv_cases[][15] = {
     {1, 4, 33, 34, 4, 3, 3, 3, 3, 1, 1, 1, 1, 4, 1},   /* 3x3, stride 3 */
     /* 1x1 stride 1, one group: conv1x1.c's kernel (tiles of 6 channels by
      * up to 64 pixels, the last vector masked) where the CPU has AVX-512 */
-    {2, 600, 13, 11, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* pixels in chunks of 64, 64, 15 */
+    {2, 600, 13, 11, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* pixels in chunks of 48, 48, 47 */
     {1, 1, 5, 7, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},     /* one input channel */
     {3, 5, 4, 4, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* 16 pixels: one whole vector */
     {1, 9, 1, 17, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 17 pixels: a vector and 1 */
