@@ -55,6 +55,11 @@
 enum { MR = 6, NV = 4, NR = 16 * NV };
 /* x's block per unit: K x chunk floats, at most this (at least NR pixels) */
 #define C1_CHUNK_BYTES ((int64_t)256 << 10)
+/* The L2's bytes per way (2 MiB, 16 ways: this machine's, and typical of
+ * server cores), and how many of x's rows may share a set of it before a
+ * chunk is copied (see ext_conv1x1). */
+#define C1_L2_WAY_BYTES ((int64_t)128 << 10)
+#define C1_ALIAS_ROWS 8
 /* Multiply-adds from which the units run on all threads. */
 #define C1_PARALLEL_MIN ((int64_t)1 << 18)
 
@@ -136,15 +141,15 @@ int ext_c1_kept_weights(size_t *bytes) {
  * and x is the tile's first pixel in input row 0 (row stride P). Written
  * for a constant nv, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) C1_TARGET void
-tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t P, int64_t K,
-     const float *bias, int rows, float *y, __mmask16 m) {
+tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t xs, int64_t K,
+     const float *bias, int rows, float *y, int64_t P, __mmask16 m) {
     __m512 c[MR][NV];
     #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
         #pragma GCC unroll 4
         for (int v = 0; v < nv; v++) c[r][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
-        const float *xk = x + k * P;
+        const float *xk = x + k * xs;
         __m512 b[NV];
         #pragma GCC unroll 4
         for (int v = 0; v < nv - 1; v++) b[v] = _mm512_loadu_ps(xk + 16 * v);
@@ -172,9 +177,9 @@ tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_
 /* tile for nv = N, out of line (a call per tile). */
 #define C1_TILE(N)                                                                          \
     static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,   \
-                                  int64_t P, int64_t K, const float *bias, int rows,        \
-                                  float *y, __mmask16 m) {                                  \
-        tile(N, ar, ks, x, P, K, bias, rows, y, m);                                         \
+                                  int64_t xs, int64_t K, const float *bias, int rows,       \
+                                  float *y, int64_t P, __mmask16 m) {                       \
+        tile(N, ar, ks, x, xs, K, bias, rows, y, P, m);                                     \
     }
 C1_TILE(1)
 C1_TILE(2)
@@ -182,18 +187,21 @@ C1_TILE(3)
 C1_TILE(4)
 
 /* Rows [0, rows) of y = bias + w @ x over pixels [j0, j1) (w's rows as in
- * tile; x and y point at pixel 0 of the tile's first row). */
-static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x, int64_t P,
-                           int64_t K, const float *bias, int rows, float *y, int64_t j0, int64_t j1) {
+ * tile; x's rows xs apart, its pixel j0 at x; y's P apart, its pixel 0 at
+ * y). */
+static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
+                           int64_t K, const float *bias, int rows, float *y, int64_t P,
+                           int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; j += NR) {
         int64_t n = j1 - j < NR ? j1 - j : NR;
         int nv = (int)((n + 15) / 16), last = (int)(n - 16 * (nv - 1));
         __mmask16 m = (__mmask16)((1u << last) - 1u);
+        const float *xj = x + (j - j0);
         switch (nv) {
-        case 4: tile4(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
-        case 3: tile3(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
-        case 2: tile2(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
-        default: tile1(ar, ks, x + j, P, K, bias, rows, y + j, m); break;
+        case 4: tile4(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 3: tile3(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 2: tile2(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        default: tile1(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
         }
     }
 }
@@ -216,23 +224,52 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
     int64_t chunk = chunks > 1 ? ((P + chunks - 1) / chunks + 15) / 16 * 16 : P;
     if (chunks > 1) chunks = (P + chunk - 1) / chunk;
     int64_t units = N * chunks * tiles;
-    #pragma omp parallel for schedule(static) if (N * O * K * P >= C1_PARALLEL_MIN)
-    for (int64_t u = 0; u < units; u++) {
-        int64_t n = u / (chunks * tiles), t = u % tiles, j0 = u / tiles % chunks * chunk;
-        int64_t j1 = j0 + chunk < P ? j0 + chunk : P, o0 = t * MR;
-        int rows = (int)(O - o0 < MR ? O - o0 : MR);
-        float b[MR] = {0};
-        for (int r = 0; r < rows && bias; r++) b[r] = bias[o0 + r];
-        const float *ar[MR];   /* row r of the tile's weights: see tile */
-        for (int r = 0; r < MR; r++)
-            ar[r] = pw ? pw + t * K * MR + r : w + (o0 + (r < rows ? r : rows - 1)) * K;
-        int64_t off = (n * O + o0) * P;
-        unit(ar, pw ? MR : 1, x + n * K * P, P, K, b, rows, y + off, j0, j1);
-        if (!epi) continue;
-        if (j0 == 0 && j1 == P) epi(ctx, y, off, rows * P);
-        else
-            for (int r = 0; r < rows; r++) epi(ctx, y, off + r * P + j0, j1 - j0);
+    /* A chunk of x stays in the L2 while the tiles of channels run over it,
+     * unless its K rows, P floats apart, fall into a few sets of the cache:
+     * when P * 4 has a large power of two in it (32x32 planes: rows 4 KiB
+     * apart; with K = 1024, 32 rows to each set of a 16-way 2 MiB L2, which
+     * holds 16) the chunk went to memory for every tile (1024->256 @32:
+     * 0.35x the sgemm). Then each thread copies its chunk into a dense
+     * buffer first. */
+    int64_t pow2 = (P * (int64_t)sizeof(float)) & -(P * (int64_t)sizeof(float));
+    int64_t way = C1_L2_WAY_BYTES, xs = (chunk + 15) / 16 * 16;
+    bool copy = K * (pow2 < way ? pow2 : way) > C1_ALIAS_ROWS * way;
+    int failed = 0;
+    #pragma omp parallel if (N * O * K * P >= C1_PARALLEL_MIN)
+    {
+        float *buf = copy ? kmalloc(sizeof(float) * (size_t)(K * xs) + 1) : NULL;
+        int64_t have = -1;   /* the chunk (n * chunks + c) in buf */
+        if (copy && !buf) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; u++) {
+            if (copy && !buf) continue;
+            int64_t n = u / (chunks * tiles), t = u % tiles, j0 = u / tiles % chunks * chunk;
+            int64_t j1 = j0 + chunk < P ? j0 + chunk : P, o0 = t * MR;
+            int rows = (int)(O - o0 < MR ? O - o0 : MR);
+            float b[MR] = {0};
+            for (int r = 0; r < rows && bias; r++) b[r] = bias[o0 + r];
+            const float *ar[MR];   /* row r of the tile's weights: see tile */
+            for (int r = 0; r < MR; r++)
+                ar[r] = pw ? pw + t * K * MR + r : w + (o0 + (r < rows ? r : rows - 1)) * K;
+            const float *xc = x + n * K * P + j0;
+            if (copy && have != u / tiles) {
+                for (int64_t k = 0; k < K; k++)
+                    memcpy(buf + k * xs, xc + k * P, sizeof(float) * (size_t)(j1 - j0));
+                have = u / tiles;
+            }
+            int64_t off = (n * O + o0) * P;
+            unit(ar, pw ? MR : 1, copy ? buf : xc, copy ? xs : P, K, b, rows, y + off, P, j0, j1);
+            if (!epi) continue;
+            if (j0 == 0 && j1 == P) epi(ctx, y, off, rows * P);
+            else
+                for (int r = 0; r < rows; r++) epi(ctx, y, off + r * P + j0, j1 - j0);
+        }
+        kfree(buf);
     }
+    if (failed) return -1;
     return 0;
 #else
     (void)x, (void)N, (void)K, (void)P, (void)w, (void)O, (void)bias, (void)y, (void)wconst;

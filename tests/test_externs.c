@@ -201,6 +201,7 @@ static const int64_t conv_cases[][15] = {
     {1, 9, 1, 17, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 17 pixels: a vector and 1 */
     {1, 2048, 3, 3, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* a long K, 9 pixels */
     {1, 24, 56, 56, 144, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* MobileNetV2's expansion, in parallel */
+    {2, 300, 32, 32, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* rows 4 KiB apart: chunks copied first */
 };
 #define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 
