@@ -324,6 +324,55 @@ TEST(codegen_math_forms) {
     plan_free(p);
 }
 
+/* Short constant rows get 8-wide vectors where 16-wide ones would leave a
+ * long scalar remainder (want_simd8): n / 8 + n % 8 < n / 16 + n % 16. A
+ * broadcast row (x * b) keeps its own inner loop of n; the strided max
+ * pool over rows of 56 (loads 2 apart) gets `omp simd simdlen(8)`, and
+ * both match the interpreter (max pool bit for bit). */
+TEST(codegen_short_rows_simdlen8) {
+    static const struct { int64_t n; bool want; } rows[] = {
+        {14, true}, {28, true}, {56, true}, {24, true}, {7, false}, {49, false}, {64, false},
+        {112, false}};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        char src[200];
+        snprintf(src, sizeof src, "input x: f32[64, %lld]\ninput b: f32[64, 1]\ny = exp(x) * b\noutput y\n",
+                 (long long)rows[i].n);
+        char *fn = kernel0_text(src);
+        CHECK(fn);
+        char want[100];
+        snprintf(want, sizeof want, "#pragma omp simd simdlen(8)\n        for (int64_t x1 = 0; x1 < %lld;",
+                 (long long)rows[i].n);
+        EXPECT((strstr(fn, want) != NULL) == rows[i].want && (count(fn, "simdlen(8)") == rows[i].want),
+               "rows of %lld: simdlen(8) %s:\n%s", (long long)rows[i].n, rows[i].want ? "wanted" : "not wanted",
+               fn);
+        free(fn);
+    }
+    static const char *const progs[] = {
+        "input x: f32[2, 3, 112, 112]\ny = max_pool2d(x, 3, stride=2, padding=1)\noutput y\n",
+        "input x: f32[5, 28]\ninput b: f32[5, 1]\ny = tanh(x) * b + sin(x)\noutput y\n",
+    };
+    for (int i = 0; i < 2; i++) {
+        Plan *p = plan_of(progs[i], NULL);
+        CHECK(p);
+        CgOutput out;
+        char err[512];
+        CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
+        EXPECT(count(out.source, "#pragma omp simd simdlen(8)\n") == 1, "program %d:\n%s", i, out.source);
+        cg_free(&out);
+        plan_free(p);
+        TestProg P = {0};
+        P.g = kiln_graph_new();
+        CHECK(kiln_parse(P.g, progs[i], "simd8") == KILN_OK);
+        for (P.nin = 0; P.nin < kiln_num_inputs(P.g); P.nin++) {
+            P.in[P.nin] = kiln_input_desc(P.g, P.nin);
+            CHECK(kiln_tensor_alloc(&P.in[P.nin]) == KILN_OK);
+            kiln_fill_randn(P.in[P.nin].data, kiln_tensor_numel(&P.in[P.nin]), 40 + (uint64_t)P.nin);
+        }
+        test_prog_check(&P, "codegen-simd8-cache", NULL, i == 0 ? "y" : NULL);
+        test_prog_free(&P);
+    }
+}
+
 /* ===== vectorization proof ====================================================== */
 
 
@@ -367,6 +416,10 @@ TEST(codegen_inner_loops_vectorized) {
                    "c = prod(x, dim=1)\noutput a, b, c\n"},
         {"bcast", "input x: f32[64, 100]\ninput b: f32[64, 1]\ny = where(x > b, x * b, -x)\n"
                   "output y\n"},
+        /* rows of 56: 8-wide (want_simd8); the pool's loads 2 apart */
+        {"rows56", "input x: f32[64, 56]\ninput b: f32[64, 1]\ny = exp(x) * b + sin(x)\noutput y\n"},
+        {"pool56", "input x: f32[2, 3, 112, 112]\ny = max_pool2d(x, 3, stride=2, padding=1)\n"
+                   "output y\n"},
     };
     int nex = (int)(sizeof examples / sizeof *examples), total = 0, missed_all = 0;
     for (int i = 0; i < nex + (int)(sizeof extra / sizeof *extra); i++) {
