@@ -8,9 +8,10 @@
  * `$CC --version` and the CPU's feature flags (-march=native makes the
  * object CPU-specific; a shared home directory must not hand an AVX-512
  * object to another machine). The version and CPU lines are computed once
- * per process (and per $CC) and memoized.
+ * per process (and per $CC) and memoized; the version line is also kept in
+ * the cache directory for the next process (version_file).
  *
- * Files: <dir>/<key>.c and <dir>/<key>.so. Both only ever appear by
+ * Files: <dir>/<key>.c and <dir>/<key>.so, and <dir>/compiler-<hash>.version. Both only ever appear by
  * rename() of a file with a name unique to this process and call, so
  * readers never see partial files, and two processes compiling the same
  * key both succeed: the last rename wins, with identical content. The
@@ -304,13 +305,87 @@ static void query_cpu(char out[65]) {
     fclose(f);
 }
 
-/* Fill ver and cpu, running the compiler only when $CC changed. */
-static kiln_status compiler_facts(const char *cc, char *ver, size_t len, char cpu[65],
-                                  char *err, size_t errlen) {
+/* The program $CC runs: its first word, searched in $PATH as posix_spawnp
+ * does when it has no '/'. false when there is no such executable file. */
+static bool resolve_compiler(const char *cc, char *path, size_t len) {
+    char word[JIT_PATH_MAX];
+    size_t at = strspn(cc, " \t\n"), n = strcspn(cc + at, " \t\n");
+    if (n == 0 || n >= sizeof word) return false;
+    memcpy(word, cc + at, n);
+    word[n] = '\0';
+    struct stat st;
+    if (strchr(word, '/'))
+        return fmt_fits(path, len, "%s", word) && stat(path, &st) == 0 && S_ISREG(st.st_mode);
+    const char *dirs = getenv("PATH");
+    if (!dirs) dirs = "/usr/local/bin:/usr/bin:/bin";
+    for (const char *d = dirs;; d += strcspn(d, ":") + 1) {
+        size_t dl = strcspn(d, ":");
+        if (fmt_fits(path, len, "%.*s%s%s", (int)dl, d, dl ? "/" : "", word) &&
+            stat(path, &st) == 0 && S_ISREG(st.st_mode) && access(path, X_OK) == 0)
+            return true;
+        if (!d[dl]) return false;
+    }
+}
+
+/* Running `$CC --version` costs a few ms of every process that compiles
+ * or loads a program (a warm `kiln run` spent 13% of its CPU time there),
+ * so its answer is also kept in the cache directory, in a file named by a
+ * hash of $CC and of what identifies the compiler's executable (path,
+ * device, inode, size, modification time): a new or different compiler
+ * there is a new name. A wrapper (ccache) whose underlying compiler changes
+ * keeps its recorded line until the wrapper changes; the key then still
+ * holds the source, flags and CPU, so the old object stays correct code.
+ * The file's path in *path, or false when the compiler cannot be
+ * identified. */
+static bool version_file(const char *cc, const char *dir, char *path, size_t len) {
+    char exe[JIT_PATH_MAX], id[2 * JIT_PATH_MAX + 128], hex[65];
+    struct stat st;
+    if (!resolve_compiler(cc, exe, sizeof exe) || stat(exe, &st) != 0) return false;
+    if (!fmt_fits(id, sizeof id, "%s\n%s\n%llu %llu %lld %lld.%09ld", cc, exe,
+                  (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
+                  (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec))
+        return false;
+    jit_sha256_hex(id, strlen(id), hex);
+    return fmt_fits(path, len, "%s/compiler-%.32s.version", dir, hex);
+}
+
+/* The kept version line (see version_file) into ver; false when absent. */
+static bool read_version(const char *path, char *ver, size_t len) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool ok = fgets(ver, (int)len, f) != NULL;
+    fclose(f);
+    ver[strcspn(ver, "\n")] = '\0';
+    return ok && ver[0];
+}
+
+static int mkdir_p(const char *dir);
+
+/* Keep ver in path, through a unique temporary name; failures are ignored
+ * (the next process asks the compiler again). */
+static void write_version(const char *path, const char *dir, const char *ver) {
+    char tmp[JIT_PATH_MAX + 32];
+    util_fmt(tmp, sizeof tmp, "%s.tmp.%ld.%u", path, (long)getpid(), next_serial());
+    if (mkdir_p(dir) != 0) return;
+    FILE *f = fopen(tmp, "w");
+    if (!f) return;
+    bool ok = fprintf(f, "%s\n", ver) > 0;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) unlink(tmp);
+}
+
+/* Fill ver and cpu, asking the compiler only when $CC changed and the
+ * cache directory dir holds no line for it. */
+static kiln_status compiler_facts(const char *cc, const char *dir, char *ver, size_t len,
+                                  char cpu[65], char *err, size_t errlen) {
     kiln_status st = KILN_OK;
     pthread_mutex_lock(&memo_lock);
     if (!memo_cc[0] || strcmp(memo_cc, cc) != 0) {
-        st = query_version(cc, memo_version, sizeof memo_version, err, errlen);
+        char vf[JIT_PATH_MAX];
+        bool named = version_file(cc, dir, vf, sizeof vf);
+        if (!named || !read_version(vf, memo_version, sizeof memo_version)) {
+            st = query_version(cc, memo_version, sizeof memo_version, err, errlen);
+            if (st == KILN_OK && named) write_version(vf, dir, memo_version);
+        }
         util_fmt(memo_cc, sizeof memo_cc, "%s", st == KILN_OK ? cc : "");
         if (!memo_cpu[0]) query_cpu(memo_cpu);
     }
@@ -552,8 +627,8 @@ static kiln_status job_init(Job *j, const char *source, const char *extra) {
     if (!(j->flags = kmalloc(n))) return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
     util_fmt(j->flags, n, "%s%s%s", JIT_FLAGS, extra && *extra ? " " : "", extra ? extra : "");
     char ver[256], cpu[65];
-    kiln_status st = compiler_facts(j->cc, ver, sizeof ver, cpu, j->err, j->errlen);
-    if (st == KILN_OK) st = cache_dir(j->dir, sizeof j->dir, j->err, j->errlen);
+    kiln_status st = cache_dir(j->dir, sizeof j->dir, j->err, j->errlen);
+    if (st == KILN_OK) st = compiler_facts(j->cc, j->dir, ver, sizeof ver, cpu, j->err, j->errlen);
     if (st != KILN_OK) return st;
     make_key(j, source, ver, cpu);
     if (!fmt_fits(j->stats->path, sizeof j->stats->path, "%s/%s.so", j->dir, j->key) ||

@@ -120,6 +120,21 @@ if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b
 then pass bench_report; else fail bench_report "$(head -c 400 "$t/b.json")"; fi
 expect bench_no_epilogue 0 "speedup" -- "$kiln" bench examples/extern.kiln --repeat 2 --no-extern-epilogue
 
+# `$CC --version` is asked once per compiler (jit.c keeps the answer in the
+# cache directory): a second process, its program cached, runs no compiler
+# at all; the same compiler with a new modification time is asked again,
+# and its unchanged answer keeps the cached program a hit
+printf '#!/bin/sh\necho "$*" >>"%s/cc.log"\nexec cc "$@"\n' "$t" >"$t/logcc" && chmod +x "$t/logcc"
+printf 'input x: f32[4]\ny = x * 3\noutput y\n' >"$t/v.kiln"
+for i in 1 2; do CC="$t/logcc" KILN_CACHE_DIR="$t/vcache" "$kiln" run "$t/v.kiln" >/dev/null 2>&1; done
+v1=$(grep -c -- '--version' "$t/cc.log"); c1=$(grep -vc -- '--version' "$t/cc.log")
+touch -d '2001-02-03 04:05:06' "$t/logcc"
+CC="$t/logcc" KILN_CACHE_DIR="$t/vcache" "$kiln" run "$t/v.kiln" >/dev/null 2>&1
+v2=$(grep -c -- '--version' "$t/cc.log"); c2=$(grep -vc -- '--version' "$t/cc.log")
+if [ "$v1" = 1 ] && [ "$c1" = 1 ] && [ "$v2" = 2 ] && [ "$c2" = 1 ] && ls "$t/vcache" | grep -q '^compiler-.*\.version$'
+then pass compiler_version_kept
+else fail compiler_version_kept "version queries $v1 then $v2 (want 1, 2), compiles $c1 then $c2 (want 1, 1)" "$(cat "$t/cc.log")"; fi
+
 # ONNX models (issue 8): .pb inputs, --shape for a symbolic dim, outputs by
 # their ONNX names and types (cls is int64), the conformance runner on a
 # test whose expected outputs come from tests/onnx/oracle.py
