@@ -31,9 +31,10 @@
  * faster), 0.85-1.34x and 0.85-2.47x with them constant (packed and kept;
  * 16 and 18 of 19). Single shapes move by 10-20% between runs on the shared
  * machine; the whole model is the steadier figure (MobileNetV2 at one
- * thread: 11.7 -> 8.5 ms, with the depthwise rows in externs.c). Before the shapes were settled, a standalone kernel
- * with MR = 6, NV = 4 beat 8 x 3, 12 x 2 and 4 x 4 by 7-24% in total, and
- * the chunk size mattered little (64 KiB to 1 MiB within 3%).
+ * thread: 11.7 -> 8.5 ms, with the depthwise rows in externs.c). Before
+ * the shapes were settled, a standalone kernel with MR = 6, NV = 4 beat
+ * 8 x 3, 12 x 2 and 4 x 4 by 7-24% in total, and the chunk size mattered
+ * little (64 KiB to 1 MiB within 3%).
  *
  * Needs AVX-512 (F): the kernel is compiled for it with a target attribute
  * and used when the CPU has it (ext_cpu_features); elsewhere
@@ -138,7 +139,7 @@ int ext_c1_kept_weights(size_t *bytes) {
 /* One tile: rows [0, rows) of y (row stride P) at columns [0, 16 (nv - 1)
  * + popcount(m)) get bias + w @ x, where w's row r, element k is
  * ar[r][k * ks] (packed panels: ks = MR; a runtime weight as it is: ks = 1)
- * and x is the tile's first pixel in input row 0 (row stride P). Written
+ * and x is the tile's first pixel in input row 0 (row stride xs). Written
  * for a constant nv, so the accumulators stay in registers. */
 static inline __attribute__((always_inline)) C1_TARGET void
 tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t xs, int64_t K,

@@ -367,7 +367,8 @@ static void *kept_weights(DnnlConv *d, const float *w) {
     Kept *k = kept_find(d, w);
     if (k) return k->data;
     if (kept_bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
-    *k = (Kept){.base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS], .md = d->wei_md};
+    *k = (Kept){.base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS],
+                .md = d->wei_md};
     memcpy(k->ws, d->key + K_WS, sizeof k->ws);
     if (!(k->base.raw = kmalloc(k->base.bytes + KILN_ALIGN - 1))) {
         ext_kept_free(&k->base);

@@ -11,10 +11,10 @@
  * per process (and per $CC) and memoized; the version line is also kept in
  * the cache directory for the next process (version_file).
  *
- * Files: <dir>/<key>.c and <dir>/<key>.so, and <dir>/compiler-<hash>.version. Both only ever appear by
- * rename() of a file with a name unique to this process and call, so
- * readers never see partial files, and two processes compiling the same
- * key both succeed: the last rename wins, with identical content. The
+ * Files: <dir>/<key>.c and <dir>/<key>.so (and compiler-<hash>.version).
+ * Each only ever appears by rename() of a file with a name unique to this
+ * process and call, so readers never see partial files, and two processes
+ * compiling the same key both succeed: the last rename wins, with identical content. The
  * source gets a marker symbol kiln_jit_marker_<key> (holding the key)
  * appended; a cached .so counts as a hit only if it is a whole ELF file
  * (every table its header names lies inside the file: dlopen would map a
