@@ -14,9 +14,10 @@
  * Files: <dir>/<key>.c and <dir>/<key>.so (and compiler-<hash>.version).
  * Each only ever appears by rename() of a file with a name unique to this
  * process and call, so readers never see partial files, and two processes
- * compiling the same key both succeed: the last rename wins, with identical content. The
- * source gets a marker symbol kiln_jit_marker_<key> (holding the key)
- * appended; a cached .so counts as a hit only if it is a whole ELF file
+ * compiling the same key both succeed: the last rename wins, with
+ * identical content. The source gets a marker symbol kiln_jit_marker_<key>
+ * (holding the key) appended; a cached .so counts as a hit only if it is a
+ * whole ELF file
  * (every table its header names lies inside the file: dlopen would map a
  * truncated one and fault on first touch), dlopen(RTLD_NOW | RTLD_LOCAL)
  * accepts it and the marker resolves to the
