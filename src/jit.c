@@ -17,10 +17,9 @@
  * compiling the same key both succeed: the last rename wins, with
  * identical content. The source gets a marker symbol kiln_jit_marker_<key>
  * (holding the key) appended; a cached .so counts as a hit only if it is a
- * whole ELF file
- * (every table its header names lies inside the file: dlopen would map a
- * truncated one and fault on first touch), dlopen(RTLD_NOW | RTLD_LOCAL)
- * accepts it and the marker resolves to the
+ * whole ELF file (every table its header names lies inside the file:
+ * dlopen would map a truncated one and fault on first touch),
+ * dlopen(RTLD_NOW | RTLD_LOCAL) accepts it and the marker resolves to the
  * key. Anything else is a broken entry: deleted and rebuilt once.
  *
  * The compiler runs through posix_spawnp with an argv (never a shell), its
