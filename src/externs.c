@@ -244,6 +244,12 @@ static int64_t batch_offset(const ExtView *v, int nb, const int64_t *bshape, int
     return off;
 }
 
+/* One row of C: a matrix-vector product. sgemm would pack all of B for
+ * it, on every call (MobileNetV2's classifier, [1, 1280] @ [1280, 1000]:
+ * the packing was 5% of the whole model's run); sgemv reads B once, where
+ * it is. */
+static bool as_gemv(int64_t M, int64_t N, int64_t K) { return M == 1 && N > 1 && K > 0; }
+
 static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtView *bv,
                    float *c, int64_t M, int64_t N, int64_t K, float *tmp_a, float *tmp_b) {
     int ra = av->rank, rb = bv->rank;
@@ -258,11 +264,7 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
         pack(b, K, N, bv->stride[rb - 2], bv->stride[rb - 1], tmp_b);
         B = (BlasOperand){tmp_b, CblasNoTrans, N};
     }
-    if (M == 1 && N > 1 && K > 0) {
-        /* One row of C: a matrix-vector product. sgemm would pack all of B
-         * for it, on every call (MobileNetV2's classifier, [1, 1280] @
-         * [1280, 1000]: the packing was 5% of the whole model's run); sgemv
-         * reads B once, where it is. */
+    if (as_gemv(M, N, K)) {
         int inc = A.trans == CblasNoTrans ? 1 : (int)A.ld;
         CBLAS_TRANSPOSE t = B.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
         bool nt = B.trans == CblasNoTrans;   /* B as stored is [K, N], else [N, K] */
@@ -326,6 +328,13 @@ static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, i
     *b2 = (ExtView){2, {K, bv->shape[bv->rank - 1]},
                     {bv->stride[bv->rank - 2], bv->stride[bv->rank - 1]}, bv->offset};
     return true;
+}
+
+const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape) {
+    int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
+    ExtView a2, b2;
+    if (crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2)) M = a2.shape[0];
+    return as_gemv(M, N, K) ? "OpenBLAS sgemv (one row)" : "OpenBLAS sgemm";
 }
 
 bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape) {
@@ -614,6 +623,43 @@ static ExtConvBackend conv_backend = EXT_CONV_DNNL;
 
 void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
 
+/* conv2d's paths, chosen by shape, backend and CPU (see conv2d). */
+typedef enum { PATH_DNNL, PATH_C1, PATH_DEPTHWISE, PATH_SGEMM, PATH_IM2COL } ConvPath;
+
+static ConvPath conv_path(const ConvShape *s) {
+    bool direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+    bool depthwise = s->groups == s->c && s->o == s->c;
+    /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
+     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md),
+     * and with one group kiln's own GEMM where the CPU has AVX-512
+     * (conv1x1.c: weights packed once, bias and epilogue as the output is
+     * written; faster than that sgemm on 16 to 18 of MobileNetV2's 19
+     * shapes). A depthwise one with output planes of DW_DIRECT_PLANE or
+     * more runs the direct loops on NCHW: oneDNN's depthwise kernel wants
+     * NHWC, and the two reorders cost more than the loops (MobileNetV2's
+     * layers: the loops 1.1-2.3x oneDNN with its reorders from 14x14 up,
+     * 0.6-0.9x on the 7x7 planes; make bench-conv). */
+    bool dw_direct = depthwise && s->oh * s->ow >= DW_DIRECT_PLANE;
+    bool dnnl = conv_backend == EXT_CONV_DNNL;
+    if (dnnl && direct && s->groups == 1 && (ext_cpu_features() & EXT_CPU_AVX512)) return PATH_C1;
+    if (dnnl && !direct && !dw_direct) return PATH_DNNL;
+    if (depthwise) return PATH_DEPTHWISE;
+    return direct ? PATH_SGEMM : PATH_IM2COL;
+}
+
+const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                          const int64_t attr[7]) {
+    ConvShape s = conv_shape(xs, ws, ys, attr);
+    switch (conv_path(&s)) {
+    case PATH_DNNL: return "oneDNN (NCHW reordered to its blocked layout and back)";
+    case PATH_C1: return "kiln's 1x1 GEMM (AVX-512, conv1x1.c)";
+    case PATH_DEPTHWISE: return "kiln's depthwise loops on NCHW";
+    case PATH_SGEMM: return "OpenBLAS sgemm per image and group";
+    case PATH_IM2COL: break;
+    }
+    return "im2col + OpenBLAS sgemm";
+}
+
 static int conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                   bool wconst, ExtEpilogue epi, void *ctx) {
@@ -621,25 +667,14 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
     ConvShape s = conv_shape(xs, ws, ys, attr);
     bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
     bool depthwise = s.groups == s.c && s.o == s.c;
-    /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
-     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md). A
-     * depthwise one with output planes of DW_DIRECT_PLANE or more runs the
-     * direct loops on NCHW: oneDNN's depthwise kernel wants NHWC, and the
-     * two reorders cost more than the loops (MobileNetV2's layers: the
-     * loops 1.1-2.3x oneDNN with its reorders from 14x14 up, 0.6-0.9x on
-     * the 7x7 planes; make bench-conv). */
-    bool dw_direct = depthwise && s.oh * s.ow >= DW_DIRECT_PLANE;
-    /* A 1x1 stride-1 convolution with one group: kiln's own GEMM where the
-     * CPU has AVX-512 (conv1x1.c: weights packed once, bias and epilogue
-     * as the output is written; faster than the sgemm below on 16 to 18 of
-     * MobileNetV2's 19 shapes). */
-    if (conv_backend == EXT_CONV_DNNL && direct && s.groups == 1) {
+    ConvPath path = conv_path(&s);
+    if (path == PATH_C1) {
         int r = ext_conv1x1(x, s.n, s.c, s.oh * s.ow, w, s.o, bias, y, wconst, epi, ctx);
         if (r <= 0) return r;
     }
-    if (conv_backend == EXT_CONV_DNNL && !direct && !dw_direct) {
+    if (path == PATH_DNNL) {
         int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
-        if (r <= 0) return r;
+        if (r <= 0) return r;   /* else oneDNN declined it: im2col */
     }
     if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
     /* (Without AVX-512, or on the im2col backend:) the bias goes into the

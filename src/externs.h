@@ -31,6 +31,9 @@ int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView 
  * batch, A's rows evenly spaced: "batch folding" in externs.c)? Depends on
  * the views and shapes only, so the scheduler can name the call. */
 bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
+/* What runs such a product, for reports: "OpenBLAS sgemm" or "OpenBLAS
+ * sgemv (one row)" (by shape, as ext_matmul_epi decides). */
+const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
 /* The same, with epi (NULL: none) applied to each block of rows as it is done. */
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
@@ -51,6 +54,12 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
 int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
                          const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
                          const int64_t attr[7], ExtEpilogue epi, void *ctx);
+/* What runs a conv2d of these shapes, for reports (oneDNN, kiln's 1x1
+ * GEMM, the depthwise loops, sgemm or im2col), as conv2d decides it by
+ * shape, backend and CPU; a shape oneDNN declines at run time goes to
+ * im2col all the same. */
+const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                          const int64_t attr[7]);
 /* conv2d's backend (process-wide, for tests and benchmarks): oneDNN
  * (conv_dnnl.c, the default; a shape it declines goes to im2col) or
  * kiln's own im2col + sgemm, direct 1x1 and depthwise loops. */

@@ -172,6 +172,11 @@ static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char
     else if (k->n > 1)
         fprintf(f, "    # %s", store_name[k->store[0]]);
     fprintf(f, "\n");
+    const char *path = sched_extern_path(b);
+    if (path) {
+        pad(f, indent, 0);
+        fprintf(f, "# runs on %s\n", path);
+    }
     if (k->n == 1) return;
     pad(f, indent, 0);
     fprintf(f, "# epilogue, on each output block the library has just computed:\n");
@@ -292,14 +297,21 @@ static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
         if (j) fprintf(f, ", ");
         json_str(f, s->nodes[k->members[j]].name);
     }
+    fprintf(f, "]");
     if (k->kind == KK_EXTERN) {      /* the members run on each output block of the call */
-        fprintf(f, "], \"epilogue\": [");
+        fprintf(f, ", \"epilogue\": [");
         for (int j = 1; j < k->n; j++) {
             if (j > 1) fprintf(f, ", ");
             json_str(f, s->nodes[k->members[j]].name);
         }
+        fprintf(f, "]");
+        const char *path = sched_extern_path(s->prog->bufs[s->nodes[k->members[0]].buf]);
+        if (path) {
+            fprintf(f, ", \"runs_on\": ");
+            json_str(f, path);
+        }
     }
-    fprintf(f, "], \"group\": [%lld, %lld], \"stages\": %d, \"registers\": %d, "
+    fprintf(f, ", \"group\": [%lld, %lld], \"stages\": %d, \"registers\": %d, "
                "\"load_bytes\": %lld, \"store_bytes\": %lld}",
             (long long)k->numel, (long long)k->rnumel, k->nstages, k->regs,
             (long long)k->load_bytes, (long long)k->store_bytes);

@@ -104,6 +104,11 @@ expect report_unwritable 3 "cannot write" -- "$kiln" explain examples/chain.kiln
 KILN_LOGS=fusion "$kiln" run examples/siblings.kiln >/dev/null 2>"$t/log"
 if grep -q "^found 1 possible fusions" "$t/log" && grep -q "^completed fusion round (1/10): fused 2 nodes into 1 nodes" "$t/log"
 then pass logs_fusion; else fail logs_fusion "$(head -5 "$t/log")"; fi
+# explain names what runs each extern call (externs.c's choice), the JSON too
+expect explain_runs_on 0 "# runs on oneDNN" -- "$kiln" explain examples/conv_bn_relu.kiln
+expect report_runs_on 0 "" -- "$kiln" explain examples/extern.kiln --report "$t/e.json"
+if grep -q '"name": "extern_kernels.mm", .*"runs_on": "OpenBLAS sgemm"' "$t/e.json"
+then pass report_runs_on_field; else fail report_runs_on_field "$(head -c 600 "$t/e.json")"; fi
 expect code_chain 0 "cpp_fused_add_mul_relu_sin_0" -- "$kiln" code examples/chain.kiln
 expect code_entry 0 "kiln_entry" -- "$kiln" code examples/extern.kiln
 expect dot_stdout 0 "digraph" -- "$kiln" dot examples/softmax.kiln

@@ -117,6 +117,24 @@ TEST(externs_matmul_one_row) {
     free(b);
 }
 
+/* What the reports say runs a matmul (ext_matmul_path): sgemv for one row
+ * of C, after batch folding, else sgemm. */
+TEST(externs_matmul_path) {
+    ExtView a = {2, {1, 300}, {300, 1}, 0}, b = {2, {300, 257}, {257, 1}, 0};
+    int64_t one[2] = {1, 257}, many[2] = {4, 257};
+    CHECK(strstr(ext_matmul_path(&a, &b, 2, one), "sgemv"));
+    a.shape[0] = 4;
+    CHECK(!strstr(ext_matmul_path(&a, &b, 2, many), "sgemv"));
+    /* [4, 1, 300] @ [300, 257]: folded into 4 rows, one sgemm */
+    ExtView a3 = {3, {4, 1, 300}, {300, 300, 1}, 0};
+    int64_t c3[3] = {4, 1, 257};
+    CHECK(!strstr(ext_matmul_path(&a3, &b, 3, c3), "sgemv"));
+    /* [3, 1, 100] @ [3, 100, 257]: B per batch, one row each */
+    ExtView ba = {3, {3, 1, 100}, {100, 100, 1}, 0}, bb = {3, {3, 100, 257}, {100 * 257, 257, 1}, 0};
+    int64_t bc[3] = {3, 1, 257};
+    CHECK(strstr(ext_matmul_path(&ba, &bb, 3, bc), "sgemv"));
+}
+
 TEST(externs_matmul_batch_broadcast) {
     /* [2,1,3,4] @ [5,4,6] -> [2,5,3,6] */
     int64_t as[4] = {2, 1, 3, 4}, bs[3] = {5, 4, 6}, cs[4] = {2, 5, 3, 6};
@@ -243,6 +261,29 @@ TEST(externs_conv2d_params) {
 TEST(externs_conv2d_params_im2col) {
     ext_set_conv_backend(EXT_CONV_IM2COL);
     for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, false, "im2col");
+    ext_set_conv_backend(EXT_CONV_DNNL);
+}
+
+/* What the reports say runs a conv2d (ext_conv_path), on both backends:
+ * oneDNN for a 3x3 and for a depthwise conv with 7x7 planes, kiln's 1x1
+ * GEMM (with AVX-512) or the sgemm for a 1x1, the loops for a depthwise
+ * conv with large planes; im2col for the rest on the im2col backend. */
+TEST(externs_conv2d_path) {
+    static const int64_t a1[7] = {1, 1, 1, 1, 1, 1, 1}, a0[7] = {1, 1, 0, 0, 1, 1, 1};
+    static const int64_t dw[7] = {1, 1, 1, 1, 1, 1, 32};
+    static const int64_t xs[4] = {1, 32, 28, 28}, x7[4] = {1, 32, 7, 7};
+    static const int64_t w3[4] = {16, 32, 3, 3}, w1[4] = {16, 32, 1, 1}, wd[4] = {32, 1, 3, 3};
+    static const int64_t y16[4] = {1, 16, 28, 28}, y32[4] = {1, 32, 28, 28}, y7[4] = {1, 32, 7, 7};
+    bool avx512 = (ext_cpu_features() & EXT_CPU_AVX512) != 0;
+    for (int b = 0; b < 2; b++) {
+        ext_set_conv_backend(b ? EXT_CONV_IM2COL : EXT_CONV_DNNL);
+        const char *p3 = ext_conv_path(xs, w3, y16, a1), *p1 = ext_conv_path(xs, w1, y16, a0);
+        const char *pd = ext_conv_path(xs, wd, y32, dw), *pd7 = ext_conv_path(x7, wd, y7, dw);
+        EXPECT(strstr(p3, b ? "im2col" : "oneDNN"), "backend %d, 3x3: %s", b, p3);
+        EXPECT(strstr(p1, !b && avx512 ? "1x1 GEMM" : "sgemm per image"), "backend %d, 1x1: %s", b, p1);
+        EXPECT(strstr(pd, "depthwise loops"), "backend %d, depthwise 28x28: %s", b, pd);
+        EXPECT(strstr(pd7, b ? "depthwise loops" : "oneDNN"), "backend %d, depthwise 7x7: %s", b, pd7);
+    }
     ext_set_conv_backend(EXT_CONV_DNNL);
 }
 
