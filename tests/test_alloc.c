@@ -259,7 +259,7 @@ TEST(alloc_tensor_data_on_cache_lines) {
     static const float ones[7] = {1, 1, 1, 1, 1, 1, 1};
     for (int k = 1; k <= 7; k++) {
         int64_t shape[1] = {k};
-        char name[8];
+        char name[16];
         snprintf(name, sizeof name, "w%d", k);
         kiln_value v = kiln_weight(g, name, 1, shape, ones);
         CHECKF(v >= 0, "%s", kiln_error(g));
