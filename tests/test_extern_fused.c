@@ -229,6 +229,41 @@ static bool has_origin(const Buffer *b, const char *o) {
     return false;
 }
 
+/* 1x1 convolutions on kiln's own GEMM (conv1x1.c) with their epilogues,
+ * against the interpreter: a runtime weight whose K = 600 rows split the
+ * pixels into chunks (the epilogue then runs on parts of rows) with BN of
+ * runtime parameters, a residual add and relu; a constant weight on 32x32
+ * planes (x's chunks copied first) with a bias and relu; and MobileNetV2's
+ * block, 1x1 expansion, depthwise 3x3, 1x1 projection, all constant. */
+TEST(extern_fused_conv1x1) {
+    Prog P = {0};
+    kiln_graph *g = P.g = kiln_graph_new();
+    int64_t c13[1] = {13}, c16[1] = {16};
+    kiln_value x = input(&P, "x", 4, (int64_t[]){2, 600, 13, 11});
+    kiln_value w = input(&P, "w", 4, (int64_t[]){13, 600, 1, 1});
+    kiln_value m = input(&P, "m", 1, c13), v = input(&P, "v", 1, c13);
+    kiln_value ga = input(&P, "ga", 1, c13), be = input(&P, "be", 1, c13);
+    kiln_value r = input(&P, "r", 4, (int64_t[]){2, 13, 13, 11});
+    float *vd = P.in[P.nin - 4].data;
+    for (int i = 0; i < 13; i++) vd[i] = 0.5f + (float)i * 0.125f;
+    kiln_value bn = kiln_batch_norm(g, conv(g, x, w, KILN_NONE, 1, 0, 1, 1), m, v, ga, be, 1e-5);
+    kiln_output(g, kiln_unary(g, "relu", kiln_binary(g, "add", bn, r)), "chunks_bn_residual");
+    kiln_value x32 = input(&P, "x32", 4, (int64_t[]){1, 300, 32, 32});
+    kiln_value w32 = weight(&P, "w32", 4, (int64_t[]){16, 300, 1, 1}, 31);
+    kiln_value b32 = weight(&P, "b32", 1, c16, 32);
+    kiln_output(g, kiln_unary(g, "relu", conv(g, x32, w32, b32, 1, 0, 1, 1)), "copied_bias_relu");
+    kiln_value xb = input(&P, "xb", 4, (int64_t[]){1, 24, 14, 14});
+    kiln_value we = weight(&P, "we", 4, (int64_t[]){144, 24, 1, 1}, 33);
+    kiln_value wdw = weight(&P, "wdw", 4, (int64_t[]){144, 1, 3, 3}, 34);
+    kiln_value wp = weight(&P, "wp", 4, (int64_t[]){24, 144, 1, 1}, 35);
+    kiln_value e = kiln_unary(g, "relu", conv(g, xb, we, KILN_NONE, 1, 0, 1, 1));
+    kiln_value d = kiln_unary(g, "relu", conv(g, e, wdw, KILN_NONE, 1, 1, 1, 144));
+    kiln_output(g, kiln_binary(g, "add", conv(g, d, wp, KILN_NONE, 1, 0, 1, 1), xb), "block");
+    CHECKF(kiln_error(g)[0] == 0, "%s", kiln_error(g));
+    compile_and_compare(&P);
+    test_prog_free(&P);
+}
+
 TEST(extern_fused_conv2d) {
     Prog P = {0};
     build_conv(&P);
