@@ -757,8 +757,10 @@ static IxText print_index(const KGen *K, const Index *ix, int nvars) {
     int innermost = K->innermost;
     if (ix_affine(ix, nvars, coef, &off) && loop_coefs(K, coef, nvars, lc)) {
         print_affine(K, &o, lc, off);
-        if (innermost >= 0) t.unit = lc[innermost] == 0 || lc[innermost] == 1;
-        if (innermost >= 0) t.near = lc[innermost] >= 2 && lc[innermost] <= 4;
+        if (innermost >= 0) {
+            t.unit = lc[innermost] == 0 || lc[innermost] == 1;
+            t.near = lc[innermost] >= 2 && lc[innermost] <= 4;
+        }
     } else {
         print_tree(K, &o, ix, 0);
         t.unit = t.level < K->inner;

@@ -626,9 +626,16 @@ void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
 /* conv2d's paths, chosen by shape, backend and CPU (see conv2d). */
 typedef enum { PATH_DNNL, PATH_C1, PATH_DEPTHWISE, PATH_SGEMM, PATH_IM2COL } ConvPath;
 
+/* 1x1, stride 1, no padding: an sgemm (or conv1x1.c) on NCHW as it is. */
+static bool conv_is_direct(const ConvShape *s) {
+    return s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+}
+
+/* One input and one output channel per group. */
+static bool conv_is_depthwise(const ConvShape *s) { return s->groups == s->c && s->o == s->c; }
+
 static ConvPath conv_path(const ConvShape *s) {
-    bool direct = s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
-    bool depthwise = s->groups == s->c && s->o == s->c;
+    bool direct = conv_is_direct(s), depthwise = conv_is_depthwise(s);
     /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
      * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md),
      * and with one group kiln's own GEMM where the CPU has AVX-512
@@ -665,8 +672,7 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
                   bool wconst, ExtEpilogue epi, void *ctx) {
     ext_blas_init();
     ConvShape s = conv_shape(xs, ws, ys, attr);
-    bool direct = s.kh == 1 && s.kw == 1 && s.sh == 1 && s.sw == 1 && s.ph == 0 && s.pw == 0;
-    bool depthwise = s.groups == s.c && s.o == s.c;
+    bool direct = conv_is_direct(&s), depthwise = conv_is_depthwise(&s);
     ConvPath path = conv_path(&s);
     if (path == PATH_C1) {
         int r = ext_conv1x1(x, s.n, s.c, s.oh * s.ow, w, s.o, bias, y, wconst, epi, ctx);
