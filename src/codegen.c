@@ -1182,7 +1182,9 @@ static void finish_outer_reduction(KGen *K, int i) {
  * a third of the bandwidth of an out-of-cache row sum, because the widening
  * conversions fill the reorder window and fewer loads are in flight); max
  * and min are exact and raise a NaN flag, because OpenMP combines the lanes
- * with a max that may drop a NaN. After the loop the row's value is a float. */
+ * with a max that may drop a NaN; with the flag, the max in the loop may
+ * drop it too (kiln_red_max: one compare and blend, not kiln_max's two
+ * compares). After the loop the row's value is a float. */
 static void gen_reduction_member(KGen *K, int i) {
     if (K->xin >= 0) {
         gen_outer_reduction_member(K, i);
@@ -1205,7 +1207,7 @@ static void gen_reduction_member(KGen *K, int i) {
     case ROP_PROD: line(K, K->inner, "%s *= %s%s;", acc, wide, v.c); break;
     case ROP_AMAX:
     case ROP_AMIN:
-        line(K, K->inner, "%s = kiln_%s(%s, %s);", acc, b->rop == ROP_AMAX ? "max" : "min", acc, v.c);
+        line(K, K->inner, "%s = kiln_red_%s(%s, %s);", acc, b->rop == ROP_AMAX ? "max" : "min", acc, v.c);
         line(K, K->inner, "%s |= %s != %s;", nan, v.c, v.c);
         break;
     }
@@ -2134,16 +2136,19 @@ static void entry_text(Gen *g, const bool *returns_int) {
 /* The prelude goes before the kernels once they are written: a program
  * that calls no sine or cosine tells vecmath.h to leave out their vector
  * variants, which are compiled into every kernel that has them (about 0.1 s
- * of a cold compile). */
+ * of a cold compile), and one without exp or tanh (tanh calls kiln_expf)
+ * leaves out exp's (30 ms). */
 static void prepend_prelude(Gen *g) {
     const char *vm, *body = str_get(&g->out);
     if ((g->status = vecmath_source(&vm, &g->owned_vm, g->err, g->errlen)) != KILN_OK)
         longjmp(g->jb, 2);
     bool trig = strstr(body, "kiln_sinf_v(") || strstr(body, "kiln_cosf_v(");
+    bool exp = strstr(body, "kiln_expf_v(") || strstr(body, "kiln_tanhf_v(");
     Str o;
     str_init(&o, g->pool);
-    str_putf(&o, "%s%s%s\n#define KILN_RT_MAX_RANK %d\n%s\n%s", prelude_head,
-             trig ? "" : "#define KILN_VM_NO_TRIG_DISPATCH 1 /* no sin or cos here */\n", vm,
+    str_putf(&o, "%s%s%s%s\n#define KILN_RT_MAX_RANK %d\n%s\n%s", prelude_head,
+             trig ? "" : "#define KILN_VM_NO_TRIG_DISPATCH 1 /* no sin or cos here */\n",
+             exp ? "" : "#define KILN_VM_NO_EXP_DISPATCH 1 /* no exp or tanh here */\n", vm,
              KILN_MAX_RANK, prelude_tail, body);
     g->out = o;
     kfree(g->owned_vm);

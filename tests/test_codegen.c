@@ -324,6 +324,51 @@ TEST(codegen_math_forms) {
     plan_free(p);
 }
 
+/* vecmath.h's AVX-512 exp (KILN_VM_EXP_DISPATCH) is compiled into the
+ * programs that call exp or tanh and left out of the others
+ * (KILN_VM_NO_EXP_DISPATCH, which saves 30 ms of compile). Those programs
+ * run against the interpreter over exp's whole range: rows of 14 (8-wide
+ * vectors: the padded narrow variant), rows of 1000 (16-wide), tanh, and
+ * the values where exp overflows, underflows, turns denormal, inf, NaN. */
+TEST(codegen_exp_dispatch) {
+    static const struct { const char *src; bool exp; } progs[] = {
+        {"input x: f32[64, 14]\ny = exp(x)\noutput y\n", true},
+        {"input x: f32[8, 100]\ny = tanh(x) * 2\noutput y\n", true},
+        {"input x: f32[8, 100]\ny = softmax(x, dim=1)\noutput y\n", true},
+        {"input x: f32[8, 100]\ny = sum(sin(x), dim=1)\noutput y\n", false},
+        {"input x: f32[8, 100]\ny = gelu(x) + sigmoid(x)\noutput y\n", false},
+    };
+    for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
+        Plan *p = plan_of(progs[i].src, NULL);
+        CHECK(p);
+        CgOutput out;
+        char err[512];
+        CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
+        EXPECT(!strstr(out.source, "#define KILN_VM_NO_EXP_DISPATCH") == progs[i].exp,
+               "program %zu: exp dispatch %s", i, progs[i].exp ? "left out" : "compiled in");
+        cg_free(&out);
+        plan_free(p);
+    }
+    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283935546875f, 88.7228394f, 89.0f,
+                                    100.0f, -87.33654f, -95.5f, -103.97207f, -103.97283935546875f,
+                                    -104.0f, -110.0f, INFINITY, -INFINITY, NAN, 1e-40f, 3e38f, -3e38f};
+    static const int64_t shapes[][2] = {{64, 14}, {3, 1000}};
+    for (int s = 0; s < 2; s++) {
+        TestProg P = {.g = kiln_graph_new()};
+        kiln_value x = test_prog_input(&P, "x", 2, shapes[s], 70);
+        CHECK(x >= 0);
+        float *d = P.in[0].data;
+        int64_t n = shapes[s][0] * shapes[s][1];
+        for (int64_t k = 0; k < n; k++)  /* -115 .. 95 in uneven steps, specials among them */
+            d[k] = k % 7 == 3 ? special[(k / 7) % (int64_t)(sizeof special / sizeof *special)]
+                              : -115.0f + 210.0f * (float)((k * 7919) % n) / (float)n;
+        CHECK(kiln_output(P.g, kiln_unary(P.g, "exp", x), "y") == KILN_OK);
+        CHECK(kiln_output(P.g, kiln_unary(P.g, "tanh", kiln_unary(P.g, "neg", x)), "t") == KILN_OK);
+        test_prog_check(&P, "exp-dispatch-cache", NULL, NULL);
+        test_prog_free(&P);
+    }
+}
+
 /* Short constant rows get 8-wide vectors where 16-wide ones would leave a
  * long scalar remainder (want_simd8): n / 8 + n % 8 < n / 16 + n % 16. A
  * broadcast row (x * b) keeps its own inner loop of n; the strided max

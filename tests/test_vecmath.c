@@ -311,6 +311,65 @@ TEST(vecmath_trig_same_with_big_neighbours) {
     EXPECT(diff == 0, "%ld results changed with a large value in the same vector", diff);
 }
 
+/* kiln_expf against the C function kiln_vm_expf bit for bit. In the
+ * native build (vectorize_check.sh) arr_kiln_expf runs the AVX-512 variant
+ * (KILN_VM_EXP_DISPATCH) and arr_exp8 / arr_exp4 the narrower ones, while kiln_vm_expf is called one value at a time
+ * through a volatile pointer, so it stays the scalar C code: the variant
+ * must give exactly its bits (specials, every STRIDE-th float, and every
+ * float where 2^n is a denormal or overflows). Elsewhere both are the C
+ * function and the test is a tautology, but cheap. */
+static float exp_c(float x) { return kiln_vm_expf(x); }
+
+/* 8 and 4 lanes: GCC calls the narrower variants (d and b) here. */
+static void arr_exp8(const float *restrict x, float *restrict y, int n) {
+#pragma omp simd simdlen(8)
+    for (int i = 0; i < n; i++) y[i] = kiln_expf(x[i]);
+}
+static void arr_exp4(const float *restrict x, float *restrict y, int n) {
+#pragma omp simd simdlen(4)
+    for (int i = 0; i < n; i++) y[i] = kiln_expf(x[i]);
+}
+
+static long exp_diff_chunk(const float *x, int n) {
+    static float y[3][CHUNK];
+    float (*volatile scalar)(float) = exp_c;
+    long diff = 0;
+    arr_kiln_expf(x, y[0], n);
+    arr_exp8(x, y[1], n);
+    arr_exp4(x, y[2], n);
+    for (int i = 0; i < n; i++) {
+        float r = scalar(x[i]);
+        for (int v = 0; v < 3; v++)
+            if (memcmp(&r, &y[v][i], sizeof r) && diff++ < 5)
+                EXPECT(0, "kiln_expf(%a) = %a in %d lanes, the C function gives %a", (double)x[i],
+                       (double)y[v][i], 16 >> v, (double)r);
+    }
+    return diff;
+}
+
+TEST(vecmath_exp_variant_same_bits) {
+    static float x[CHUNK];
+    long stride = stride_from_env(509), diff = 0, count = 0;
+    int n = 0;
+    diff += exp_diff_chunk(specials, (int)(sizeof specials / sizeof specials[0]));
+    for (uint64_t u = 0; u <= 0xffffffffu; u += (uint64_t)stride) {
+        x[n++] = from_bits((uint32_t)u);
+        count++;
+        if (n == CHUNK) { diff += exp_diff_chunk(x, n); n = 0; }
+    }
+    static const float ranges[][2] = {{-104.5f, -86.5f}, {88.0f, 89.5f}};
+    for (int k = 0; k < 2; k++)
+        for (float v = ranges[k][0]; v <= ranges[k][1]; v = nextafterf(v, INFINITY)) {
+            x[n++] = v;
+            count++;
+            if (n == CHUNK) { diff += exp_diff_chunk(x, n); n = 0; }
+        }
+    if (n) diff += exp_diff_chunk(x, n);
+    printf("vecmath: kiln_expf vs the C function: %ld of %ld values differ (dispatch %d)\n",
+           diff, count, KILN_VM_EXP_DISPATCH);
+    EXPECT(diff == 0, "%ld values differ", diff);
+}
+
 #ifndef VECMATH_STANDALONE
 /* Every function vectorizes under cc -O3 -march=native, with no libm call
  * left, and the vectorized FMA build passes the same sweep: see
