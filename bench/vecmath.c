@@ -9,12 +9,12 @@
  * wrapper, as src/codegen.c emits them), and once without (main), all with
  * the JIT's flags. main alternates the two sides in rounds and prints the
  * best time of each. Inputs: sin and cos on [-10, 10] (plus one row with
- * some |x| >= 4096 lanes), exp on [-10, 0] (softmax), erf on N(0, 1), tanh
- * and sigmoid on [-5, 5], log on (0, 10].
+ * some |x| >= 4096 lanes), exp on [-10, 0] (softmax), erf and gelu on
+ * N(0, 1), tanh and sigmoid on [-5, 5], log on (0, 10].
  */
 #include <stdint.h>
 
-#define VB_NFN 8
+#define VB_NFN 9
 
 #ifdef VB_SIDE
 #include "vecmath.h"
@@ -35,11 +35,12 @@ VB_WRAP(kiln_logf)
 VB_WRAP(kiln_tanhf)
 VB_WRAP(kiln_erff)
 VB_WRAP(kiln_sigmoid)
+VB_WRAP(kiln_gelu)
 
 void VB_CAT(vb_run_, VB_SIDE)(int fn, const float *x, float *y, long n) {
     static void (*const fns[VB_NFN])(const float *restrict, float *restrict, long) = {
         kiln_sinf_loop, kiln_sinf_loop, kiln_cosf_loop, kiln_expf_loop,
-        kiln_logf_loop, kiln_tanhf_loop, kiln_erff_loop, kiln_sigmoid_loop,
+        kiln_logf_loop, kiln_tanhf_loop, kiln_erff_loop, kiln_sigmoid_loop, kiln_gelu_loop,
     };
     fns[fn](x, y, n);
 }
@@ -53,7 +54,7 @@ void vb_run_old(int fn, const float *x, float *y, long n);
 void vb_run_new(int fn, const float *x, float *y, long n);
 
 static const char *const names[VB_NFN] = {
-    "sin", "sin (1/64 big)", "cos", "exp", "log", "tanh", "erf", "sigmoid",
+    "sin", "sin (1/64 big)", "cos", "exp", "log", "tanh", "erf", "sigmoid", "gelu",
 };
 
 static double now_s(void) {
@@ -77,7 +78,7 @@ static void fill(int fn, float *x, long n) {
         case 3: x[i] = uniform(-10, 0); break;
         case 4: x[i] = uniform(1e-3f, 10); break;
         case 5: case 7: x[i] = uniform(-5, 5); break;
-        case 6: x[i] = normal(); break;
+        case 6: case 8: x[i] = normal(); break;
         default: x[i] = uniform(-10, 10);
         }
     }

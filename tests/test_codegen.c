@@ -324,19 +324,20 @@ TEST(codegen_math_forms) {
     plan_free(p);
 }
 
-/* vecmath.h's AVX-512 exp (KILN_VM_EXP_DISPATCH) is compiled into the
- * programs that call exp or tanh and left out of the others
- * (KILN_VM_NO_EXP_DISPATCH, which saves 30 ms of compile). Those programs
+/* vecmath.h's AVX-512 exp and gelu (KILN_VM_EXP_DISPATCH,
+ * KILN_VM_GELU_DISPATCH) are compiled into the programs that call exp or
+ * tanh, or gelu, and left out of the others (KILN_VM_NO_EXP_DISPATCH,
+ * which saves 30 ms of compile; KILN_VM_NO_GELU_DISPATCH). Those programs
  * run against the interpreter over exp's whole range: rows of 14 (8-wide
- * vectors: the padded narrow variant), rows of 1000 (16-wide), tanh, and
- * the values where exp overflows, underflows, turns denormal, inf, NaN. */
+ * vectors: the padded narrow variant), rows of 1000 (16-wide), tanh, gelu,
+ * and the values where exp overflows, underflows, turns denormal, inf, NaN. */
 TEST(codegen_exp_dispatch) {
-    static const struct { const char *src; bool exp; } progs[] = {
-        {"input x: f32[64, 14]\ny = exp(x)\noutput y\n", true},
-        {"input x: f32[8, 100]\ny = tanh(x) * 2\noutput y\n", true},
-        {"input x: f32[8, 100]\ny = softmax(x, dim=1)\noutput y\n", true},
-        {"input x: f32[8, 100]\ny = sum(sin(x), dim=1)\noutput y\n", false},
-        {"input x: f32[8, 100]\ny = gelu(x) + sigmoid(x)\noutput y\n", false},
+    static const struct { const char *src; bool exp, gelu; } progs[] = {
+        {"input x: f32[64, 14]\ny = exp(x)\noutput y\n", true, false},
+        {"input x: f32[8, 100]\ny = tanh(x) * 2\noutput y\n", true, false},
+        {"input x: f32[8, 100]\ny = softmax(x, dim=1)\noutput y\n", true, false},
+        {"input x: f32[8, 100]\ny = sum(sin(x), dim=1)\noutput y\n", false, false},
+        {"input x: f32[8, 100]\ny = gelu(x) + sigmoid(x)\noutput y\n", false, true},
     };
     for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
         Plan *p = plan_of(progs[i].src, NULL);
@@ -346,6 +347,8 @@ TEST(codegen_exp_dispatch) {
         CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
         EXPECT(!strstr(out.source, "#define KILN_VM_NO_EXP_DISPATCH") == progs[i].exp,
                "program %zu: exp dispatch %s", i, progs[i].exp ? "left out" : "compiled in");
+        EXPECT(!strstr(out.source, "#define KILN_VM_NO_GELU_DISPATCH") == progs[i].gelu,
+               "program %zu: gelu dispatch %s", i, progs[i].gelu ? "left out" : "compiled in");
         cg_free(&out);
         plan_free(p);
     }
@@ -364,6 +367,7 @@ TEST(codegen_exp_dispatch) {
                               : -115.0f + 210.0f * (float)((k * 7919) % n) / (float)n;
         CHECK(kiln_output(P.g, kiln_unary(P.g, "exp", x), "y") == KILN_OK);
         CHECK(kiln_output(P.g, kiln_unary(P.g, "tanh", kiln_unary(P.g, "neg", x)), "t") == KILN_OK);
+        CHECK(kiln_output(P.g, kiln_unary(P.g, "gelu", x), "g") == KILN_OK);
         test_prog_check(&P, "exp-dispatch-cache", NULL, NULL);
         test_prog_free(&P);
     }
@@ -602,8 +606,9 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
  * through a per-thread tile and kiln_stream (non-temporal stores) after the
  * loop that fills it; a smaller one stores as usual. Row kernels stream
  * whole rows; a long flat pointwise loop runs in blocks of 2048, one with
- * expensive math (sin, gelu) in blocks of 256. test_fused.c checks the
- * values. */
+ * expensive math (sin, gelu) in blocks of 128, each of which first asks
+ * for its large inputs 1024 elements ahead (kiln_prefetch_ahead; not the
+ * small bias b). test_fused.c checks the values. */
 TEST(codegen_streamed_stores) {
     static const struct {
         const char *src;
@@ -620,11 +625,17 @@ TEST(codegen_streamed_stores) {
          "s = sum(e, dim=1, keepdim=true)\ny = e / s\noutput e, y\n", "st_buf1[r0] = ",
          "kiln_stream(&buf1[4096*x0 + (0)], st_buf1, 4096);"},
         {"input x: f32[2048, 2047]\ny = relu(x + 1)\noutput y\n", NULL, NULL},     /* 16 MiB - 8 KiB */
-        /* expensive math: tiles of 256, also where a row would fit whole */
+        /* expensive math: tiles of 128, also where a row would fit whole */
         {"input x: f32[2049, 2049]\ny = sin(x)\noutput y\n", "st_buf0[x0 - x0b] = ",
-         "kiln_stream(&buf0[(x0b)], st_buf0, (x0b + 256 < 4198401 ? x0b + 256 : 4198401) - x0b);"},
+         "kiln_stream(&buf0[(x0b)], st_buf0, (x0b + 128 < 4198401 ? x0b + 128 : 4198401) - x0b);"},
         {"input x: f32[2049, 4096]\ninput b: f32[4096]\ny = gelu(x + b)\noutput y\n", "st_buf0[x1 - x1b] = ",
-         "kiln_stream(&buf0[4096*x0 + (x1b)], st_buf0, (x1b + 256 < 4096 ? x1b + 256 : 4096) - x1b);"},
+         "kiln_stream(&buf0[4096*x0 + (x1b)], st_buf0, (x1b + 128 < 4096 ? x1b + 128 : 4096) - x1b);"},
+    };
+    static const char *const ahead[] = {
+        [5] = "            kiln_prefetch_ahead(in_x, (x0b + 1024), 128, 4198401);\n"
+              "            #pragma omp simd\n",
+        [6] = "                kiln_prefetch_ahead(in_x, 4096*x0 + (x1b + 1024), 128, 8392704);\n"
+              "                #pragma omp simd\n",
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char *fn = kernel0_text(cases[i].src);
@@ -647,6 +658,8 @@ TEST(codegen_streamed_stores) {
         } else {
             EXPECT(!strstr(fn, "kiln_stream") && !strstr(fn, "st_buf"), "case %zu does not stream:\n%s", i, fn);
         }
+        EXPECT(i < 5 ? !strstr(fn, "kiln_prefetch_ahead") : count(fn, "kiln_prefetch_ahead") == 1 &&
+                   strstr(fn, ahead[i]), "case %zu: prefetch ahead:\n%s", i, fn);
         free(fn);
     }
 }

@@ -676,8 +676,10 @@ TEST(fused_streamed_stores) {
         "input x: f32[257, 16411]\ninput b: f32[16411]\ny = x * b\noutput y\n",
         "input x: f32[1100, 4096]\nm = amax(x, dim=1, keepdim=true)\ne = exp(x - m)\n"
         "s = sum(e, dim=1, keepdim=true)\ny = e / s\noutput e, y\n",
-        /* expensive math: tiles of 256, the last of each row 3 long */
+        /* expensive math: tiles of 128, the last of each row 3 long, each
+         * asking for x 1024 ahead (past the end: not) */
         "input x: f32[1025, 4099]\ny = gelu(x) + sin(x)\noutput y\n",
+        "input x: f32[2049, 2049]\ny = exp(x) * 2\noutput y\n",
         /* not streamed; the second pass in blocks of 256, the last of 233 */
         "input x: f32[33, 1001]\ninput g: f32[1001]\ny = layer_norm(x, [1001], g)\noutput y\n",
     };
