@@ -185,11 +185,12 @@ KILN_VM_INLINE float kiln_min(float a, float b) {
 }
 
 /* max and min for a reduction that raises its own NaN flag (codegen's
- * inner reductions): a NaN may be dropped here, so one compare and one
- * blend (GCC: vmaxps) instead of kiln_max's two compares; the accumulator
- * chain of a row max is 1.1x shorter per vector. */
-KILN_VM_INLINE float kiln_red_max(float acc, float v) { return kiln_vm_sel(acc > v, acc, v); }
-KILN_VM_INLINE float kiln_red_min(float acc, float v) { return kiln_vm_sel(acc < v, acc, v); }
+ * inner reductions, which are `omp simd` loops): a NaN may be dropped
+ * here, so a plain `?:`, which GCC turns into one vmaxps / vminps (x86's
+ * max is exactly acc > v ? acc : v) instead of kiln_max's two compares,
+ * a mask OR and a blend. */
+KILN_VM_INLINE float kiln_red_max(float acc, float v) { return acc > v ? acc : v; }
+KILN_VM_INLINE float kiln_red_min(float acc, float v) { return acc < v ? acc : v; }
 
 /* Comparisons as 0/1 floats. Not `(float)(a < b)`: GCC turns that into a
  * branch, then sinks the work of a later kiln_wheref into it. */
