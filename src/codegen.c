@@ -478,6 +478,7 @@ typedef struct {
     int inner;                   /* innermost level of the current stage */
     bool strided;                /* the current innermost loop has a non-unit access */
     bool far;                    /* ... one that is not `near` (IxText) */
+    bool guarded;                /* the current nest has a guarded load (see emit_branch) */
     Table cse, regs, rows;       /* temporaries, member values, row scratch */
     int ntmp;
     uint8_t *use;                /* per buffer: USE_READ | USE_WRITE */
@@ -858,6 +859,7 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
     note_access(K, e->buf, ix, USE_READ);
     if (K->pf_record && !K->guard) note_row_load(K, e->buf, ix);
     if (K->stream_pf && !K->guard) note_stream_load(K, e->buf, ix);
+    K->guarded |= K->guard != NULL;
     if (K->guard)          /* a select's branch may address outside the buffer */
         return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
                     pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c));
@@ -962,7 +964,12 @@ static void count_load(const Expr *e, void *ud) { (void)e; ++*(int *)ud; }
 
 /* One branch of a select, its loads guarded by the conditions that choose it
  * (pad and concat read x at v - before, out of bounds in the border; the
- * guarded load `c ? x[i] : 0.0f` becomes a masked vector load). */
+ * guarded load `c ? x[i] : 0.0f` becomes a masked vector load). A nest with
+ * a guarded load gets `omp simd` on its innermost loop even when that loop
+ * is strided (K->guarded): left to choose, GCC 12 vectorized an outer loop
+ * of such a nest wrongly (fuzz-diff seed 1795995102551586: max_pool3d then
+ * avg_pool3d, both padded; -O3 wrong, -O1 right; reduced in
+ * tests/test_fused.c, fused_guarded_outer_loop). */
 static Val emit_branch(KGen *K, const Expr *e, int nvars, const char *cond, int level) {
     const char *saved = K->guard;
     int saved_level = K->guard_level;
@@ -1595,7 +1602,7 @@ static bool want_simd8(const Loop *l) {
 static void loop_pragmas(KGen *K, Str *o, bool row_nest, int j, int n, int L, bool innermost,
                          int ind) {
     bool simd8 = innermost && want_simd8(&K->loop[L]);
-    bool simd = innermost && (K->has_red || !K->strided || (simd8 && !K->far));
+    bool simd = innermost && (K->has_red || !K->strided || (simd8 && !K->far) || K->guarded);
     const char *cl = str_get(&K->clauses), *len = simd8 ? " simdlen(8)" : "";
     if (row_nest && j == 0 && K->collapse > 0) {
         bool with_simd = simd && K->collapse == 1 && j == n - 1;
@@ -1646,6 +1653,7 @@ static void open_stage(KGen *K, const int *ids, int n) {
     open_nest(K, ids, n);
     K->strided = false;
     K->far = false;
+    K->guarded = false;
     K->has_red = false;
 }
 

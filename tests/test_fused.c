@@ -707,3 +707,36 @@ TEST(fused_streamed_stores) {
     }
     leave_cache();
 }
+
+/* A padded pool whose guarded loads feed another padded pool (found by
+ * make fuzz-diff, seed 1795995102551586): the second pool's kernel reads
+ * the first's padded input at two depths under one guard, and GCC 12,
+ * free to choose, vectorized the depth loop around it wrongly (-O3 wrong,
+ * -O1 right; a whole channel came out shifted, or inf from the -inf pad).
+ * Such a nest now runs its innermost loop under `omp simd` (codegen.c,
+ * emit_branch). The fuzzed program, a reduction of it, and the same
+ * pattern in 2-D, each against the interpreter. */
+TEST(fused_guarded_outer_loop) {
+    enter_cache();
+    static const char *const progs[] = {
+        "input v0: f32[8, 4, 3, 2, 7]\ninput v1: f32[1]\nv3 = v1 + v0\n"
+        "v4 = max_pool3d(v3, [2, 1, 1], stride=[1, 1, 2], padding=[1, 0, 0], ceil_mode=true)\n"
+        "v7 = avg_pool3d(v4, [2, 1, 1], stride=[1, 2, 1], padding=[1, 0, 0], ceil_mode=true, "
+        "count_include_pad=true)\nv9 = v7 * v7\noutput v9\n",
+        "input v0: f32[1, 2, 3, 2, 7]\ninput v1: f32[1]\nv3 = v1 + v0\n"
+        "v4 = max_pool3d(v3, [2, 1, 1], stride=[1, 1, 2], padding=[1, 0, 0], ceil_mode=true)\n"
+        "v7 = avg_pool3d(v4, [2, 1, 1], stride=[1, 2, 1], padding=[1, 0, 0], ceil_mode=true, "
+        "count_include_pad=true)\noutput v7\n",
+        "input x: f32[3, 5, 4, 9]\ny = max_pool2d(x + 1, [2, 1], stride=[1, 2], padding=[1, 0])\n"
+        "z = avg_pool2d(y, [2, 1], stride=[1, 1], padding=[1, 0], count_include_pad=true)\noutput z\n",
+    };
+    for (int i = 0; i < (int)(sizeof progs / sizeof progs[0]); i++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor in[MAX_IO];
+        CHECK(kiln_parse(g, progs[i], "guarded") == KILN_OK && fill_inputs(g, in, 90 + (uint64_t)i));
+        EXPECT(check_graph(progs[i], g, in), "program %d differs from the interpreter", i);
+        free_tensors(in, kiln_num_inputs(g));
+        kiln_graph_free(g);
+    }
+    leave_cache();
+}
