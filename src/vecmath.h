@@ -361,6 +361,23 @@ typedef uint32_t kiln_vm_u16 __attribute__((vector_size(64)));
         __builtin_memcpy(&y, a.f, sizeof y);                                             \
         return y;                                                                        \
     }
+/* kiln_vm_exp_lean's p 2^n on 16 lanes, the same operations: vrndscaleps
+ * rounds x log2 e to n as the 1.5*2^23 trick does (imm 8: nearest, no
+ * exceptions), vscalefps multiplies by 2^n with one rounding (denormal
+ * results too), as kiln_vm_scale's two steps and kiln_vm_exp_erfc's
+ * exponent addition do where those are exact. No clamps, no selects. */
+KILN_VM_INLINE kiln_vm_f16 kiln_vm_exp16(kiln_vm_f16 x) {
+    kiln_vm_f16 nf = __builtin_ia32_rndscaleps_mask(x * 1.44269504088896341f, 8, x, (uint16_t)-1, 4);
+    kiln_vm_f16 r = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(-0.693359375f), x);
+    r = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(2.12194440e-4f), r);
+    kiln_vm_f16 p = KILN_VM_FMA16(KILN_VM_SPLAT16(1.9875691500e-4f), r, KILN_VM_SPLAT16(1.3981999507e-3f));
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(8.3334519073e-3f));   /* kiln_vm_exp_poly */
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(4.1665795894e-2f));
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(1.6666665459e-1f));
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(5.0000001201e-1f));
+    p = KILN_VM_FMA16(r, KILN_VM_FMA16(r, p, KILN_VM_SPLAT16(1.0f)), KILN_VM_SPLAT16(1.0f));
+    return __builtin_ia32_scalefps512_mask(p, nf, p, (uint16_t)-1, 4);
+}
 #else
 #define KILN_VM_AVX512 0
 #endif
@@ -380,19 +397,8 @@ static float kiln_vm_expf_1(float x) { return kiln_vm_expf(x); }
 __attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_expf_e(kiln_vm_f16 x) __asm__("_ZGVeN16v_kiln_vm_expf_simd");
 static kiln_vm_f16 kiln_vm_expf_e(kiln_vm_f16 x) {
     /* No clamps: past the thresholds (inf, NaN from inf - inf, or any
-     * value) the two selects at the end decide, and a NaN x stays NaN.
-     * n = round(x log2 e), nearest even; imm 8: to integer, no exceptions */
-    kiln_vm_f16 nf = __builtin_ia32_rndscaleps_mask(x * 1.44269504088896341f, 8, x, (uint16_t)-1, 4);
-    kiln_vm_f16 r = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(-0.693359375f), x);
-    r = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(2.12194440e-4f), r);
-    kiln_vm_f16 p = KILN_VM_SPLAT16(1.9875691500e-4f);
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(1.3981999507e-3f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(8.3334519073e-3f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(4.1665795894e-2f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(1.6666665459e-1f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(5.0000001201e-1f));
-    p = KILN_VM_FMA16(r, KILN_VM_FMA16(r, p, KILN_VM_SPLAT16(1.0f)), KILN_VM_SPLAT16(1.0f));
-    kiln_vm_f16 y = __builtin_ia32_scalefps512_mask(p, nf, p, (uint16_t)-1, 4);
+     * value) the two selects at the end decide, and a NaN x stays NaN. */
+    kiln_vm_f16 y = kiln_vm_exp16(x);
     y = KILN_VM_SEL16(KILN_VM_CMP16(x, KILN_VM_SPLAT16(KILN_VM_EXP_HI), 0x1e), /* > */
                       KILN_VM_SPLAT16(__builtin_inff()), y);
     return KILN_VM_SEL16(KILN_VM_CMP16(x, KILN_VM_SPLAT16(KILN_VM_EXP_LO), 0x11), /* < */
@@ -945,16 +951,7 @@ static kiln_vm_f16 kiln_vm_gelu_e(kiln_vm_f16 x) {
     q = KILN_VM_FMA16(q, ac, KILN_VM_SPLAT16(-3.1830766797e-01f));
     q = KILN_VM_FMA16(q, ac, KILN_VM_SPLAT16(-7.9788470268e-01f));
     q = KILN_VM_FMA16(q, ac, KILN_VM_SPLAT16(-6.9314718246e-01f));
-    kiln_vm_f16 nf = __builtin_ia32_rndscaleps_mask(q * 1.44269504088896341f, 8, q, (uint16_t)-1, 4);
-    kiln_vm_f16 r = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(-0.693359375f), q);   /* kiln_vm_exp_lean */
-    r = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(2.12194440e-4f), r);
-    kiln_vm_f16 p = KILN_VM_FMA16(KILN_VM_SPLAT16(1.9875691500e-4f), r, KILN_VM_SPLAT16(1.3981999507e-3f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(8.3334519073e-3f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(4.1665795894e-2f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(1.6666665459e-1f));
-    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(5.0000001201e-1f));
-    p = KILN_VM_FMA16(r, KILN_VM_FMA16(r, p, KILN_VM_SPLAT16(1.0f)), KILN_VM_SPLAT16(1.0f));
-    kiln_vm_f16 h = __builtin_ia32_scalefps512_mask(p, nf, p, (uint16_t)-1, 4);
+    kiln_vm_f16 h = kiln_vm_exp16(q);   /* kiln_vm_exp_erfc: h is normal */
     kiln_vm_f16 pos = KILN_VM_FMA16(-ac, h, x);
     kiln_vm_f16 neg = KILN_VM_SEL16(tail, -(x * 0.0f), ac * h);
     return KILN_VM_SEL16(KILN_VM_CMP16(x, KILN_VM_SPLAT16(0.0f), 0x11), -neg, pos);  /* < */
