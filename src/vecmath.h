@@ -100,9 +100,10 @@
  * in vector operations and GCC's mask builtins (vrndscaleps, vscalefps,
  * compare-to-mask, masked moves), which GCC calls from vectorized loops
  * under the x86-64 vector function ABI names. GCC compiles the C forms
- * with bit-mask blends and integer exponent arithmetic: exp 40
- * instructions per vector against 16, gelu 47 against 31, the sin fast path
- * with its dispatch about 90 against 60. Each gives the C function's bits
+ * with bit-mask blends and integer exponent arithmetic; counted in the
+ * compiled kernels (objdump, constant loads included): exp 51 instructions
+ * per vector against 26, gelu 48 against 41, the sin fast path with its
+ * dispatch 95 against 66. Each gives the C function's bits
  * (tests/test_vecmath.c compares them value by value: the sweep, every
  * float of the ranges where it matters, and, once, all 2^32 floats for exp,
  * sin and cos), so the bounds above hold unchanged. Speed: see the
@@ -316,12 +317,12 @@ KILN_VM_INLINE float kiln_vm_expf(float x) {
 }
 
 /* exp in AVX-512 instructions. Written in C (above), GCC compiles exp to
- * about 40 instructions per vector: the clamps and the two-step 2^n are
+ * about 50 instructions per vector: the clamps and the two-step 2^n are
  * compares, blends and integer arithmetic. With AVX-512 the same steps are
  * single instructions: vrndscaleps rounds x log2 e to n (as the 1.5*2^23
  * trick does), and vscalefps multiplies by 2^n with one rounding, denormal
  * results included (as kiln_vm_scale's two steps do), so the variant below
- * gives the C function's bits exactly, in 16 instructions
+ * gives the C function's bits exactly, in 26 instructions
  * (tests/test_vecmath.c compares the two). The generated softmax over
  * 8192x4096, interleaved runs: 1.19x faster at 1 thread, 1.26x at 2.
  *
@@ -928,7 +929,7 @@ KILN_VM_INLINE float kiln_vm_gelu(float x) {
 /* gelu in AVX-512, as exp above: the same operations on 16 lanes (so the
  * same bits, NaN payloads aside), with vrndscaleps for the 1.5*2^23 trick,
  * vscalefps for the exponent added in integer bits (h is a normal float,
- * so both are exact), and mask selects: 31 instructions against 47. The
+ * so both are exact), and mask selects: 41 instructions against 48. The
  * narrower variants pad to 16 lanes; codegen leaves all of it out of
  * programs without gelu (KILN_VM_NO_GELU_DISPATCH). */
 #if KILN_VM_AVX512 && !defined(KILN_VM_NO_GELU_DISPATCH)
