@@ -1229,8 +1229,8 @@ static void finish_outer_reduction(KGen *K, int i) {
  * conversions fill the reorder window and fewer loads are in flight); max
  * and min are exact and raise a NaN flag, because OpenMP combines the lanes
  * with a max that may drop a NaN; with the flag, the max in the loop may
- * drop it too (kiln_red_max: one compare and blend, not kiln_max's two
- * compares). After the loop the row's value is a float. */
+ * drop it too (kiln_red_max: one vmaxps, not kiln_max's two compares and
+ * a blend). After the loop the row's value is a float. */
 static void gen_reduction_member(KGen *K, int i) {
     if (K->xin >= 0) {
         gen_outer_reduction_member(K, i);

@@ -342,6 +342,7 @@ KILN_VM_INLINE float kiln_vm_expf(float x) {
 #define KILN_VM_AVX512 1
 typedef float kiln_vm_f16 __attribute__((vector_size(64)));
 typedef uint32_t kiln_vm_u16 __attribute__((vector_size(64)));
+typedef int32_t kiln_vm_i16 __attribute__((vector_size(64)));
 #define KILN_VM_SPLAT16(c) ((kiln_vm_f16){c, c, c, c, c, c, c, c, c, c, c, c, c, c, c, c})
 #define KILN_VM_FMA16(a, b, c) __builtin_ia32_vfmaddps512_mask((a), (b), (c), (uint16_t)-1, 4)
 #define KILN_VM_CMP16(a, b, pred) __builtin_ia32_cmpps512_mask((a), (b), (pred), (uint16_t)-1, 4)
@@ -787,9 +788,8 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_sincos_fast16(kiln_vm_f16 x, uint32_t q0) {
     cp = KILN_VM_FMA16(cp * z, z, KILN_VM_FMA16(KILN_VM_SPLAT16(-0.5f), z, KILN_VM_SPLAT16(1.0f)));
     kiln_vm_f16 s = rh + KILN_VM_FMA16(sp, rh, rl);
     kiln_vm_f16 c = KILN_VM_FMA16(-rh, rl, cp);
-    uint16_t odd = __builtin_ia32_ptestmd512((__attribute__((vector_size(64))) int)q,
-                                             (__attribute__((vector_size(64))) int)(q - q + 1u),
-                                             (uint16_t)-1);
+    kiln_vm_i16 q1 = (kiln_vm_i16)(q & 1u);
+    uint16_t odd = __builtin_ia32_ptestmd512(q1, q1, (uint16_t)-1);   /* q & 1 != 0 */
     kiln_vm_f16 y = KILN_VM_SEL16(odd, c, s);
     y = (kiln_vm_f16)((kiln_vm_u16)y ^ ((q & 2u) << 30));
     return q0 ? y : KILN_VM_SEL16(KILN_VM_CMP16(x, KILN_VM_SPLAT16(0.0f), 0x00), x, y);
