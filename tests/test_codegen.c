@@ -140,22 +140,70 @@ TEST(codegen_softmax_is_one_row_loop) {
     EXPECT(count(fn, "#pragma omp for") + count(fn, "#pragma omp parallel for") == 1,
            "one parallel loop:\n%s", fn);
     EXPECT(count(fn, CG_INNER_MARK) == 3, "three inner loops:\n%s", fn);
-    EXPECT(count(fn, "reduction(max:") == 1 && count(fn, "reduction(+:") == 1, "%s", fn);
+    /* the max by an omp simd reduction; the sum, in the blocked second
+     * pass, in 16 lanes combined after the blocks (spread_stage) */
+    EXPECT(count(fn, "reduction(max:") == 1 && count(fn, "reduction(+:") == 0 &&
+               count(fn, "lane_acc_buf2[r0 - r0v] += tmp3;") == 1 &&
+               count(fn, "for (int l = 0; l < 16; l++) acc_buf2 += lane_acc_buf2[l];") == 1,
+           "%s", fn);
     EXPECT(count(fn, "kiln_expf_v(") == 1, "exp computed once per element:\n%s", fn);
     EXPECT(count(fn, "float row_") == 1, "one row-local scratch:\n%s", fn);
     EXPECT(out.calls[0].inner_loops == 3 && out.calls[0].parallel, "call info");
     /* row prefetch: after the first pass over the row (max), the second
-     * runs in blocks of 256, each asking for its part of the next row's x */
+     * runs in blocks of 256, each asking for its part of the next row's x,
+     * and in groups of 16 (the lanes) within a block */
     const char *blk = strstr(fn, "for (int64_t r0b = 0; r0b < 1024; r0b += 256) {");
     const char *pf = strstr(fn, "if (x0 + 1 < 1024) kiln_prefetch(&in_x[1024*(x0 + 1) + (r0b)], "
                                 "r0b + 256 < 1024 ? 256 : 1024 - r0b);");
     const char *mark1 = strstr(fn, CG_INNER_MARK), *mark2 = mark1 ? strstr(mark1 + 1, CG_INNER_MARK) : NULL;
     EXPECT(blk && pf && count(fn, "kiln_prefetch(") == 1 && mark1 < blk && blk < pf && pf < mark2 &&
-               strstr(fn, "for (int64_t r0 = r0b; r0 < (r0b + 256 < 1024 ? r0b + 256 : 1024); r0++) {  " CG_INNER_MARK),
+               strstr(fn, "for (int64_t r0v = r0b; r0v < (r0b + 256 < 1024 ? r0b + 256 : 1024); r0v += 16) {") &&
+               strstr(fn, "for (int64_t r0 = r0v; r0 < r0v + 16; r0++) {  " CG_INNER_MARK),
            "the next row prefetched block by block in the second pass:\n%s", fn);
     free(fn);
     cg_free(&out);
     plan_free(p);
+}
+
+/* The blocked second pass of a row kernel (row prefetch) reduces in 16
+ * lanes when its rows are a multiple of 16 long: each lane accumulates
+ * across the blocks, no omp reduction clause, and the lanes combine after
+ * the blocks (max and min with their NaN flags). Sum, product, max and
+ * min, in float and with CgOptions.double_acc (lanes in double); the
+ * sources compile. Rows of 1000 keep the omp reduction. test_fused.c
+ * checks the values (fused_lane_reductions). */
+TEST(codegen_lane_reductions) {
+    static const char *const red[] = {"sum", "prod", "amax", "amin"};
+    for (int r = 0; r < 4; r++)
+        for (int len = 1000; len <= 1024; len += 24)
+            for (int dbl = 0; dbl < 2; dbl++) {
+                char src[300];
+                snprintf(src, sizeof src,
+                         "input x: f32[64, %d]\nm = mean(x, dim=1, keepdim=true)\n"
+                         "a = %s(%s, dim=1, keepdim=true)\ny = x * a\noutput y\n",
+                         len, red[r], r == 1 ? "1 + (x - m) * 0.001" : "x - m");
+                Plan *p = plan_of(src, NULL);
+                CHECK(p);
+                CgOptions opt = {.double_acc = dbl};
+                CgOutput out;
+                char err[512];
+                CHECK(cg_generate_opts(p->sched, &opt, &out, err, sizeof err) == KILN_OK);
+                bool lanes = len == 1024, minmax = r >= 2;
+                const char *k = strstr(out.source, "/* ===== kernels");
+                CHECK(k);
+                char decl[64];
+                snprintf(decl, sizeof decl, "%s lane_acc_buf1[16];", dbl && !minmax ? "double" : "float");
+                EXPECT((strstr(k, decl) != NULL) == lanes && (strstr(k, "lane_nan_buf1[16]") != NULL) == (lanes && minmax) &&
+                           (strstr(k, "r0v += 16") != NULL) == lanes && count(k, "reduction(") == (lanes ? 1 : minmax ? 3 : 2) &&
+                           strstr(k, "r0b += 256"),
+                       "%s, rows of %d, double_acc %d: lanes %s:\n%s", red[r], len, dbl, lanes ? "wanted" : "not wanted", k);
+                char name[64], c[600], o[600], *report = NULL;
+                snprintf(name, sizeof name, "lanes_%s_%d_%d", red[r], len, dbl);
+                EXPECT(test_compile_report(name, out.source, c, o, &report) == 0, "%s does not compile", c);
+                free(report);
+                cg_free(&out);
+                plan_free(p);
+            }
 }
 
 /* Row pairs: a one-stage row reduction over rows of >= CG_PAIR_MIN elements

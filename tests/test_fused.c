@@ -708,6 +708,36 @@ TEST(fused_streamed_stores) {
     leave_cache();
 }
 
+/* The blocked second pass of a row kernel in 16 lanes (codegen.c,
+ * spread_stage): sum, product, max and min over rows of 1024 (lanes) and
+ * 1000 (not), with NaN in two rows and -inf in one for max and min,
+ * against the interpreter. */
+TEST(fused_lane_reductions) {
+    enter_cache();
+    static const char *const red[] = {"sum", "prod", "amax", "amin"};
+    for (int r = 0; r < 4; r++)
+        for (int len = 1000; len <= 1024; len += 24) {
+            char src[300];
+            snprintf(src, sizeof src,
+                     "input x: f32[64, %d]\nm = mean(x, dim=1, keepdim=true)\n"
+                     "a = %s(%s, dim=1, keepdim=true)\ny = x * a\noutput y\n",
+                     len, red[r], r == 1 ? "1 + (x - m) * 0.001" : "x - m");
+            kiln_graph *g = kiln_graph_new();
+            kiln_tensor in[MAX_IO];
+            CHECK(kiln_parse(g, src, "lanes") == KILN_OK && fill_inputs(g, in, 120 + (uint64_t)r));
+            float *x = in[0].data;
+            if (r >= 2) {
+                x[3 * len + 517] = NAN;     /* a lane in the middle of a block */
+                x[40 * len + len - 1] = NAN; /* the last element */
+                x[9 * len + 200] = -INFINITY;
+            }
+            EXPECT(check_graph(src, g, in), "%s over rows of %d differs from the interpreter", red[r], len);
+            free_tensors(in, kiln_num_inputs(g));
+            kiln_graph_free(g);
+        }
+    leave_cache();
+}
+
 /* A padded pool whose guarded loads feed another padded pool (found by
  * make fuzz-diff, seed 1795995102551586): the second pool's kernel reads
  * the first's padded input at two depths under one guard, and GCC 12,
