@@ -1260,12 +1260,13 @@ static void gen_reduction_member(KGen *K, int i) {
         el = pool_printf(P, "lane_%s[%s]", acc, K->lane);
         nel = pool_printf(P, "lane_%s[%s]", nan, K->lane);
         line(K, K->npl, "%s lane_%s[%d];", type, acc, CG_LANES);
-        if (minmax) line(K, K->npl, "int lane_%s[%d];", nan, CG_LANES);
-        if (minmax)
+        if (minmax) {
+            line(K, K->npl, "int lane_%s[%d];", nan, CG_LANES);
             line(K, K->npl, "for (int l = 0; l < %d; l++) { lane_%s[l] = %s; lane_%s[l] = 0; }", CG_LANES,
                  acc, ident, nan);
-        else
+        } else {
             line(K, K->npl, "for (int l = 0; l < %d; l++) lane_%s[l] = %s;", CG_LANES, acc, ident);
+        }
     }
     Val v = emit_expr(K, b->expr, n->np + n->nr);
     switch (b->rop) {
