@@ -90,24 +90,23 @@ typedef struct {
 /* The kept copies together stay under this; beyond it, weights are read
  * as they are (as runtime ones). */
 #define C1_KEPT_MAX ((size_t)256 << 20)
-static ExtKept *kept;        /* of C1Kept entries; under lock */
-static size_t kept_bytes;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+ExtKeptList ext_c1_kept = {.lock = &lock};     /* of C1Kept entries */
 
 /* w packed, kept for later calls (packed now on a miss); NULL when it cannot
  * be kept (over C1_KEPT_MAX, out of memory). */
 static const float *kept_packed(const float *w, int64_t O, int64_t K) {
     pthread_mutex_lock(&lock);
     C1Kept *k = NULL;
-    for (ExtKept *e = kept; e && !k; e = e->next)
+    for (ExtKept *e = ext_c1_kept.head; e && !k; e = e->next)
         if (e->w == w && ((C1Kept *)e)->o == O && ((C1Kept *)e)->k == K) k = (C1Kept *)e;
     size_t bytes = packed_bytes(O, K);
-    if (!k && kept_bytes + bytes <= C1_KEPT_MAX && (k = kmalloc(sizeof *k))) {
+    if (!k && ext_c1_kept.bytes + bytes <= C1_KEPT_MAX && (k = kmalloc(sizeof *k))) {
         *k = (C1Kept){.base = {.w = w, .bytes = bytes}, .o = O, .k = K};
         if ((k->base.raw = kmalloc(bytes + KILN_ALIGN - 1))) {
             k->packed = util_on_line(k->base.raw);
             pack_weights(w, O, K, k->packed);
-            ext_kept_add(&kept, &kept_bytes, &k->base);
+            ext_kept_add(&ext_c1_kept, &k->base);
         } else {
             ext_kept_free(&k->base);
             k = NULL;
@@ -115,20 +114,6 @@ static const float *kept_packed(const float *w, int64_t O, int64_t K) {
     }
     pthread_mutex_unlock(&lock);
     return k ? k->packed : NULL;
-}
-
-void ext_c1_forget_weights(const void *data, size_t bytes) {
-    pthread_mutex_lock(&lock);
-    ext_kept_drop(&kept, &kept_bytes, data, bytes);
-    pthread_mutex_unlock(&lock);
-}
-
-int ext_c1_kept_weights(size_t *bytes) {
-    pthread_mutex_lock(&lock);
-    int n = ext_kept_count(kept);
-    if (bytes) *bytes = kept_bytes;
-    pthread_mutex_unlock(&lock);
-    return n;
 }
 
 /* ---- the kernel ---- */

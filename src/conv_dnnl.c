@@ -348,11 +348,10 @@ typedef struct {
  * reordered per call as a runtime one (models far larger than ResNet-50's
  * 100 MB of weights, many programs alive at once). */
 #define KEPT_MAX ((size_t)1 << 30)
-static ExtKept *kept;        /* of Kept entries; under lock */
-static size_t kept_bytes;
+ExtKeptList ext_dnnl_kept = {.lock = &lock};   /* of Kept entries */
 
 static Kept *kept_find(const DnnlConv *d, const float *w) {
-    for (ExtKept *e = kept; e; e = e->next) {
+    for (ExtKept *e = ext_dnnl_kept.head; e; e = e->next) {
         Kept *k = (Kept *)e;
         if (e->w == w && !memcmp(k->ws, d->key + K_WS, sizeof k->ws) &&
             k->groups == d->key[K_GROUPS] && dnnl_memory_desc_equal(&k->md, &d->wei_md))
@@ -366,7 +365,7 @@ static Kept *kept_find(const DnnlConv *d, const float *w) {
 static void *kept_weights(DnnlConv *d, const float *w) {
     Kept *k = kept_find(d, w);
     if (k) return k->data;
-    if (kept_bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
+    if (ext_dnnl_kept.bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
     *k = (Kept){.base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS],
                 .md = d->wei_md};
     memcpy(k->ws, d->key + K_WS, sizeof k->ws);
@@ -383,22 +382,8 @@ static void *kept_weights(DnnlConv *d, const float *w) {
         ext_kept_free(&k->base);
         return NULL;
     }
-    ext_kept_add(&kept, &kept_bytes, &k->base);
+    ext_kept_add(&ext_dnnl_kept, &k->base);
     return k->data;
-}
-
-void ext_dnnl_forget_weights(const void *data, size_t bytes) {
-    pthread_mutex_lock(&lock);
-    ext_kept_drop(&kept, &kept_bytes, data, bytes);
-    pthread_mutex_unlock(&lock);
-}
-
-int ext_dnnl_kept_weights(size_t *bytes) {
-    pthread_mutex_lock(&lock);
-    int n = ext_kept_count(kept);
-    if (bytes) *bytes = kept_bytes;
-    pthread_mutex_unlock(&lock);
-    return n;
 }
 
 /* ---- running ---- */

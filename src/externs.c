@@ -708,10 +708,10 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
     return 0;
 }
 
-void ext_kept_add(ExtKept **list, size_t *total, ExtKept *e) {
-    e->next = *list;
-    *list = e;
-    *total += e->bytes;
+void ext_kept_add(ExtKeptList *l, ExtKept *e) {
+    e->next = l->head;
+    l->head = e;
+    l->bytes += e->bytes;
 }
 
 void ext_kept_free(ExtKept *e) {
@@ -719,34 +719,39 @@ void ext_kept_free(ExtKept *e) {
     kfree(e);
 }
 
-void ext_kept_drop(ExtKept **list, size_t *total, const void *data, size_t bytes) {
+void ext_kept_forget(ExtKeptList *l, const void *data, size_t bytes) {
     const char *lo = data, *hi = lo + bytes;
-    for (ExtKept **pe = list; *pe;) {
+    pthread_mutex_lock(l->lock);
+    for (ExtKept **pe = &l->head; *pe;) {
         ExtKept *e = *pe;
         if ((const char *)e->w < lo || (const char *)e->w >= hi) {
             pe = &e->next;
             continue;
         }
         *pe = e->next;
-        *total -= e->bytes;
+        l->bytes -= e->bytes;
         ext_kept_free(e);
     }
+    pthread_mutex_unlock(l->lock);
 }
 
-int ext_kept_count(const ExtKept *list) {
+int ext_kept_stats(ExtKeptList *l, size_t *bytes) {
     int n = 0;
-    for (; list; list = list->next) n++;
+    pthread_mutex_lock(l->lock);
+    for (const ExtKept *e = l->head; e; e = e->next) n++;
+    if (bytes) *bytes = l->bytes;
+    pthread_mutex_unlock(l->lock);
     return n;
 }
 
 void ext_conv_forget_weights(const void *data, size_t bytes) {
-    ext_dnnl_forget_weights(data, bytes);
-    ext_c1_forget_weights(data, bytes);
+    ext_kept_forget(&ext_dnnl_kept, data, bytes);
+    ext_kept_forget(&ext_c1_kept, data, bytes);
 }
 
 int ext_conv_kept_weights(size_t *bytes) {
     size_t a = 0, b = 0;
-    int n = ext_dnnl_kept_weights(&a) + ext_c1_kept_weights(&b);
+    int n = ext_kept_stats(&ext_dnnl_kept, &a) + ext_kept_stats(&ext_c1_kept, &b);
     if (bytes) *bytes = a + b;
     return n;
 }

@@ -6,6 +6,7 @@
 #ifndef KILN_EXTERNS_H
 #define KILN_EXTERNS_H
 #include "kiln_int.h"
+#include <pthread.h>
 
 /* A strided view: element (i0..ik) lives at data[offset + sum i_d*stride_d].
  * A broadcast dim has stride 0. */
@@ -86,20 +87,26 @@ typedef struct ExtKept {
     size_t bytes;            /* of the copy */
     struct ExtKept *next;
 } ExtKept;
-/* Add e (its raw set) to *list; *total gains its bytes. */
-void ext_kept_add(ExtKept **list, size_t *total, ExtKept *e);
-/* Unlink and free (raw, then the entry) the copies in *list of weights
- * within [data, data + bytes); *total loses their bytes. */
-void ext_kept_drop(ExtKept **list, size_t *total, const void *data, size_t bytes);
+/* One module's kept copies: the list, their bytes, and the module's mutex
+ * (conv_dnnl.c's also guards its primitive cache), which the module holds
+ * while it adds and finds and ext_kept_forget / ext_kept_stats take. */
+typedef struct {
+    ExtKept *head;
+    size_t bytes;
+    pthread_mutex_t *lock;
+} ExtKeptList;
+/* Add e (its raw set) to l; the caller holds l->lock. */
+void ext_kept_add(ExtKeptList *l, ExtKept *e);
 /* Free one entry that is in no list (raw may be NULL). */
 void ext_kept_free(ExtKept *e);
-int ext_kept_count(const ExtKept *list);
-/* ext_conv_forget_weights and ext_conv_kept_weights for each kind of copy:
- * conv_dnnl.c's, conv1x1.c's. */
-void ext_dnnl_forget_weights(const void *data, size_t bytes);
-int ext_dnnl_kept_weights(size_t *bytes);
-void ext_c1_forget_weights(const void *data, size_t bytes);
-int ext_c1_kept_weights(size_t *bytes);
+/* Under l->lock: unlink and free (raw, then the entry) the copies of
+ * weights within [data, data + bytes). */
+void ext_kept_forget(ExtKeptList *l, const void *data, size_t bytes);
+/* Under l->lock: the number of copies, and their bytes in *bytes. */
+int ext_kept_stats(ExtKeptList *l, size_t *bytes);
+/* The two kinds of copy that ext_conv_forget_weights and
+ * ext_conv_kept_weights cover: conv_dnnl.c's, conv1x1.c's. */
+extern ExtKeptList ext_dnnl_kept, ext_c1_kept;
 /* conv1x1.c: a 1x1 stride-1 convolution with one group, y[n] = w @ x[n] +
  * bias (x: N images of [K, P], w: [O, K], y: N images of [O, P]; bias may
  * be NULL), epi run on each unit's rows as it is done; wconst as for
