@@ -799,7 +799,7 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_sincos_fast16(kiln_vm_f16 x, uint32_t q0) {
 /* The 16-lane variant: a mask compare says whether any lane needs the full
  * path; if none does, the fast path runs in registers, inline (no copy to
  * memory, no call: sin(relu(x + 1) * 2) over 8192x4096 1.12-1.20x faster
- * than the variant below). */
+ * than KILN_VM_TRIG_VARIANT, which the narrower variants keep). */
 #define KILN_VM_TRIG_VARIANT16(fn, q0, sym)                                               \
     __attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_##fn##_e(kiln_vm_f16 x)   \
         __asm__(sym);                                                                    \
@@ -815,10 +815,7 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_sincos_fast16(kiln_vm_f16 x, uint32_t q0) {
     }
 KILN_VM_TRIG_VARIANT16(sinf, 0u, "_ZGVeN16v_kiln_vm_sinf_simd")
 KILN_VM_TRIG_VARIANT16(cosf, 1u, "_ZGVeN16v_kiln_vm_cosf_simd")
-#elif defined(__AVX512F__)
-KILN_VM_TRIG_VARIANT(sinf, 0u, e, 16, "_ZGVeN16v_kiln_vm_sinf_simd")
-KILN_VM_TRIG_VARIANT(cosf, 1u, e, 16, "_ZGVeN16v_kiln_vm_cosf_simd")
-#endif
+#endif /* AVX512F under KILN_VM_TRIG_DISPATCH (which needs FMA) is KILN_VM_AVX512 */
 
 KILN_VM_INLINE float kiln_sinf(float x) { return kiln_vm_sinf_simd(x); }
 KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_cosf_simd(x); }
