@@ -808,6 +808,14 @@ static void note_access(KGen *K, int buf, IxText ix, uint8_t how) {
     if (ix.level == K->inner && !ix.unit && !ix.near) K->far = true;
 }
 
+/* Add at to K->pf (row prefetch or stream prefetch text) unless there. */
+static void pf_add(KGen *K, const char *at) {
+    for (int i = 0; i < K->npf; i++)
+        if (!strcmp(K->pf[i], at)) return;
+    K->pf = pool_grow(K->g->pool, K->pf, &K->cappf, K->npf + 1, sizeof *K->pf);
+    K->pf[K->npf++] = at;
+}
+
 /* Row prefetch (see KGen): a load of the first inner stage that walks the
  * row with unit stride; its address at the row's start is kept once. */
 static const char *subst_ident(Pool *p, const char *text, const char *name, const char *repl);
@@ -817,10 +825,7 @@ static void note_row_load(KGen *K, int buf, IxText ix) {
     const char *row = K->loop[K->pnest[K->npl - 1]].name;
     const char *at = pool_printf(P, "&%s[%s]", K->g->bufname[buf], ix.c);
     if (!strcmp(subst_ident(P, at, row, "0"), at)) return;   /* the same for every row */
-    for (int i = 0; i < K->npf; i++)
-        if (!strcmp(K->pf[i], at)) return;
-    K->pf = pool_grow(P, K->pf, &K->cappf, K->npf + 1, sizeof *K->pf);
-    K->pf[K->npf++] = at;
+    pf_add(K, at);
 }
 
 static bool stream_buffer(const Buffer *b);
@@ -838,10 +843,7 @@ static void note_stream_load(KGen *K, int buf, IxText ix) {
     const char *at = pool_printf(P, "kiln_prefetch_ahead(%s, %s, %lld, %lld);", K->g->bufname[buf],
                                  subst_ident(P, ix.c, var, ahead), (long long)K->stream_tile,
                                  (long long)b->numel);
-    for (int i = 0; i < K->npf; i++)
-        if (!strcmp(K->pf[i], at)) return;
-    K->pf = pool_grow(P, K->pf, &K->cappf, K->npf + 1, sizeof *K->pf);
-    K->pf[K->npf++] = at;
+    pf_add(K, at);
 }
 
 static Val emit_load(KGen *K, const Expr *e, int nvars) {
