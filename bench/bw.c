@@ -25,6 +25,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "copy.h"
+
 static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -38,49 +40,24 @@ static int cmp_d(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
-static void range(size_t n, size_t *lo, size_t *hi) {
-    int t = omp_get_thread_num(), nt = omp_get_num_threads();
-    size_t per = (n / (size_t)nt + 15) & ~(size_t)15;
-    *lo = per * (size_t)t;
-    *hi = *lo + per;
-    if (*lo > n) *lo = n;
-    if (*hi > n) *hi = n;
-}
-
 static double run(const char *kind, float *a, float *b, size_t n) {
     double t0 = now_s();
     if (!strcmp(kind, "fresh")) {
         float *f = malloc(n * sizeof(float));
         if (!f) return 1e30;
         t0 = now_s();
-#pragma omp parallel
-        {
-            size_t lo, hi;
-            range(n, &lo, &hi);
-            float *restrict d = f;
-            const float *restrict s = a;
-#pragma omp simd
-            for (size_t i = lo; i < hi; i++) d[i] = s[i];
-        }
+        bench_copy(f, a, n);
         double t = now_s() - t0;
         sink = f[n / 2];
         free(f);
         return t;
     } else if (!strcmp(kind, "copy")) {
-#pragma omp parallel
-        {
-            size_t lo, hi;
-            range(n, &lo, &hi);
-            float *restrict d = b;
-            const float *restrict s = a;
-#pragma omp simd
-            for (size_t i = lo; i < hi; i++) d[i] = s[i];
-        }
+        bench_copy(b, a, n);
     } else if (!strcmp(kind, "memcpy")) {
 #pragma omp parallel
         {
             size_t lo, hi;
-            range(n, &lo, &hi);
+            bench_range(n, &lo, &hi);
             memcpy(b + lo, a + lo, (hi - lo) * sizeof(float));
         }
     } else {
@@ -88,7 +65,7 @@ static double run(const char *kind, float *a, float *b, size_t n) {
 #pragma omp parallel reduction(+ : total)
         {
             size_t lo, hi;
-            range(n, &lo, &hi);
+            bench_range(n, &lo, &hi);
             float acc = 0;
 #pragma omp simd reduction(+ : acc)
             for (size_t i = lo; i < hi; i++) acc += a[i];
@@ -130,12 +107,7 @@ int main(int argc, char **argv) {
         int nt = atoi(tp);
         omp_set_num_threads(nt);
         /* first touch by the threads that will use each share */
-#pragma omp parallel
-        {
-            size_t lo, hi;
-            range(n, &lo, &hi);
-            for (size_t i = lo; i < hi; i++) a[i] = (float)(i & 1023), b[i] = 0;
-        }
+        bench_first_touch(a, b, n);
         char kbuf[256];
         snprintf(kbuf, sizeof kbuf, "%s", kinds);
         char *save = NULL;

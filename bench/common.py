@@ -55,7 +55,7 @@ def build_api_tool(tmp, kiln, name, missing):
     arch = subprocess.run(["cc", "-print-multiarch"], stdout=subprocess.PIPE, text=True).stdout.strip() \
         or "x86_64-linux-gnu"
     blas = "/usr/lib/%s/openblas-openmp" % arch
-    r = subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-I", os.path.join(ROOT, "include"),
+    r = subprocess.run(["cc", "-O3", "-march=native", "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-I", os.path.join(ROOT, "include"),
                         os.path.join(BENCH, name + ".c"), lib, "-L" + blas, "-Wl,-rpath," + blas,
                         "-lopenblas", "-ldnnl", "-lm", "-ldl", "-o", exe],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -65,12 +65,16 @@ def build_api_tool(tmp, kiln, name, missing):
     return exe
 
 
-def ktime(exe, prog, threads, repeat, inputs=None, env=None, reuse=True):
+def ktime(exe, prog, threads, repeat, inputs=None, env=None, reuse=True, paired_copy=None):
     """The fused run via the API with outputs reused: {median_ms, min_ms,
-    faults_per_run} or {"error": ...}."""
+    faults_per_run} or {"error": ...}. paired_copy=MIB also times bw.c's
+    copy loop over two MIB buffers before each run, in the same process
+    ({copy_gbs, copy_gbs_median}: the yardstick measured side by side)."""
     if not exe:
         return {"error": ["no ktime"]}
     cmd = [exe, prog, "--threads", str(threads), "--repeat", str(repeat)] + (["--reuse"] if reuse else [])
+    if paired_copy:
+        cmd += ["--paired-copy", str(paired_copy)]
     for n, p in (inputs or {}).items():
         cmd += ["-i", "%s=%s" % (n, p)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

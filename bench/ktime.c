@@ -3,7 +3,8 @@
  * output memory reused between runs (not a test; bench/run and
  * bench/compare build and use it).
  *
- *   ktime PROG [--threads N] [--repeat R] [--reuse] [-i NAME=FILE.npy]...
+ *   ktime PROG [--threads N] [--repeat R] [--reuse] [--paired-copy MIB]
+ *         [-i NAME=FILE.npy]...
  *
  * kiln_program_run hands back freshly allocated outputs on every call, so
  * every run of a program with a large output first faults in and zeroes
@@ -14,6 +15,13 @@
  * kernels write into memory that is already mapped: the kernels' own speed,
  * as ONNX Runtime with preallocated outputs or an arena allocator gets.
  *
+ * --paired-copy MIB times bench/bw.c's copy loop (copy.h) over two MIB
+ * buffers, with the same threads, before each run of the program: the
+ * yardstick measured side by side with the program in one process, so that
+ * a host that is slower for a minute slows both. Adds the best and median
+ * copy bandwidth of those R runs (bytes read plus written per second, as
+ * bw.c counts) to the output.
+ *
  * Prints one JSON line: median and min of R runs after one warm-up run,
  * and the page faults per run (getrusage minor faults).
  */
@@ -23,6 +31,8 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+
+#include "copy.h"
 
 static double now_ms(void) {
     struct timespec t;
@@ -70,14 +80,17 @@ static int cmp_d(const void *a, const void *b) {
 int main(int argc, char **argv) {
     const char *prog = NULL, *bind[64];
     int threads = 1, repeat = 10, reuse = 0, nbind = 0;
+    double copy_mib = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--reuse")) reuse = 1;
+        else if (!strcmp(argv[i], "--paired-copy") && i + 1 < argc) copy_mib = atof(argv[++i]);
         else if (!strcmp(argv[i], "-i") && i + 1 < argc && nbind < 64) bind[nbind++] = argv[++i];
         else if (!prog && argv[i][0] != '-') prog = argv[i];
         else {
-            fprintf(stderr, "usage: ktime PROG [--threads N] [--repeat R] [--reuse] [-i NAME=FILE.npy]...\n");
+            fprintf(stderr, "usage: ktime PROG [--threads N] [--repeat R] [--reuse] [--paired-copy MIB] "
+                            "[-i NAME=FILE.npy]...\n");
             return 2;
         }
     }
@@ -121,9 +134,26 @@ int main(int argc, char **argv) {
         fprintf(stderr, "ktime: %s\n", kiln_error(g));
         return 3;
     }
-    double *t = calloc((size_t)repeat, sizeof *t);
+    double *t = calloc((size_t)repeat, sizeof *t), *ct = calloc((size_t)repeat, sizeof *ct);
+    size_t cn = copy_mib > 0 ? (size_t)(copy_mib * 1048576.0 / sizeof(float)) : 0;
+    float *ca = NULL, *cb = NULL;
+    if (cn) {
+        ca = aligned_alloc(64, cn * sizeof(float));
+        cb = aligned_alloc(64, cn * sizeof(float));
+        if (!ca || !cb) {
+            fprintf(stderr, "ktime: out of memory for the paired copy (2 x %.0f MiB)\n", copy_mib);
+            return 4;
+        }
+        omp_set_num_threads(threads);
+        bench_first_touch(ca, cb, cn);
+    }
     long faults = 0;
     for (int r = -1; r < repeat; r++) {
+        if (cn) {
+            double c0 = now_ms();
+            bench_copy(cb, ca, cn);
+            if (r >= 0) ct[r] = now_ms() - c0;
+        }
         long f0 = minor_faults();
         double t0 = now_ms();
         if (kiln_program_run(p, in, out) != KILN_OK) {
@@ -137,13 +167,24 @@ int main(int argc, char **argv) {
     qsort(t, (size_t)repeat, sizeof *t, cmp_d);
     double med = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
     printf("{\"median_ms\": %.4f, \"min_ms\": %.4f, \"faults_per_run\": %.1f, \"threads\": %d, "
-           "\"repeat\": %d, \"reuse\": %s}\n",
+           "\"repeat\": %d, \"reuse\": %s",
            med, t[0], (double)faults / repeat, threads, repeat, reuse ? "true" : "false");
+    if (cn) {
+        qsort(ct, (size_t)repeat, sizeof *ct, cmp_d);
+        double bytes = 2.0 * (double)cn * sizeof(float);
+        double cmed = repeat % 2 ? ct[repeat / 2] : (ct[repeat / 2 - 1] + ct[repeat / 2]) / 2;
+        printf(", \"copy_mib\": %.1f, \"copy_gbs\": %.3f, \"copy_gbs_median\": %.3f",
+               copy_mib, bytes / (ct[0] * 1e6), bytes / (cmed * 1e6));
+    }
+    printf("}\n");
     kiln_program_free(p);
     for (int i = 0; i < ni; i++) kiln_tensor_free(&in[i]);
     kiln_graph_free(g);
     free(in);
     free(out);
     free(t);
+    free(ct);
+    free(ca);
+    free(cb);
     return 0;
 }
