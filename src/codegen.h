@@ -169,6 +169,23 @@ RtTolerance rt_tolerance(const Graph *dec);
 /* |got - want| in units of atol + rtol |want| (> 1 fails). NaN matches NaN
  * and an infinity the same infinity; anything else non-finite fails. */
 double rt_excess(float got, float want, RtTolerance t);
+/* How far the reference itself moves: the interpreter run `runs` more
+ * times with its intermediate values nudged (kiln_interpret_perturbed,
+ * seeds 1..runs), and per output element the largest change against want
+ * (a bool flip counts 1; a non-finite value where want is finite, or the
+ * reverse, INFINITY). spread[i] receives a new f32 tensor of output i's
+ * shape (free with kiln_tensor_free). Large where an element is
+ * ill-conditioned; see runtime.c. */
+kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln_tensor *want,
+                                int runs, kiln_tensor *spread);
+/* Runs of rt_reference_spread the checks use, and how many spreads of
+ * allowance an element gets on top of the tolerance. */
+#define RT_SPREAD_RUNS 8
+#define RT_SPREAD_K 4.0
+/* rt_excess with RT_SPREAD_K times the element's spread added to the
+ * allowance; an infinite spread (the reference itself is undetermined
+ * there) accepts any value. */
+double rt_excess_spread(float got, float want, float spread, RtTolerance t);
 
 /* The lowering and scheduling configuration for public options (fuse 0:
  * nothing inlined, no fusion rounds: one kernel per op). */

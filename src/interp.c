@@ -167,6 +167,7 @@ typedef struct {
     Graph *g;
     Val *val;      /* one per node */
     int *uses;     /* users not yet run, outputs counted as users */
+    uint64_t perturb;  /* 0, or the seed of kiln_interpret_perturbed's nudges */
 } Interp;
 
 static const char *op_name(Op op) { return op_info[op].name; }
@@ -789,6 +790,37 @@ static kiln_status hand_outputs(Interp *it, float **outputs)
     return KILN_OK;
 }
 
+/* kiln_interpret_perturbed: node id's float result, each element times
+ * 1 + u r with u uniform in [-1, 1] (counter-based: seed, node, element)
+ * and r about the error fused float code may make there: 2^-22 (two ulps)
+ * after a pointwise op, 2^-23 sqrt(n) after a reduction or a product over
+ * n terms (float accumulation in another order). Views and gathers move
+ * values exactly and are left alone, as are bool results. */
+static void perturb(Interp *it, int id)
+{
+    const Node *n = node(it, id);
+    OpKind kind = op_info[n->op].kind;
+    if (n->dtype != KILN_F32 || !it->val[id].owned || n->op == OP_GATHER ||
+        (kind != KIND_POINTWISE && kind != KIND_REDUCTION && kind != KIND_EXTERN))
+        return;
+    double r = 0x1p-22;
+    if (kind != KIND_POINTWISE) {
+        const Node *a = n->nin > 0 && n->in[0] >= 0 ? node(it, n->in[0]) : NULL;
+        int64_t len = 1;
+        if (kind == KIND_REDUCTION && a && node_numel(n) > 0) len = node_numel(a) / node_numel(n);
+        else if (n->op == OP_MATMUL && a && a->rank) len = a->shape[a->rank - 1];
+        else if (n->nin > 1 && node(it, n->in[1])->rank == 4) {   /* conv weights */
+            const Node *w = node(it, n->in[1]);
+            len = w->shape[1] * w->shape[2] * w->shape[3];
+        }
+        r = 0x1p-23 * sqrt((double)(len > 1 ? len : 1));
+    }
+    float *v = it->val[id].data;
+    uint64_t seed = it->perturb * 0x9E3779B97F4A7C15ull + (uint64_t)id;
+    for (int64_t i = 0; i < node_numel(n); i++)
+        v[i] *= (float)(1.0 + (2.0 * util_rand_uniform(seed, (uint64_t)i) - 1.0) * r);
+}
+
 static kiln_status run_nodes(Interp *it, float *const *inputs)
 {
     Graph *g = it->g;
@@ -799,6 +831,8 @@ static kiln_status run_nodes(Interp *it, float *const *inputs)
             kiln_status st = eval_node(it, id);
             if (st != KILN_OK)
                 return st;
+            if (it->perturb)
+                perturb(it, id);
         }
         drop_operands(it, id);
     }
@@ -807,7 +841,12 @@ static kiln_status run_nodes(Interp *it, float *const *inputs)
 
 kiln_status interp_run(Graph *g, float *const *inputs, float **outputs)
 {
-    Interp it = {g, NULL, NULL};
+    return interp_run_perturbed(g, inputs, outputs, 0);
+}
+
+kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs, uint64_t seed)
+{
+    Interp it = {g, NULL, NULL, seed};
     it.uses = graph_use_counts(g);
     it.val = kcalloc((size_t)g->n + 1, sizeof(Val));
     if (!it.uses || !it.val) {
@@ -917,7 +956,7 @@ static kiln_status run_alloc(Graph *g, Run *r)
 
 /* Decompose, run, convert: every step's failure lands in g. */
 static kiln_status interpret(Graph *g, Run *r, const kiln_tensor *inputs,
-                             kiln_tensor *outputs)
+                             kiln_tensor *outputs, uint64_t seed)
 {
     kiln_status st = run_alloc(g, r);
     if (st == KILN_OK && (st = dec_run(g, r->dec)) != KILN_OK) {
@@ -926,7 +965,7 @@ static kiln_status interpret(Graph *g, Run *r, const kiln_tensor *inputs,
     }
     if (st == KILN_OK)
         st = convert_inputs(g, r, inputs);
-    if (st == KILN_OK && (st = interp_run(r->dec, r->in, r->out)) != KILN_OK) {
+    if (st == KILN_OK && (st = interp_run_perturbed(r->dec, r->in, r->out, seed)) != KILN_OK) {
         graph_fail(g, st, "%s", kiln_error(r->dec));
         return st;
     }
@@ -940,6 +979,12 @@ static kiln_status interpret(Graph *g, Run *r, const kiln_tensor *inputs,
 kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
                            kiln_tensor *outputs)
 {
+    return kiln_interpret_perturbed(g, inputs, outputs, 0);
+}
+
+kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs,
+                                     kiln_tensor *outputs, uint64_t seed)
+{
     assert(g);
     if (g->status != KILN_OK)
         return g->status;
@@ -949,7 +994,7 @@ kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
     for (int i = 0; i < r.nin && st == KILN_OK; i++)
         st = check_input(g, i, &inputs[i]);
     if (st == KILN_OK)
-        st = interpret(g, &r, inputs, outputs);
+        st = interpret(g, &r, inputs, outputs, seed);
     if (st != KILN_OK && r.nout > 0)
         memset(outputs, 0, sizeof(kiln_tensor) * (size_t)r.nout);
     run_free(&r);

@@ -243,6 +243,12 @@ kiln_status dec_run(const Graph *src, Graph *dst);
 /* Run a decomposed graph. inputs[i] holds input i as numel floats (bool as
  * 0/1). outputs[i] receives a kmalloc'd array of numel floats. */
 kiln_status interp_run(Graph *g, float *const *inputs, float **outputs);
+/* The same with every computed float value nudged by about the error fused
+ * code may make there (seed != 0; see perturb in interp.c), and
+ * kiln_interpret likewise: rt_reference_spread's runs. */
+kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs, uint64_t seed);
+kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs,
+                                     kiln_tensor *outputs, uint64_t seed);
 
 /* ===== npy.c ============================================================ */
 /* (public: kiln_npy_read, kiln_npy_write) */

@@ -463,6 +463,62 @@ double rt_excess(float got, float want, RtTolerance t) {
     return fabs((double)got - (double)want) / (t.atol + t.rtol * fabs((double)want));
 }
 
+/*
+ * The reference's own spread. The interpreter is the oracle, but an
+ * ill-conditioned element (a row normalized by a tiny spread, values with
+ * a large common offset, sqrt near 0, a comparison at a tie) has no
+ * well-defined float answer: rounding anywhere before it moves it by more
+ * than any fixed tolerance. Such an element shows itself when the
+ * interpreter runs again with every intermediate value nudged by about the
+ * error the fused code may make there (kiln_interpret_perturbed: two ulps
+ * after a pointwise op, sqrt(n) ulps after a reduction over n): it moves
+ * about as much as the fused result does (random perturbation as a
+ * sensitivity estimate, as Monte Carlo arithmetic does). A
+ * well-conditioned element moves by a few ulps and keeps the plain
+ * tolerance.
+ */
+kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln_tensor *want,
+                                int runs, kiln_tensor *spread) {
+    int nout = kiln_num_outputs(g);
+    kiln_tensor *ref = kcalloc((size_t)nout + 1, sizeof *ref);
+    kiln_status st = ref ? KILN_OK : KILN_ERR_NOMEM;
+    for (int i = 0; i < nout; i++) spread[i] = (kiln_tensor){0};
+    for (int i = 0; i < nout && st == KILN_OK; i++) {
+        spread[i] = kiln_output_desc(g, i);
+        spread[i].dtype = KILN_F32;
+        if ((st = kiln_tensor_alloc(&spread[i])) == KILN_OK)
+            memset(spread[i].data, 0, sizeof(float) * (size_t)kiln_tensor_numel(&spread[i]));
+    }
+    for (int r = 0; r < runs && st == KILN_OK; r++) {
+        st = kiln_interpret_perturbed(g, in, ref, (uint64_t)r + 1);
+        for (int i = 0; i < nout && st == KILN_OK; i++) {
+            float *sp = spread[i].data;
+            for (int64_t k = 0; k < kiln_tensor_numel(&want[i]); k++) {
+                double a, b;
+                if (want[i].dtype == KILN_BOOL) {
+                    a = ((const uint8_t *)ref[i].data)[k], b = ((const uint8_t *)want[i].data)[k];
+                } else {
+                    a = ((const float *)ref[i].data)[k], b = ((const float *)want[i].data)[k];
+                }
+                double d = isnan(a) && isnan(b) ? 0 : a == b ? 0 : isfinite(a) && isfinite(b) ? fabs(a - b)
+                                                                                              : INFINITY;
+                if (d > sp[k]) sp[k] = (float)d;
+            }
+        }
+        for (int i = 0; i < nout; i++) kiln_tensor_free(&ref[i]);
+    }
+    kfree(ref);
+    if (st != KILN_OK)
+        for (int i = 0; i < nout; i++) kiln_tensor_free(&spread[i]);
+    return st;
+}
+
+double rt_excess_spread(float got, float want, float spread, RtTolerance t) {
+    if (isinf(spread) && spread > 0) return 0.0;
+    if (!isfinite(want) || !isfinite(got)) return rt_excess(got, want, t);
+    return fabs((double)got - (double)want) / (t.atol + t.rtol * fabs((double)want) + RT_SPREAD_K * spread);
+}
+
 /* ===== the public API ================================================================== */
 
 struct kiln_program {

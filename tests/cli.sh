@@ -72,6 +72,13 @@ for f in examples/*.kiln; do
     n=$(basename "$f" .kiln)
     expect "example_$n" 0 "check: passed" -- "$kiln" run "$f" --check
 done
+# ill-conditioned programs (docs/tolerances.md): --check passes with the
+# reference's spread where the plain tolerance cannot hold
+for f in tests/conditioning/*.kiln; do
+    n=$(basename "$f" .kiln)
+    s=$(sed -n 's/^# fuzz_diff seed \([0-9]*\).*/\1/p' "$f")
+    expect "conditioning_$n" 0 "check: passed" -- "$kiln" run "$f" --seed "$s" --check
+done
 expect run_interpret 0 "w: f32" -- "$kiln" run "$t/q.kiln" --interpret
 expect run_threads 0 "check: passed" -- "$kiln" run examples/softmax.kiln --threads 1 --check
 expect run_bad_threads 2 "--threads needs" -- "$kiln" run examples/softmax.kiln --threads 0
