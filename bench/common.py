@@ -55,7 +55,7 @@ def build_api_tool(tmp, kiln, name, missing):
     arch = subprocess.run(["cc", "-print-multiarch"], stdout=subprocess.PIPE, text=True).stdout.strip() \
         or "x86_64-linux-gnu"
     blas = "/usr/lib/%s/openblas-openmp" % arch
-    r = subprocess.run(["cc", "-O3", "-march=native", "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-I", os.path.join(ROOT, "include"),
+    r = subprocess.run(["cc", "-O3", "-march=native", "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "src"),
                         os.path.join(BENCH, name + ".c"), lib, "-L" + blas, "-Wl,-rpath," + blas,
                         "-lopenblas", "-ldnnl", "-lm", "-ldl", "-o", exe],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
