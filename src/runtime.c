@@ -500,8 +500,9 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
                 } else {
                     a = ((const float *)ref[i].data)[k], b = ((const float *)want[i].data)[k];
                 }
-                double d = isnan(a) && isnan(b) ? 0 : a == b ? 0 : isfinite(a) && isfinite(b) ? fabs(a - b)
-                                                                                              : INFINITY;
+                double d = 0;   /* NaN meets NaN; one side non-finite: undetermined */
+                if (a != b && !(isnan(a) && isnan(b)))
+                    d = isfinite(a) && isfinite(b) ? fabs(a - b) : INFINITY;
                 if (d > sp[k]) sp[k] = (float)d;
             }
         }
