@@ -12,7 +12,12 @@
  * every machine), and the fused result is within the tolerance plus the
  * spread everywhere. For well-conditioned programs the spread stays a
  * small fraction of the tolerance, so a 0.1% error is still caught at
- * every element: the allowance cannot hide a wrong kernel there.
+ * every element: the allowance cannot hide a wrong kernel there. The
+ * interp_ tests need no compiler (make valgrind runs them): seed 0 is the
+ * plain interpreter, a seed moves a value by at most its nudges, and on an
+ * analytic case (2x against layer_norm of values with a large offset) the
+ * spread is an ulp where the answer is well defined and of order 1 where
+ * it is not.
  */
 #include "test.h"
 #include "codegen.h"
@@ -177,7 +182,7 @@ TEST(spread_small_where_well_conditioned) {
     run_free(&r);
 }
 
-TEST(spread_interpreter_unchanged_without_seed) {
+TEST(interp_perturbed_seed0_is_plain) {
     /* seed 0 is the plain interpreter, bit for bit; a seed moves values
      * by at most the nudge (two ulps after each pointwise op) */
     kiln_graph *g = kiln_graph_new();
@@ -203,5 +208,39 @@ TEST(spread_interpreter_unchanged_without_seed) {
     kiln_tensor_free(&a);
     kiln_tensor_free(&b);
     kiln_tensor_free(&c);
+    kiln_graph_free(g);
+}
+
+TEST(interp_reference_spread_analytic) {
+    /* y = 2x is well conditioned: each run moves it by two nudges at most.
+     * z = layer_norm(x 1e-4 + 1000) is not: the offset rounds every value
+     * to ulp(1000) = 6.1e-5, about half the spread of a row, so the
+     * normalized values move by order 1. (The interpreter alone: no JIT.) */
+    kiln_graph *g = kiln_graph_new();
+    EXPECT(kiln_parse(g, "input x: f32[4, 8]\ny = x * 2\nz = layer_norm(x * 0.0001 + 1000, [8])\n"
+                         "output y, z\n", "t") == KILN_OK, "parse");
+    kiln_tensor in = kiln_input_desc(g, 0), want[2], spread[2];
+    kiln_tensor_alloc(&in);
+    kiln_fill_randn(in.data, 32, 3);
+    EXPECT(kiln_interpret(g, &in, want) == KILN_OK, "interpret");
+    EXPECT(rt_reference_spread(g, &in, want, RT_SPREAD_RUNS, spread) == KILN_OK, "spread: %s",
+           kiln_error(g));
+    double ymax = 0, zmax = 0;
+    int ybound = 1;
+    for (int k = 0; k < 32; k++) {
+        float y = ((float *)want[0].data)[k], sy = ((float *)spread[0].data)[k];
+        float sz = ((float *)spread[1].data)[k];
+        if (sy > 0x1p-21 * fabs(y) + 1e-30) ybound = 0;
+        if (sy > ymax) ymax = sy;
+        if (sz > zmax) zmax = sz;
+    }
+    EXPECT(ybound, "2x moved by more than two nudges (largest %.3g)", ymax);
+    EXPECT(ymax > 0, "2x did not move at all: no nudges");
+    EXPECT(zmax > 0.05, "the offset layer_norm moved by only %.3g", zmax);
+    for (int i = 0; i < 2; i++) {
+        kiln_tensor_free(&want[i]);
+        kiln_tensor_free(&spread[i]);
+    }
+    kiln_tensor_free(&in);
     kiln_graph_free(g);
 }
