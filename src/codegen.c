@@ -482,6 +482,9 @@ typedef struct {
     bool strided;                /* the current innermost loop has a non-unit access */
     bool far;                    /* ... one that is not `near` (IxText) */
     bool guarded;                /* the current nest has a guarded load (see emit_branch) */
+    bool row_guarded;            /* a stage without loops of its own had one: it sits in the
+                                  * row nest's innermost loop (see nest_text) */
+    int stage_loops;             /* stages that ran loops of their own */
     Table cse, regs, rows;       /* temporaries, member values, row scratch */
     int ntmp;
     uint8_t *use;                /* per buffer: USE_READ | USE_WRITE */
@@ -1635,11 +1638,12 @@ static bool want_simd8(const Loop *l) {
     return !l->lo && !l->hi && l->step == 1 && n / 8 + n % 8 < n / 16 + n % 16;
 }
 
-/* Pragmas of loop j (loop L) of a nest (row nest or stage nest) of n loops. */
+/* Pragmas of loop j (loop L) of a nest (row nest or stage nest) of n loops;
+ * force: `omp simd` whatever the loop (see nest_text). */
 static void loop_pragmas(KGen *K, Str *o, bool row_nest, int j, int n, int L, bool innermost,
-                         int ind) {
+                         int ind, bool force) {
     bool simd8 = innermost && want_simd8(&K->loop[L]);
-    bool simd = innermost && (K->has_red || !K->strided || (simd8 && !K->far) || K->guarded);
+    bool simd = force || (innermost && (K->has_red || !K->strided || (simd8 && !K->far) || K->guarded));
     const char *cl = str_get(&K->clauses), *len = simd8 ? " simdlen(8)" : "";
     if (row_nest && j == 0 && K->collapse > 0) {
         bool with_simd = simd && K->collapse == 1 && j == n - 1;
@@ -1667,13 +1671,21 @@ static void loop_header(KGen *K, Str *o, int L, bool innermost, int ind) {
 }
 
 /* Loops ids[j..n-1] of a nest whose first body is level level0 + 1, around
- * their bodies, at indentation ind. row_guard opens the row level's body. */
+ * their bodies, at indentation ind. row_guard opens the row level's body.
+ * A reduction whose stages run no loops of their own (every reduced extent
+ * is 1) has its guarded loads in the row nest's last loop, and that loop
+ * gets `omp simd` as an innermost one would (see emit_branch): without it
+ * GCC 12 -O3 vectorized such a nest wrongly too (fuzz-diff seed
+ * 1796004187422012: layer_norm over a dim of 1 of a concat; reduced in
+ * tests/test_fused.c, fused_guarded_outer_loop). */
 static void nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0,
                       int ind, const char *row_guard) {
     if (j == n) return;
     bool innermost = j == n - 1 && (!row_nest || K->k->kind == KK_POINTWISE);
+    bool row_simd = row_nest && j == n - 1 && !innermost && K->row_guarded && K->stage_loops == 0 &&
+                    (j >= K->collapse || K->collapse == 1);   /* not inside collapse(2+) */
     int level = level0 + j + 1;
-    loop_pragmas(K, o, row_nest, j, n, ids[j], innermost, ind);
+    loop_pragmas(K, o, row_nest, j, n, ids[j], innermost, ind, row_simd);
     loop_header(K, o, ids[j], innermost, ind);
     if (row_nest && level == K->npl && row_guard) put_indented(o, row_guard, ind + 4);
     put_indented(o, str_get(&K->block[level]), ind + 4);
@@ -1708,6 +1720,8 @@ static void begin_stage(KGen *K, StageKind kind) {
 /* Close a stage: its loops go into the row body, its values die. */
 static void end_stage(KGen *K) {
     K->lane = NULL;
+    K->stage_loops += K->nsn > 0;
+    K->row_guarded |= K->nsn == 0 && K->guarded;
     if (K->nsn > 0) {
         nest_text(K, &K->block[K->npl], false, K->snest, 0, K->nsn, K->npl, 0, NULL);
         for (int l = K->npl + 1; l <= K->npl + K->nsn; l++) {

@@ -745,7 +745,11 @@ TEST(fused_lane_reductions) {
  * -O1 right; a whole channel came out shifted, or inf from the -inf pad).
  * Such a nest now runs its innermost loop under `omp simd` (codegen.c,
  * emit_branch). The fuzzed program, a reduction of it, and the same
- * pattern in 2-D, each against the interpreter. */
+ * pattern in 2-D, each against the interpreter. Then the same GCC fault
+ * in a reduction kernel whose reduced extent is 1 (seed 1796004187422012:
+ * layer_norm over a dim of 1 of a concat with relu), where the guarded
+ * loads sit in the row nest's last loop (codegen.c, nest_text): the fuzzed
+ * program and two reductions of it. */
 TEST(fused_guarded_outer_loop) {
     enter_cache();
     static const char *const progs[] = {
@@ -759,6 +763,16 @@ TEST(fused_guarded_outer_loop) {
         "count_include_pad=true)\noutput v7\n",
         "input x: f32[3, 5, 4, 9]\ny = max_pool2d(x + 1, [2, 1], stride=[1, 2], padding=[1, 0])\n"
         "z = avg_pool2d(y, [2, 1], stride=[1, 1], padding=[1, 0], count_include_pad=true)\noutput z\n",
+        "input v0: f32[33, 17, 5, 1, 1]\nv1 = cat([v0, relu(v0)], dim=-4)\n"
+        "v2 = where(v1 > v1, v1, v1 * 0.5)\nv3 = layer_norm(v2, [1])\nv4 = avg_pool3d(v1, [1, 1, 1], "
+        "stride=[2, 2, 2], padding=[0, 0, 0], ceil_mode=false, count_include_pad=false)\n"
+        "v7 = v3 * v2\nv11 = amax(v7, dim=[0], keepdim=true)\nv12 = where(v11 > v11, v11, v11 * 0.5)\n"
+        "output v12, v4\n",
+        "input v0: f32[33, 17, 5, 1, 1]\nv1 = cat([v0, relu(v0)], dim=-4)\n"
+        "v2 = where(v1 > v1, v1, v1 * 0.5)\nv3 = layer_norm(v2, [1])\nv7 = v3 * v2\n"
+        "v11 = amax(v7, dim=[0], keepdim=true)\noutput v11\n",
+        "input x: f32[8, 4, 3, 1]\ny = cat([x, relu(x)], dim=1)\nz = layer_norm(y * 0.5, [1])\n"
+        "m = amax(z * y, dim=[0], keepdim=true)\noutput m\n",
     };
     for (int i = 0; i < (int)(sizeof progs / sizeof progs[0]); i++) {
         kiln_graph *g = kiln_graph_new();
