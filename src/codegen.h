@@ -180,7 +180,7 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
                                 int runs, kiln_tensor *spread);
 /* Runs of rt_reference_spread the checks use, and how many spreads of
  * allowance an element gets on top of the tolerance. */
-#define RT_SPREAD_RUNS 8
+#define RT_SPREAD_RUNS 32
 #define RT_SPREAD_K 4.0
 /* rt_excess with RT_SPREAD_K times the element's spread added to the
  * allowance; an infinite spread (the reference itself is undetermined

@@ -6,7 +6,8 @@
  * tests/conditioning/ holds programs that `make fuzz-diff` once reported:
  * each failed the plain tolerance at an element with no well-defined float
  * answer (layer_norm of values with a large common offset, a where() on a
- * comparison at an exact tie, layer_norm of near-constant rows under sqrt).
+ * comparison at an exact tie, layer_norm of near-constant rows under sqrt,
+ * a comparison of two values that are the same mean of equal floats).
  * For each: the interpreter, with its intermediates nudged, moves by more
  * than the plain tolerance there (an interpreter-only fact, the same on
  * every machine), and the fused result is within the tolerance plus the
@@ -107,8 +108,8 @@ static char *read_text(const char *path) {
 }
 
 TEST(spread_ill_conditioned_fuzz_cases) {
-    static const char *names[] = {"offset_layer_norm", "where_tie", "sqrt_layer_norm"};
-    for (int c = 0; c < 3; c++) {
+    static const char *names[] = {"offset_layer_norm", "where_tie", "sqrt_layer_norm", "mean_tie"};
+    for (int c = 0; c < 4; c++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/conditioning/%s.kiln", test_srcdir(), names[c]);
         char *text = read_text(path);
