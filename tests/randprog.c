@@ -114,7 +114,10 @@ static int broadcast_partner(Gen *g, int v) {
         }
         if (ok && out <= 8192) cands[n++] = u;
     }
-    return cands[pick(g, n)]; /* v itself always qualifies */
+    /* v itself qualifies unless it is larger than 8192 elements itself (a
+     * pool over a concat can be): then v pairs with itself. (Not added to
+     * the candidates: that would change every other seed's program.) */
+    return n ? cands[pick(g, n)] : v;
 }
 
 static void binary(Gen *g, int v) {

@@ -683,3 +683,16 @@ TEST(lower_matches_interpreter_rowprogs) {
         CHECKF(!bad, "seed %d: loop IR differs from the interpreter\n%s", seed, src);
     }
 }
+
+/* The program generator itself: a value larger than 8192 elements (a pool
+ * over a concat) had no broadcast partner and randprog divided by zero
+ * (fuzz-diff crashed at seed 1796007215170098). It pairs with itself now;
+ * the program must come out and parse. */
+TEST(lower_randprog_large_value_has_partner) {
+    char src[8192];
+    size_t n = randprog(1796007215170098ull, src, sizeof src);
+    EXPECT(n > 0 && n < sizeof src, "randprog wrote %zu bytes", n);
+    kiln_graph *g = kiln_graph_new();
+    EXPECT(kiln_parse(g, src, "rand.kiln") == KILN_OK, "%s\n%s", kiln_error(g), src);
+    kiln_graph_free(g);
+}
