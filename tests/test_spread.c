@@ -22,6 +22,7 @@
  */
 #include "test.h"
 #include "codegen.h"
+#include "testutil.h"
 #include <math.h>
 
 #define MAX_IO 16
@@ -97,30 +98,24 @@ static double worst_spread(const Run *r) {
     return worst;
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    static char buf[1 << 16];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    return buf;
-}
-
 TEST(spread_ill_conditioned_fuzz_cases) {
     static const char *names[] = {"offset_layer_norm", "where_tie", "sqrt_layer_norm", "mean_tie"};
     for (int c = 0; c < 4; c++) {
         char path[1024];
         snprintf(path, sizeof path, "%s/conditioning/%s.kiln", test_srcdir(), names[c]);
-        char *text = read_text(path);
+        char *text = test_read_text(path);
         unsigned long long seed = 0;
         const char *at = text ? strstr(text, "seed ") : NULL;
         EXPECT(at && sscanf(at, "seed %llu", &seed) == 1, "%s: no seed in its header", path);
-        if (!at || !seed) continue;
+        if (!at || !seed) {
+            free(text);
+            continue;
+        }
         Run r;
         if (!run_case(&r, text, names[c], seed)) {
             EXPECT(0, "%s did not run", names[c]);
             run_free(&r);
+            free(text);
             continue;
         }
         /* the reference itself is undetermined beyond the plain tolerance */
@@ -143,6 +138,7 @@ TEST(spread_ill_conditioned_fuzz_cases) {
             }
         }
         run_free(&r);
+        free(text);
     }
 }
 
