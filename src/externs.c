@@ -658,7 +658,10 @@ const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_
                           const int64_t attr[7]) {
     ConvShape s = conv_shape(xs, ws, ys, attr);
     switch (conv_path(&s)) {
-    case PATH_DNNL: return "oneDNN (NCHW reordered to its blocked layout and back)";
+    case PATH_DNNL:
+        return ext_conv_dnnl_split(ys, ext_get_threads())
+                   ? "oneDNN, the images split among the threads (NCHW reordered to its blocked layout and back)"
+                   : "oneDNN (NCHW reordered to its blocked layout and back)";
     case PATH_C1: return "kiln's 1x1 GEMM (AVX-512, conv1x1.c)";
     case PATH_DEPTHWISE: return "kiln's depthwise loops on NCHW";
     case PATH_SGEMM: return "OpenBLAS sgemm per image and group";

@@ -72,6 +72,10 @@ void ext_set_conv_backend(ExtConvBackend b);
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                     bool wconst, ExtEpilogue epi, void *ctx);
+/* conv_dnnl.c: among how many threads ext_conv2d_dnnl splits a batch of
+ * output shape ys (each thread its own images, oneDNN single-threaded in
+ * each), or 0: each call of a few images runs on all the threads. */
+int ext_conv_dnnl_split(const int64_t ys[4], int threads);
 /* Drop the kept reordered (oneDNN) and packed (1x1) copies of constant
  * weights stored within [data, data + bytes) (a program's weights, when it
  * is freed: the address may next hold other data). */

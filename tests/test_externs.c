@@ -287,6 +287,63 @@ TEST(externs_conv2d_path) {
     ext_set_conv_backend(EXT_CONV_DNNL);
 }
 
+/* A batch split among the threads (ext_conv_dnnl_split): decided as the
+ * header says, and run against the naive loops with the epilogue seeing
+ * every element once, with runtime weights (reordered once per call for
+ * all the threads) and constant ones (one kept copy for all the threads'
+ * entries, used again on the next call). */
+TEST(externs_conv2d_dnnl_split) {
+    static const int64_t xs[4] = {4, 16, 64, 64}, ws[4] = {32, 16, 3, 3}, ys[4] = {4, 32, 64, 64};
+    static const int64_t at_[7] = {1, 1, 1, 1, 1, 1, 1};
+    static const int64_t y1[4] = {1, 32, 64, 64}, y8[4] = {8, 64, 56, 56}, y8s[4] = {8, 512, 7, 7};
+    static const int64_t x8[4] = {8, 64, 56, 56}, w8[4] = {64, 64, 3, 3};
+    /* 512 KB images: calls of two, two calls */
+    EXPECT(ext_conv_dnnl_split(ys, 2) == 2, "split %d", ext_conv_dnnl_split(ys, 2));
+    EXPECT(ext_conv_dnnl_split(ys, 1) == 0 && ext_conv_dnnl_split(ys, 3) == 0 &&
+               ext_conv_dnnl_split(ys, 4) == 0, "two calls split among 1, 3 or 4 threads");
+    EXPECT(ext_conv_dnnl_split(y1, 2) == 0, "one image split");
+    EXPECT(ext_conv_dnnl_split(y8, 2) == 2 && ext_conv_dnnl_split(y8, 4) == 4,
+           "ResNet-18 layer1 at batch 8 not split");
+    EXPECT(ext_conv_dnnl_split(y8s, 2) == 0, "layer4 at batch 8 (one call) split");
+    int threads = ext_get_threads();
+    ext_set_threads(2);
+    const char *path = ext_conv_path(x8, w8, y8, at_);
+    EXPECT(strstr(path, "split among the threads"), "path: %s", path);
+    ext_set_threads(1);
+    path = ext_conv_path(x8, w8, y8, at_);
+    EXPECT(strstr(path, "oneDNN") && !strstr(path, "split"), "path at 1 thread: %s", path);
+    ext_set_threads(2);
+
+    int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    int64_t ny = ys[0] * ys[1] * ys[2] * ys[3];
+    float *x = randbuf(nx, 41), *w = randbuf(nw, 42), *b = randbuf(ws[0], 43);
+    float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
+    naive_conv(x, xs, w, ws, b, ref, ys, at_);
+    int kept = ext_conv_kept_weights(NULL);
+    for (int round = 0; round < 3; round++) {
+        bool wconst = round > 0;
+        Seen seen = {calloc((size_t)ny, 1), ny, 0};
+        int rc = ext_conv2d_dnnl(x, xs, w, ws, b, y, ys, at_, wconst, plus_one, &seen);
+        EXPECT(rc == 0, "round %d: rc %d", round, rc);
+        for (int64_t i = 0; i < ny && rc == 0; i++) {
+            float want = ref[i] + 1.0f;
+            if (!(fabsf(y[i] - want) <= 1e-4f + 1e-4f * fabsf(want)) || seen.seen[i] != 1) {
+                test_failf(__FILE__, __LINE__, "round %d element %lld: %g vs %g, seen %d times",
+                           round, (long long)i, y[i], want, seen.seen[i]);
+                break;
+            }
+        }
+        EXPECT(!seen.bad, "round %d: an epilogue range out of bounds", round);
+        EXPECT(ext_conv_kept_weights(NULL) == kept + wconst, "round %d: %d copies kept, %d before",
+               round, ext_conv_kept_weights(NULL), kept);
+        free(seen.seen);
+    }
+    ext_conv_forget_weights(w, sizeof(float) * (size_t)nw);
+    EXPECT(ext_conv_kept_weights(NULL) == kept, "not forgotten");
+    ext_set_threads(threads);
+    free(x); free(w); free(b); free(y); free(ref);
+}
+
 /* oneDNN takes every case itself (none falls back to im2col), and again
  * from its cache of primitives, at another thread count too. */
 TEST(externs_conv2d_params_dnnl) {
