@@ -29,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
 
@@ -50,7 +51,20 @@ enum { SLOTS = 32, BIG = 1 << 20 };
 static void *slot_p[SLOTS];
 static size_t slot_n[SLOTS];
 
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* kiln calls the hook from several threads at once (kiln.h): the slots
+ * under a lock. */
+static void *reuse_alloc_locked(void *ud, void *ptr, size_t old, size_t n);
+
 static void *reuse_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    pthread_mutex_lock(&slot_lock);
+    void *r = reuse_alloc_locked(ud, ptr, old, n);
+    pthread_mutex_unlock(&slot_lock);
+    return r;
+}
+
+static void *reuse_alloc_locked(void *ud, void *ptr, size_t old, size_t n) {
     (void)ud;
     if (n == 0) {
         if (ptr && old >= BIG)

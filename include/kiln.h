@@ -287,7 +287,9 @@ kiln_status kiln_npy_write(const char *path, const kiln_tensor *t, char *err, si
  * (ptr NULL: a new block), aligned to 16 bytes as malloc's are, or NULL on
  * failure. NULL restores the default. (Tensor data is placed on a 64-byte
  * cache line inside such a block.)
- * The hook is process-wide; set it before building any graph.
+ * The hook is process-wide; set it before building any graph. kiln may
+ * call it from several threads at once (library kernels allocate scratch
+ * per thread), so it must be thread-safe, as malloc is.
  * The default allocator refuses to hold more than the machine can back
  * (physical memory plus swap, or the cgroup's limit), or $KILN_MEM_LIMIT
  * bytes (K, M, G, T suffixes) when set, so a tensor too large for memory is

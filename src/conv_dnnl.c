@@ -28,11 +28,11 @@
  * its own, oneDNN single-threaded inside kiln's parallel region, so no
  * call waits for the other thread and an image's reorders, convolution and
  * epilogue stay in one core's cache. Measured on ResNet-18's layer1
- * conv-bn-relu (8x64x56x56, 2 threads, `bench/ktime.c`, best and median
- * of 15 per process; the split against every call on both threads, in
- * nine pairs of alternating processes, through a switch since removed):
- * best 8.87-10.62 ms against 9.81-11.99, median 9.91-11.38 against
- * 10.33-12.22; faster in every pair, by 1-24% (best).
+ * conv-bn-relu (8x64x56x56, 2 threads, `bench/ktime.c --reuse`, best and
+ * median of 15 per process; the split against every call on both
+ * threads, five pairs of alternating processes, through a switch since
+ * removed): best 9.54-9.89 ms against 10.22-10.71, median 9.90-10.08
+ * against 10.56-10.86; faster in every pair, by 5-10% (best).
  *
  * One mutex covers the cache and the execution: the memory objects are
  * shared, and two convolutions at once would only fight over the same
