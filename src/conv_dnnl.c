@@ -87,6 +87,7 @@ typedef struct {
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
     dnnl_memory_desc_t wei_md;   /* the weights' layout for conv */
     dnnl_stream_t stream;
+    bool pinned;                 /* in use by run_split: not to be evicted */
 } DnnlConv;
 
 /* Output bytes per call: images are taken together up to this much (the
@@ -335,6 +336,9 @@ static DnnlConv *lookup(const int64_t xs[4], const int64_t ws[4], const int64_t 
     if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return NULL;
     DnnlConv *d = conv_new(key, xs, ws, ys, attr, bias);
     if (!d) return NULL;
+    /* the oldest entry goes, but not one that run_split holds (it pins at
+     * most SPLIT_MAX < CACHE_SIZE) */
+    while (cache[cache_next] && cache[cache_next]->pinned) cache_next = (cache_next + 1) % CACHE_SIZE;
     conv_free(cache[cache_next]);
     cache[cache_next] = d;
     cache_next = (cache_next + 1) % CACHE_SIZE;
@@ -514,25 +518,31 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
                      const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
                      const int64_t attr[7], bool wconst, ExtEpilogue epi, void *ctx) {
     DnnlConv *ds[SPLIT_MAX];
-    for (int t = 0; t < split; t++)
-        if (!(ds[t] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, t + 1))) return 1;
+    int got = 0, r = 0;
+    /* each entry pinned as it is found, so that making the next does not
+     * evict it */
+    for (; got < split && r == 0; got++)
+        if ((ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1))) ds[got]->pinned = true;
+        else r = 1;
     void *kw = NULL, *raw = NULL;
-    if (ds[0]->wei_in && wconst) kw = kept_weights(ds[0], w);
-    if (ds[0]->wei_in && !kw) {
-        if (!(raw = kmalloc(ds[0]->wei_bytes + KILN_ALIGN - 1))) return -1;
-        kw = util_on_line(raw);
-        if (reorder_weights(ds[0], w, kw) != dnnl_success) {
-            kfree(raw);
-            return -1;
-        }
+    if (r == 0 && ds[0]->wei_in && wconst) kw = kept_weights(ds[0], w);
+    if (r == 0 && ds[0]->wei_in && !kw) {
+        raw = kmalloc(ds[0]->wei_bytes + KILN_ALIGN - 1);
+        kw = raw ? util_on_line(raw) : NULL;
+        if (!raw || reorder_weights(ds[0], w, kw) != dnnl_success) r = -1;
     }
-    int64_t per = ys[0] / split;
-    int bad = 0;
-    #pragma omp parallel for num_threads(split) schedule(static) reduction(| : bad)
-    for (int t = 0; t < split; t++)
-        bad |= run(ds[t], x, xs, w, kw, bias, y, ys, t * per, (t + 1) * per, epi, ctx) != 0;
+    if (r == 0) {
+        int64_t per = ys[0] / split;
+        int bad = 0;
+        #pragma omp parallel for num_threads(split) schedule(static) reduction(| : bad)
+        for (int t = 0; t < split; t++)
+            bad |= run(ds[t], x, xs, w, kw, bias, y, ys, t * per, (t + 1) * per, epi, ctx) != 0;
+        r = bad ? -1 : 0;
+    }
+    for (int t = 0; t < got; t++)
+        if (ds[t]) ds[t]->pinned = false;
     kfree(raw);
-    return bad ? -1 : 0;
+    return r;
 }
 
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],

@@ -344,6 +344,46 @@ TEST(externs_conv2d_dnnl_split) {
     free(x); free(w); free(b); free(y); free(ref);
 }
 
+/* One run of ext_conv2d_dnnl against the naive loops (bias, epilogue +1);
+ * false on any difference. */
+static bool dnnl_matches(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                         uint64_t seed) {
+    static const int64_t at_[7] = {1, 1, 1, 1, 1, 1, 1};
+    int64_t nx = xs[0] * xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    int64_t ny = ys[0] * ys[1] * ys[2] * ys[3];
+    float *x = randbuf(nx, seed), *w = randbuf(nw, seed + 1), *b = randbuf(ws[0], seed + 2);
+    float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
+    Seen seen = {calloc((size_t)ny, 1), ny, 0};
+    bool ok = ext_conv2d_dnnl(x, xs, w, ws, b, y, ys, at_, false, plus_one, &seen) == 0;
+    naive_conv(x, xs, w, ws, b, ref, ys, at_);
+    for (int64_t i = 0; i < ny && ok; i++)
+        ok = fabsf(y[i] - (ref[i] + 1.0f)) <= 1e-4f + 1e-4f * fabsf(ref[i] + 1.0f) && seen.seen[i] == 1;
+    ok = ok && !seen.bad;
+    free(x); free(w); free(b); free(y); free(ref); free(seen.seen);
+    return ok;
+}
+
+/* The split pins its entries in conv_dnnl.c's cache of primitives (64,
+ * replaced round robin): a shape split among 2 threads, then 62 other
+ * shapes, so that its 2 entries are next in line, then the shape on 3
+ * threads, whose third entry is made while the first two are held. It
+ * must not evict them (under ASan that was a use after free). */
+TEST(externs_conv2d_dnnl_split_keeps_entries) {
+    static const int64_t xs[4] = {6, 2, 64, 64}, ws[4] = {48, 2, 3, 3}, ys[4] = {6, 48, 64, 64};
+    CHECK(ext_conv_dnnl_split(ys, 2) == 2 && ext_conv_dnnl_split(ys, 3) == 3);
+    int threads = ext_get_threads();
+    ext_set_threads(2);
+    EXPECT(dnnl_matches(xs, ws, ys, 51), "on 2 threads");
+    ext_set_threads(1);
+    for (int64_t c = 1; c <= 62; c++) {
+        int64_t fx[4] = {1, c, 3, 5}, fw[4] = {3, c, 3, 3}, fy[4] = {1, 3, 3, 5};
+        EXPECT(dnnl_matches(fx, fw, fy, 60 + (uint64_t)c), "filler %lld", (long long)c);
+    }
+    ext_set_threads(3);
+    EXPECT(dnnl_matches(xs, ws, ys, 52), "on 3 threads");
+    ext_set_threads(threads);
+}
+
 /* oneDNN takes every case itself (none falls back to im2col), and again
  * from its cache of primitives, at another thread count too. */
 TEST(externs_conv2d_params_dnnl) {
