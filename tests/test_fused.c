@@ -665,8 +665,8 @@ TEST(fused_divide_by_row_value) {
  * (codegen.c, streamed stores; test_codegen.c checks which kernels do):
  * a flat pointwise loop in blocks with a short last block, softmax rows of
  * an odd length (rows start unaligned), a 2-D loop whose rows are split
- * into blocks, and a streamed output that a later stage of its row reads
- * again (from the tile). Each against the interpreter, and relu(x + 1)
+ * into blocks, a streamed output that a later stage of its row reads
+ * again (from the tile), and row stages streamed vector by vector. Each against the interpreter, and relu(x + 1)
  * exactly against its definition. */
 TEST(fused_streamed_stores) {
     enter_cache();
@@ -680,6 +680,9 @@ TEST(fused_streamed_stores) {
          * asking for x 1024 ahead (past the end: not) */
         "input x: f32[1025, 4099]\ny = gelu(x) + sin(x)\noutput y\n",
         "input x: f32[2049, 2049]\ny = exp(x) * 2\noutput y\n",
+        /* rows of a multiple of 16: the last stage streams each vector as
+         * it computes it (kiln_stream16) */
+        "input x: f32[1024, 4112]\ny = layer_norm(x, [4112])\noutput y\n",
         /* not streamed; the second pass in blocks of 256, the last of 233 */
         "input x: f32[33, 1001]\ninput g: f32[1001]\ny = layer_norm(x, [1001], g)\noutput y\n",
     };
