@@ -1739,7 +1739,7 @@ static void nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int
     /* a row stage's streamed stores per vector (stream_store): the loop in
      * groups of CG_LANES, each stored out as soon as computed */
     bool vgroup = !row_nest && innermost && K->vloop == ids[j] && !l->lo && !l->hi &&
-                  l->step == 1 && !K->full_par && !K->lane && !str_get(&K->clauses)[0];
+                  l->step == 1 && !K->full_par && !str_get(&K->clauses)[0];
     const char *g = vgroup ? pool_printf(K->g->pool, "%sv", l->name) : NULL;
     if (vgroup) {
         str_putf(o, "%*sfor (int64_t %s = 0; %s < %lld; %s += %d) {\n", ind, "", g, g,
