@@ -51,19 +51,6 @@ enum { SLOTS = 32, BIG = 1 << 20 };
 static void *slot_p[SLOTS];
 static size_t slot_n[SLOTS];
 
-static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
-
-/* kiln calls the hook from several threads at once (kiln.h): the slots
- * under a lock. */
-static void *reuse_alloc_locked(void *ud, void *ptr, size_t old, size_t n);
-
-static void *reuse_alloc(void *ud, void *ptr, size_t old, size_t n) {
-    pthread_mutex_lock(&slot_lock);
-    void *r = reuse_alloc_locked(ud, ptr, old, n);
-    pthread_mutex_unlock(&slot_lock);
-    return r;
-}
-
 static void *reuse_alloc_locked(void *ud, void *ptr, size_t old, size_t n) {
     (void)ud;
     if (n == 0) {
@@ -84,6 +71,17 @@ static void *reuse_alloc_locked(void *ud, void *ptr, size_t old, size_t n) {
                 return q;
             }
     return realloc(ptr, n);
+}
+
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* kiln calls the hook from several threads at once (kiln.h): the slots
+ * under a lock. */
+static void *reuse_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    pthread_mutex_lock(&slot_lock);
+    void *r = reuse_alloc_locked(ud, ptr, old, n);
+    pthread_mutex_unlock(&slot_lock);
+    return r;
 }
 
 static int cmp_d(const void *a, const void *b) {

@@ -186,6 +186,11 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
  * allowance; an infinite spread (the reference itself is undetermined
  * there) accepts any value. */
 double rt_excess_spread(float got, float want, float spread, RtTolerance t);
+/* One output element of either dtype (a bool as 0/1) against the
+ * reference: a bool must match unless the reference itself flipped there
+ * (spread > 0); a float goes through rt_excess_spread (spread 0: exactly
+ * rt_excess). The excess, > 1 fails. */
+double rt_check_excess(kiln_dtype dt, float got, float want, float spread, RtTolerance t);
 
 /* The lowering and scheduling configuration for public options (fuse 0:
  * nothing inlined, no fusion rounds: one kernel per op). */

@@ -590,13 +590,12 @@ static void compare(const kiln_graph *g, const RtTolerance *tol, const kiln_tens
                     const kiln_tensor *want, const kiln_tensor *spread, Check *c) {
     *c = (Check){.done = true, .passed = true, .worst_output = -1};
     for (int i = 0; i < kiln_num_outputs(g); i++) {
-        RtTolerance t = got[i].dtype == KILN_BOOL ? (RtTolerance){0, 0, 1} : *tol;
         for (int64_t k = 0; k < kiln_tensor_numel(&got[i]); k++) {
             float a = element(&got[i], k), b = element(&want[i], k);
-            double ex = rt_excess(a, b, t);
+            double ex = rt_check_excess(got[i].dtype, a, b, 0.0f, *tol);
             float sp = spread ? ((const float *)spread[i].data)[k] : 0.0f;
             if (ex > 1 && spread) {
-                ex = got[i].dtype == KILN_BOOL ? (sp > 0 ? 0.0 : ex) : rt_excess_spread(a, b, sp, t);
+                ex = rt_check_excess(got[i].dtype, a, b, sp, *tol);
                 c->conditioned += ex <= 1;
             }
             if (isfinite(a) && isfinite(b) && fabs((double)a - b) > c->max_abs)

@@ -520,6 +520,11 @@ double rt_excess_spread(float got, float want, float spread, RtTolerance t) {
     return fabs((double)got - (double)want) / (t.atol + t.rtol * fabs((double)want) + RT_SPREAD_K * spread);
 }
 
+double rt_check_excess(kiln_dtype dt, float got, float want, float spread, RtTolerance t) {
+    if (dt == KILN_BOOL) return (got != 0) == (want != 0) || spread > 0 ? 0.0 : INFINITY;
+    return rt_excess_spread(got, want, spread, t);
+}
+
 /* ===== the public API ================================================================== */
 
 struct kiln_program {

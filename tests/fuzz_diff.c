@@ -90,8 +90,7 @@ static void compare(Prog *pr, float **got, const kiln_tensor *in, const kiln_ten
         int64_t n = kiln_tensor_numel(&want[i]);
         for (int64_t k = 0; k < n; k++) {
             float w = value(&want[i], k), g = got[i][k];
-            bool b = want[i].dtype == KILN_BOOL;
-            double x = b ? ((g != 0) != (w != 0)) * INFINITY : rt_excess(g, w, tol);
+            double x = rt_check_excess(want[i].dtype, g, w, 0.0f, tol);
             if (x <= 1.0) continue;
             if (!have && rt_reference_spread(pr->g, in, want, RT_SPREAD_RUNS, spread) != KILN_OK) {
                 snprintf(pr->why, sizeof pr->why, "reference spread: %s", kiln_error(pr->g));
@@ -99,7 +98,7 @@ static void compare(Prog *pr, float **got, const kiln_tensor *in, const kiln_ten
             }
             have = true;
             float s = ((const float *)spread[i].data)[k];
-            x = b ? (s > 0 ? 0.0 : x) : rt_excess_spread(g, w, s, tol);
+            x = rt_check_excess(want[i].dtype, g, w, s, tol);
             if (x <= 1.0) {
                 pr->conditioned++;
                 continue;
