@@ -238,6 +238,12 @@ typedef struct {
                     * conv2d (bias, BN, relu, a residual add) run on each
                     * output block inside the library call; 0: they are
                     * kernels of their own, as in PyTorch Inductor */
+    const char *target;   /* the instruction-set tier kernels are compiled
+                    * for: "v2" (x86-64-v2, SSE4.2), "v3" (AVX2 + FMA), "v4"
+                    * (AVX-512) or "native" (-march=native); NULL: $KILN_TARGET,
+                    * else the highest tier this CPU runs. A tier the CPU
+                    * cannot run is KILN_ERR_ENV (the message names the
+                    * missing features), an unknown name KILN_ERR_INPUT. */
 } kiln_options;
 kiln_options kiln_default_options(void);
 

@@ -126,6 +126,8 @@ typedef struct {
     int64_t io_bytes;      /* inputs + outputs (the caller's memory) */
     int64_t peak_bytes;    /* io_bytes + arena_bytes; weights are not counted */
     int64_t intermediate_bytes;  /* the intermediates' sizes summed (no reuse) */
+    const char *target;    /* the tier the kernels were compiled for: "v3" */
+    char jit_flags[256];   /* the flags beyond the JIT's own: CG_EXTRA_FLAGS, the tier's */
 } RtStats;
 
 /* Decompose, lower, schedule, generate, JIT-compile and plan memory. */

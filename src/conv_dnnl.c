@@ -107,6 +107,41 @@ static int cache_next;
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static dnnl_engine_t engine;
 
+/* oneDNN's ISA, capped once per process (oneDNN takes the cap only before
+ * it generates its first kernel) to what the target tier of the first
+ * program to use it allows (ext_cpu_features on that thread): no AVX-512
+ * kernel under v3, SSE4.1 ones under v2. */
+static pthread_mutex_t isa_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool isa_done;
+
+static void dnnl_isa_init(void) {
+    if (__atomic_load_n(&isa_done, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&isa_lock);
+    if (!isa_done) {
+        unsigned f = ext_cpu_features();
+        dnnl_set_max_cpu_isa((f & EXT_CPU_AVX512) ? dnnl_cpu_isa_avx512_core
+                             : (f & EXT_CPU_AVX2) ? dnnl_cpu_isa_avx2
+                                                  : dnnl_cpu_isa_sse41);
+        __atomic_store_n(&isa_done, true, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&isa_lock);
+}
+
+const char *ext_dnnl_isa(void) {
+    dnnl_isa_init();
+    switch (dnnl_get_effective_cpu_isa()) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    default: return "its default ISA";
+    }
+}
+
 static void make_key(int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
                      const int64_t ys[4], const int64_t attr[7], bool bias, int64_t nb,
                      int threads, int slot) {
@@ -333,6 +368,7 @@ static DnnlConv *lookup(const int64_t xs[4], const int64_t ws[4], const int64_t 
     make_key(key, xs, ws, ys, attr, bias, nb, threads, slot);
     for (int i = 0; i < CACHE_SIZE; i++)
         if (cache[i] && !memcmp(cache[i]->key, key, sizeof key)) return cache[i];
+    if (!engine) dnnl_isa_init();
     if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return NULL;
     DnnlConv *d = conv_new(key, xs, ws, ys, attr, bias);
     if (!d) return NULL;

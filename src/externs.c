@@ -54,7 +54,11 @@
  * (Haswell), it sets the variable and runs OpenBLAS's own selection again:
  * gotoblas_dynamic_quit() forgets the choice, gotoblas_dynamic_init() reads
  * the variable and initializes the chosen core's parameters, exactly as at
- * load time; then the variable is removed again. Both are exported by every
+ * load time; then the variable is put back as it was. The same happens
+ * when the core in use needs more than the target tier of the first
+ * program to call BLAS allows (target.h): under v3 a SkylakeX core becomes
+ * Haswell, under v2 any AVX core becomes Nehalem, whoever chose it, so no
+ * AVX-512 instruction runs under a v3 target. Both are exported by every
  * DYNAMIC_ARCH build (`nm -D`); they are weak references here, so an
  * OpenBLAS built for one CPU (no such symbols, nothing to fix) links and
  * runs unchanged. Nothing else changes with the core: OpenBLAS allocates
@@ -67,16 +71,32 @@
 extern void gotoblas_dynamic_init(void) __attribute__((weak));
 extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 
-const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu) {
+/* The most a core's kernels use: 2 AVX-512, 1 AVX or AVX2, 0 SSE only. */
+static int core_level(const char *core) {
+    static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+    static const char *const avx[] = {"Sandybridge", "Haswell", "Zen", "Bulldozer",
+                                      "Piledriver", "Steamroller", "Excavator"};
+    for (size_t i = 0; core && i < sizeof avx512 / sizeof *avx512; i++)
+        if (!strcasecmp(core, avx512[i])) return 2;
+    for (size_t i = 0; core && i < sizeof avx / sizeof *avx; i++)
+        if (!strcasecmp(core, avx[i])) return 1;
+    return 0;
+}
+
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu, unsigned cap) {
+    unsigned ok = cpu & cap;
+    int allowed = (ok & EXT_CPU_AVX512) ? 2 : (ok & EXT_CPU_AVX2) ? 1 : 0;
+    /* above the tier (the user's choice too): the best core the tier allows */
+    if (current && core_level(current) > allowed) return allowed == 1 ? "Haswell" : "Nehalem";
     if ((user && *user) || !current || strcasecmp(current, "Prescott") != 0) return NULL;
-    if (cpu & EXT_CPU_AVX512) return "SkylakeX";
-    if (cpu & EXT_CPU_AVX2) return "Haswell";
+    if (allowed == 2) return "SkylakeX";
+    if (allowed == 1) return "Haswell";
     return NULL;
 }
 
 /* This CPU's features, as the OS lets programs use them (GCC's
  * __builtin_cpu_supports checks XCR0 for the AVX and AVX-512 state). */
-unsigned ext_cpu_features(void) {
+unsigned ext_cpu_features_all(void) {
     __builtin_cpu_init();
     unsigned f = 0;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= EXT_CPU_AVX2;
@@ -86,20 +106,54 @@ unsigned ext_cpu_features(void) {
     return f;
 }
 
-static void blas_pick_core(void) {
-    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
-    const char *core = ext_blas_core_choice(getenv("OPENBLAS_CORETYPE"), openblas_get_corename(),
-                                            ext_cpu_features());
-    if (!core || setenv("OPENBLAS_CORETYPE", core, 1) != 0) return;
-    gotoblas_dynamic_quit();
-    gotoblas_dynamic_init();
-    unsetenv("OPENBLAS_CORETYPE");
+/* The cap of the program running on this thread (ext_isa_enter); ~0u
+ * outside a run: whatever the CPU has. */
+static _Thread_local unsigned isa_cap = ~0u;
+
+unsigned ext_isa_enter(unsigned cap) {
+    unsigned prev = isa_cap;
+    isa_cap = cap;
+    return prev;
 }
 
-static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+void ext_isa_leave(unsigned prev) { isa_cap = prev; }
+
+unsigned ext_cpu_features(void) { return ext_cpu_features_all() & isa_cap; }
+
+static void blas_pick_core(unsigned cap) {
+    if (!gotoblas_dynamic_init || !gotoblas_dynamic_quit) return;
+    const char *core = ext_blas_core_choice(getenv("OPENBLAS_CORETYPE"), openblas_get_corename(),
+                                            ext_cpu_features_all(), cap);
+    if (!core) return;
+    /* the user's variable is put back as it was */
+    const char *user = getenv("OPENBLAS_CORETYPE");
+    char *saved = user ? strdup(user) : NULL;
+    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0) { free(saved); return; }
+    gotoblas_dynamic_quit();
+    gotoblas_dynamic_init();
+    if (saved) setenv("OPENBLAS_CORETYPE", saved, 1);
+    else unsetenv("OPENBLAS_CORETYPE");
+    free(saved);
+}
+
+static pthread_mutex_t blas_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool blas_done;
+
+const char *ext_blas_core(void) {
+    ext_blas_init();
+    return openblas_get_corename();
+}
 
 /* Once per process, before the first BLAS call kiln makes. */
-void ext_blas_init(void) { pthread_once(&blas_once, blas_pick_core); }
+void ext_blas_init(void) {
+    if (__atomic_load_n(&blas_done, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&blas_lock);
+    if (!blas_done) {
+        blas_pick_core(isa_cap);
+        __atomic_store_n(&blas_done, true, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&blas_lock);
+}
 
 void ext_set_threads(int n) {
     ext_blas_init();
@@ -433,38 +487,40 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
 }
 
 /* The library is built for any x86-64 (SSE2); these loops also get AVX2
- * and AVX-512 versions, picked at load time by the CPU's features (GCC's
- * target_clones, an ifunc; "arch=" clones would match CPU models only):
- * 4-wide SSE ran MobileNet's depthwise layers at 3-17 GFLOP/s. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define DW_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+ * and AVX-512 versions (4-wide SSE ran MobileNet's depthwise layers at
+ * 3-17 GFLOP/s), and the caller picks one by the features the program's
+ * target tier allows (ext_cpu_features: level 2 AVX-512, 1 AVX2 + FMA, 0
+ * SSE), not by the CPU alone as GCC's target_clones would: no AVX-512
+ * instruction runs under a v3 target. The three bodies are the same C
+ * (not contracted to FMAs under -std=c11), so they give the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DW_LEVELS 1
+#define DW_ISA2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define DW_ISA1 __attribute__((target("avx2,fma")))
+/* name##_l2, _l1 and _l0 from one body, and name(level, ...) picking one */
+#define DW_VERSIONS(name, params, args)                                                        DW_ISA2 static void name##_l2 params DW_BODY_##name                                        DW_ISA1 static void name##_l1 params DW_BODY_##name                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) {                                                if (level >= 2) name##_l2 args;                                                            else if (level == 1) name##_l1 args;                                                       else name##_l0 args;                                                                   }
 #else
-#define DW_CLONES
+#define DW_LEVELS 0
+#define DW_VERSIONS(name, params, args)                                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) { (void)level; name##_l0 args; }
 #endif
 
 /* One output row of a 3x3 filter: the nine taps of each output in one
  * expression, the output row written once. The column stride is a
  * constant in each instance (1 and 2 get their own, so the loads are
  * contiguous or a shuffle of two; a runtime stride would make gathers). */
-#define DW_ROW3(name, SW)                                                                \
-    DW_CLONES static void name(const float *r0, const float *r1, const float *r2,          \
-                               const float *k, float b, int64_t e1, int64_t ow, int64_t sw, \
-                               float *restrict yr) {                                        \
-        float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6], \
-              k7 = k[7], k8 = k[8];                                                        \
-        int64_t e2 = 2 * e1;                                                               \
-        (void)sw;                                                                          \
-        _Pragma("omp simd")                                                                \
-        for (int64_t o = 0; o < ow; o++) {                                                 \
-            int64_t i = o * (SW);                                                          \
-            yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +      \
-                    k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +     \
-                    k8 * r2[i + e2];                                                       \
-        }                                                                                  \
-    }
-DW_ROW3(dw_row3_s1, 1)
-DW_ROW3(dw_row3_s2, 2)
-DW_ROW3(dw_row3_sn, sw)
+#define DW_ROW3_BODY(SW)                                                                       {                                                                                              float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6],               k7 = k[7], k8 = k[8];                                                                int64_t e2 = 2 * e1;                                                                       (void)sw;                                                                                  _Pragma("omp simd")                                                                        for (int64_t o = 0; o < ow; o++) {                                                             int64_t i = o * (SW);                                                                      yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +                          k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +                         k8 * r2[i + e2];                                                               }                                                                                      }
+#define DW_ROW3_PARAMS const float *r0, const float *r1, const float *r2, const float *k, \
+                       float b, int64_t e1, int64_t ow, int64_t sw, float *restrict yr
+#define DW_ROW3_ARGS (r0, r1, r2, k, b, e1, ow, sw, yr)
+#define DW_BODY_dw_row3_s1 DW_ROW3_BODY(1)
+#define DW_BODY_dw_row3_s2 DW_ROW3_BODY(2)
+#define DW_BODY_dw_row3_sn DW_ROW3_BODY(sw)
+#define DW_PARAMS_dw_row3_s1 DW_ROW3_PARAMS
+#define DW_PARAMS_dw_row3_s2 DW_ROW3_PARAMS
+#define DW_PARAMS_dw_row3_sn DW_ROW3_PARAMS
+DW_VERSIONS(dw_row3_s1, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
+DW_VERSIONS(dw_row3_s2, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
+DW_VERSIONS(dw_row3_sn, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
 
 /* With AVX-512, column strides 1 and 2 run these instead: vectors of 16
  * outputs with the last one's store masked, where the loops above, with
@@ -524,42 +580,57 @@ static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *
 #endif
 
 static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
-                    int64_t oh, bool avx512, float *restrict yr) {
+                    int64_t oh, int level, float *restrict yr) {
     const float *r0 = P + oh * s->sh * d.pw, *r1 = r0 + s->dh * d.pw, *r2 = r1 + s->dh * d.pw;
 #if DW_AVX512
-    if (avx512 && (s->sw == 1 || s->sw == 2)) {
+    if (level >= 2 && (s->sw == 1 || s->sw == 2)) {
         (s->sw == 1 ? dw_row3_v1 : dw_row3_v2)(r0, r1, r2, k, b, s->dw, s->ow, yr);
         return;
     }
-#else
-    (void)avx512;
 #endif
-    if (s->sw == 1) dw_row3_s1(r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
-    else if (s->sw == 2) dw_row3_s2(r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
-    else dw_row3_sn(r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
+    if (s->sw == 1) dw_row3_s1(level, r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
+    else if (s->sw == 2) dw_row3_s2(level, r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
+    else dw_row3_sn(level, r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
 }
 
 /* One output row of any filter: a pass per tap. */
-DW_CLONES static void dw_row(const ConvShape *s, PadDims d, const float *P, const float *k,
-                             float b, int64_t oh, float *restrict yr) {
-    for (int64_t o = 0; o < s->ow; o++) yr[o] = b;
-    for (int64_t i = 0; i < s->kh; i++) {
-        const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;
-        for (int64_t j = 0; j < s->kw; j++) {
-            float kv = k[i * s->kw + j];
-            const float *pc = pr + j * s->dw;
-            int64_t sw = s->sw;
-            #pragma omp simd
-            for (int64_t o = 0; o < s->ow; o++) yr[o] += kv * pc[o * sw];
-        }
+#define DW_ROW_PARAMS const ConvShape *s, PadDims d, const float *P, const float *k, float b, \
+                      int64_t oh, float *restrict yr
+#define DW_PARAMS_dw_row DW_ROW_PARAMS
+#define DW_BODY_dw_row                                                                     \
+    {                                                                                      \
+        for (int64_t o = 0; o < s->ow; o++) yr[o] = b;                                     \
+        for (int64_t i = 0; i < s->kh; i++) {                                              \
+            const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;                         \
+            for (int64_t j = 0; j < s->kw; j++) {                                          \
+                float kv = k[i * s->kw + j];                                               \
+                const float *pc = pr + j * s->dw;                                          \
+                int64_t sw = s->sw;                                                        \
+                _Pragma("omp simd")                                                        \
+                for (int64_t o = 0; o < s->ow; o++) yr[o] += kv * pc[o * sw];              \
+            }                                                                              \
+        }                                                                                  \
     }
+DW_VERSIONS(dw_row, (DW_ROW_PARAMS), (s, d, P, k, b, oh, yr))
+
+const char *ext_path_isa(const char *path) {
+    static _Thread_local char buf[96];
+    unsigned cpu = ext_cpu_features();
+    if (strstr(path, "oneDNN")) util_fmt(buf, sizeof buf, "oneDNN's %s kernels", ext_dnnl_isa());
+    else if (strstr(path, "OpenBLAS")) util_fmt(buf, sizeof buf, "OpenBLAS's %s kernels", ext_blas_core());
+    else if (strstr(path, "1x1 GEMM")) util_fmt(buf, sizeof buf, "AVX-512");
+    else util_fmt(buf, sizeof buf, "%s", (cpu & EXT_CPU_AVX512) ? "AVX-512 (16-wide rows)"
+                                         : (cpu & EXT_CPU_AVX2)  ? "AVX2 + FMA"
+                                                                  : "SSE");
+    return buf;
 }
 
 /* 0, or -1 when a thread's padded plane cannot be allocated. */
 static int conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
                           float *y, ExtEpilogue epi, void *ctx) {
     PadDims d = pad_dims(s);
-    bool avx512 = (ext_cpu_features() & EXT_CPU_AVX512) != 0;
+    unsigned cpu = ext_cpu_features();
+    int level = (cpu & EXT_CPU_AVX512) ? 2 : (cpu & EXT_CPU_AVX2) ? 1 : 0;
     int failed = 0;
     #pragma omp parallel
     {
@@ -577,8 +648,8 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 pad_plane(s, d, x + (n * s->c + c) * s->h * s->w, P);
                 for (int64_t oh = 0; oh < s->oh; oh++) {
                     if (s->kh == 3 && s->kw == 3)
-                        dw_row3(s, d, P, k, b, oh, avx512, yp + oh * s->ow);
-                    else dw_row(s, d, P, k, b, oh, yp + oh * s->ow);
+                        dw_row3(s, d, P, k, b, oh, level, yp + oh * s->ow);
+                    else dw_row(level, s, d, P, k, b, oh, yp + oh * s->ow);
                 }
                 if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
             }

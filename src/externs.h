@@ -6,6 +6,7 @@
 #ifndef KILN_EXTERNS_H
 #define KILN_EXTERNS_H
 #include "kiln_int.h"
+#include "target.h"
 #include <pthread.h>
 
 /* A strided view: element (i0..ik) lives at data[offset + sum i_d*stride_d].
@@ -156,11 +157,27 @@ int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
  * CPU it does not know by the kernels the CPU can run (see externs.c);
  * every extern and ext_set_threads call it first. */
 void ext_blas_init(void);
-/* CPU features (ext_cpu_features) as the choice below needs them. */
-enum { EXT_CPU_AVX2 = 1, EXT_CPU_AVX512 = 2 };
+/* The EXT_CPU_* features (target.h) library kernels may use on this
+ * thread now: the CPU's, bounded by the cap of ext_isa_enter. */
 unsigned ext_cpu_features(void);
+/* The CPU's EXT_CPU_* features, whatever the cap. */
+unsigned ext_cpu_features_all(void);
+/* Bound the library kernels this thread runs to the EXT_CPU_* bits cap
+ * (a program's Target.ext) until ext_isa_leave(the value returned). The
+ * first BLAS or oneDNN use in the process also caps OpenBLAS's core and
+ * oneDNN's ISA to the cap in force then (they choose once per process). */
+unsigned ext_isa_enter(unsigned cap);
+void ext_isa_leave(unsigned prev);
 /* The core to force, or NULL to keep OpenBLAS's: user is OPENBLAS_CORETYPE
- * (set: the user's choice wins), current the core OpenBLAS chose, cpu the
- * EXT_CPU_* bits. */
-const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu);
+ * (set: the user's choice wins, unless it needs more than cap allows),
+ * current the core OpenBLAS chose, cpu the EXT_CPU_* bits the CPU has and
+ * cap those the tier allows. */
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu, unsigned cap);
+/* The OpenBLAS core and the oneDNN ISA in use ("Haswell", "avx2"), for
+ * kiln explain; oneDNN's is "not loaded yet" before its first use. */
+const char *ext_blas_core(void);
+const char *ext_dnnl_isa(void);
+/* What instructions a path of ext_conv_path / ext_matmul_path runs:
+ * "OpenBLAS's Haswell kernels", "oneDNN's avx2 kernels", "AVX2 + FMA". */
+const char *ext_path_isa(const char *path);
 #endif

@@ -5,9 +5,10 @@
  * a second or more, so results live in a cache directory keyed by a hash
  * (SHA-256, first 128 bits) of everything that decides the binary: the
  * source, the full flag string, the compiler command, the first line of
- * `$CC --version` and the CPU's feature flags (-march=native makes the
- * object CPU-specific; a shared home directory must not hand an AVX-512
- * object to another machine). The version and CPU lines are computed once
+ * `$CC --version` and the CPU's feature flags (the target tier's flags,
+ * among the extra flags, say which instructions the object uses, and its
+ * -mtune=native makes the object CPU-specific; a shared home directory
+ * must not hand an AVX-512 object to another machine). The version and CPU lines are computed once
  * per process (and per $CC) and memoized; the version line is also kept in
  * the cache directory for the next process (version_file).
  *
@@ -45,7 +46,7 @@
 
 extern char **environ;
 
-#define JIT_FLAGS "-O3 -march=native -fopenmp -fno-math-errno -shared -fPIC -std=c11"
+#define JIT_FLAGS "-O3 -fopenmp -fno-math-errno -shared -fPIC -std=c11"
 #define JIT_PATH_MAX 512
 #define JIT_OUT_MAX 4096      /* compiler output kept for a message */
 #define JIT_KEY_HEX 32        /* 128 bits of SHA-256 */

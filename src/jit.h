@@ -8,8 +8,12 @@
  * process or another, loads the cached object without running the compiler.
  *
  *   $CC (default "cc", may hold words: "ccache gcc")
- *       -O3 -march=native -fopenmp -fno-math-errno -shared -fPIC -std=c11
+ *       -O3 -fopenmp -fno-math-errno -shared -fPIC -std=c11
  *       <extra_flags> -o <dir>/<key>.so.tmp.<pid>.<n> <dir>/<key>.c -lm
+ *
+ * The runtime's extra flags hold the target tier's (target.h: -march=
+ * x86-64-v3 -mtune=native, ...); without them the object is baseline
+ * x86-64.
  *
  * -fno-math-errno lets GCC inline and vectorize sqrtf (kernels never read
  * errno); everything else that must vectorize comes from vecmath.h. No

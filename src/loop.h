@@ -30,6 +30,7 @@
 #define KILN_LOOP_H
 
 #include "kiln_int.h"
+#include "target.h"
 #include <setjmp.h>
 
 /* ===== configuration ================================================== */
@@ -78,6 +79,10 @@ typedef struct {
     unsigned logs;
     /* Where log lines go; NULL means stderr. */
     FILE *log;
+    /* The instruction-set tier kernels are compiled for (target.h);
+     * kiln_config_default() takes $KILN_TARGET when valid and runnable,
+     * else the highest tier this CPU runs. */
+    Target target;
 } KilnConfig;
 
 KilnConfig kiln_config_default(void);
@@ -423,7 +428,7 @@ int64_t sched_peak_memory(const Schedule *s);
 int sched_node_index(const Schedule *s, const char *name);   /* -1 if none */
 /* What the library runs for an extern buffer (externs.c's choice by shape,
  * backend and CPU: "oneDNN (...)", "OpenBLAS sgemm", ...), for reports. */
-const char *sched_extern_path(const Buffer *b);
+const char *sched_extern_path(const Buffer *b, char *buf, size_t n);
 /* One line of the fusion log, as KILN_LOGS=fusion prints it. */
 void sched_print_event(FILE *f, const Schedule *s, const Event *e);
 /* "SchedulerNode(name='op0'), Pointwise(['[1024, 1024]', 'origins=[add, mul]'])" */

@@ -52,13 +52,15 @@ static const char *usage_main =
     "  help [CMD]     show help for a command\n"
     "\n"
     "KILN_LOGS=rewrite,fusion,schedule,inline,loop_ir (or all) logs each stage on stderr.\n"
+    "KILN_TARGET=v2|v3|v4|native (or --target on any command) picks the instruction\n"
+    "set kernels are compiled for; default: the highest tier this CPU runs.\n"
     "\n"
     "Run 'kiln help run' for the options of a command.\n";
 
 static const char *usage_run =
     "usage: kiln run PROG [-i NAME=FILE.npy]... [--shape NAME=D0,D1,...]... [--seed N]\n"
     "                     [-o DIR] [--threads N] [--check] [--interpret]\n"
-    "                     [--report FILE.json] [--no-extern-epilogue]\n"
+    "                     [--report FILE.json] [--no-extern-epilogue] [--target T]\n"
     "\n"
     "Compile PROG (.kiln, or an ONNX model .onnx) into fused kernels and run\n"
     "it. Inputs not given with -i are filled deterministically from --seed\n"
@@ -88,10 +90,17 @@ static const char *usage_run =
     "                      Inductor does: their pointwise consumers\n"
     "                      (bias, BN, relu, a residual add) become kernels of\n"
     "                      their own instead of running on each output block\n"
-    "                      inside the call\n";
+    "                      inside the call\n"
+    "  --target T          the instruction-set tier the kernels are compiled\n"
+    "                      for: v2 (x86-64-v2, SSE4.2), v3 (AVX2 + FMA), v4\n"
+    "                      (AVX-512) or native (-march=native); default\n"
+    "                      $KILN_TARGET, else the highest this CPU runs. A\n"
+    "                      tier this CPU cannot run exits 3, naming what it\n"
+    "                      lacks; library kernels (OpenBLAS, oneDNN, kiln's\n"
+    "                      own) stay within the tier too\n";
 
 static const char *usage_code =
-    "usage: kiln code PROG [--no-extern-epilogue] [--shape NAME=D0,D1,...]...\n"
+    "usage: kiln code PROG [--no-extern-epilogue] [--shape NAME=D0,D1,...]... [--target T]\n"
     "\n"
     "Print the C source kiln generates for PROG: one function per fused\n"
     "kernel, named from the ops it holds, and the entry point that calls the\n"
@@ -103,7 +112,7 @@ static const char *usage_code =
 static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
     "                       [--repeat N] [--report FILE.json] [--no-extern-epilogue]\n"
-    "                       [--shape NAME=D0,D1,...]...\n"
+    "                       [--shape NAME=D0,D1,...]... [--target T]\n"
     "\n"
     "Time PROG three ways: the reference interpreter (one thread, every op by\n"
     "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
@@ -118,7 +127,7 @@ static const char *usage_bench =
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
-    "                         [--shape NAME=D0,D1,...]...\n"
+    "                         [--shape NAME=D0,D1,...]... [--target T]\n"
     "\n"
     "Explain how kiln fuses PROG: the scheduler nodes before fusion, each\n"
     "round's candidate pairs with the decision and its reason, the final\n"
@@ -127,10 +136,12 @@ static const char *usage_explain =
     "\n"
     "  --report FILE.json  also write the decisions as JSON\n"
     "  --no-extern-epilogue  library calls are walls (see 'kiln help run')\n"
-    "  --shape NAME=D0,D1,...  an ONNX model's input shape (see 'kiln help run')\n";
+    "  --shape NAME=D0,D1,...  an ONNX model's input shape (see 'kiln help run')\n"
+    "  --target T          the instruction-set tier (see 'kiln help run'); the\n"
+    "                      explanation opens with it and its compiler flags\n";
 
 static const char *usage_onnx_test =
-    "usage: kiln onnx-test [-v] [--interpret] [--threads N] DIR...\n"
+    "usage: kiln onnx-test [-v] [--interpret] [--threads N] [--target T] DIR...\n"
     "\n"
     "Run ONNX backend conformance tests: each DIR is a test (model.onnx and\n"
     "test_data_set_N/ with input_K.pb and output_K.pb) or a folder of tests.\n"
@@ -142,7 +153,7 @@ static const char *usage_onnx_test =
     "Exit status 1 when a test failed.\n";
 
 static const char *usage_dot =
-    "usage: kiln dot PROG [-o FILE] [--shape NAME=D0,D1,...]...\n"
+    "usage: kiln dot PROG [-o FILE] [--shape NAME=D0,D1,...]... [--target T]\n"
     "\n"
     "Print the program as a Graphviz graph, each op coloured by the kernel it\n"
     "landed in. With -o FILE.svg or FILE.png the graph is rendered with\n"
@@ -156,7 +167,7 @@ static const char *usage_dot =
 enum {
     OPT_INPUTS = 1 << 0, OPT_SEED = 1 << 1, OPT_OUT = 1 << 2, OPT_REPORT = 1 << 3,
     OPT_THREADS = 1 << 4, OPT_CHECK = 1 << 5, OPT_INTERPRET = 1 << 6, OPT_REPEAT = 1 << 7,
-    OPT_NOFUSE = 1 << 8, OPT_NOEPILOGUE = 1 << 9, OPT_SHAPE = 1 << 10,
+    OPT_NOFUSE = 1 << 8, OPT_NOEPILOGUE = 1 << 9, OPT_SHAPE = 1 << 10, OPT_TARGET = 1 << 11,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
@@ -166,7 +177,7 @@ static const struct { const char *name; unsigned bit; bool value; } option_table
     {"--threads", OPT_THREADS, true}, {"--check", OPT_CHECK, false},
     {"--interpret", OPT_INTERPRET, false}, {"--repeat", OPT_REPEAT, true},
     {"--no-fuse", OPT_NOFUSE, false}, {"--no-extern-epilogue", OPT_NOEPILOGUE, false},
-    {"--shape", OPT_SHAPE, true},
+    {"--shape", OPT_SHAPE, true},   {"--target", OPT_TARGET, true},
 };
 
 typedef struct {
@@ -183,7 +194,10 @@ typedef struct {
     int repeat;                  /* bench */
     bool check, interpret, nofuse;
     bool no_epilogue;            /* externs are walls, as in Inductor */
+    const char *target;          /* --target, else $KILN_TARGET (NULL: the best tier) */
 } Options;
+
+static int enter_target(const char *name);
 
 typedef struct {
     const char *name;
@@ -275,6 +289,8 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
             return usage_error(u, "--repeat needs a count from 1 to 100000, got '%s'", val);
     } else if (bit == OPT_OUT) {
         o->outdir = val;
+    } else if (bit == OPT_TARGET) {
+        o->target = val;
     } else {
         o->report = val;
     }
@@ -697,6 +713,7 @@ static kiln_options compile_options(const Options *o, bool fuse) {
     k.threads = o->threads;
     k.fuse = fuse && !o->nofuse;
     k.extern_epilogue = !o->no_epilogue;
+    k.target = o->target;
     return k;
 }
 
@@ -1085,6 +1102,8 @@ static int cmd_onnx_test(int argc, char **argv) {
         } else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             if (!parse_count(argv[++i], 1, 1024, &k.threads))
                 return usage_error(usage_onnx_test, "--threads needs a count, got '%s'", argv[i]);
+        } else if (!strcmp(argv[i], "--target") && i + 1 < argc) {
+            k.target = argv[++i];
         } else if (argv[i][0] == '-') {
             return usage_error(usage_onnx_test, "unknown option '%s'", argv[i]);
         } else {
@@ -1092,6 +1111,8 @@ static int cmd_onnx_test(int argc, char **argv) {
         }
     }
     if (first == argc) return usage_error(usage_onnx_test, "%s", "no test directory given");
+    int rc = enter_target(k.target);
+    if (rc) return rc;
     Tally all = {0};
     for (int i = first; i < argc; i++) {
         Tally t = {0};
@@ -1115,15 +1136,37 @@ static void nomem_note(void) {
             "or $KILN_MEM_LIMIT)\n", b, unit);
 }
 
+/* The target tier (--target, else $KILN_TARGET, else the best this CPU
+ * runs), checked before anything compiles: an unknown name is bad usage
+ * (2), a tier this CPU cannot run an environment failure (3). The library
+ * kernels of this thread follow it from here on (explain's "runs on"). */
+static int enter_target(const char *name) {
+    Target t;
+    char err[512];
+    kiln_status st = tgt_resolve(name, &t, err, sizeof err);
+    if (st == KILN_ERR_INPUT) {
+        fprintf(stderr, "kiln: %s\n", err);
+        return EXIT_USAGE;
+    }
+    if (st != KILN_OK) {
+        fprintf(stderr, "kiln: %s\n", err);
+        return exit_for(st);
+    }
+    ext_isa_enter(t.ext);
+    return 0;
+}
+
 static const Command commands[] = {
     {"run", cmd_run, &usage_run,
      OPT_INPUTS | OPT_SEED | OPT_OUT | OPT_THREADS | OPT_CHECK | OPT_INTERPRET | OPT_REPORT |
-         OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE},
-    {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE},
+         OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
+    {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
     {"bench", cmd_bench, &usage_bench,
-     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE | OPT_SHAPE},
-    {"explain", cmd_explain, &usage_explain, OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE},
-    {"dot", cmd_dot, &usage_dot, OPT_OUT | OPT_SHAPE},
+     OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE | OPT_SHAPE |
+         OPT_TARGET},
+    {"explain", cmd_explain, &usage_explain,
+     OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
+    {"dot", cmd_dot, &usage_dot, OPT_OUT | OPT_SHAPE | OPT_TARGET},
 };
 
 static const Command *find_command(const char *name) {
@@ -1157,6 +1200,7 @@ int main(int argc, char **argv) {
     Options o;
     int rc = parse_args(c, argc - 2, argv + 2, &o);
     if (rc) return rc < 0 ? 0 : rc;
+    if ((rc = enter_target(o.target))) return rc;
     rc = c->run(&o);
     if (rc == EXIT_NOMEM) nomem_note();
     return rc;

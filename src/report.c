@@ -44,6 +44,9 @@ KilnConfig kiln_config_default(void) {
     c.extern_epilogue = true;
     c.logs = loop_logs_from_env();
     c.log = NULL;
+    char err[256];
+    if (tgt_resolve(NULL, &c.target, err, sizeof err) != KILN_OK)
+        tgt_make(tgt_best(tgt_cpu_features()), tgt_cpu_features(), &c.target, err, sizeof err);
     return c;
 }
 
@@ -172,7 +175,8 @@ static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char
     else if (k->n > 1)
         fprintf(f, "    # %s", store_name[k->store[0]]);
     fprintf(f, "\n");
-    const char *path = sched_extern_path(b);
+    char pbuf[400];
+    const char *path = sched_extern_path(b, pbuf, sizeof pbuf);
     if (path) {
         pad(f, indent, 0);
         fprintf(f, "# runs on %s\n", path);
@@ -251,8 +255,14 @@ static void print_traffic(FILE *f, const Schedule *s) {
             (long long)s->peak_bytes);
 }
 
+/* The tier line: which instructions the kernels are compiled for. */
+static void print_target(FILE *f, const Target *t) {
+    fprintf(f, "== target: %s (%s), %d float lanes per vector\n", t->name, t->flags, t->lanes);
+}
+
 void report_explain(FILE *f, const Schedule *s) {
     const LoopProgram *p = s->prog;
+    print_target(f, &s->cfg.target);
     if (s->g->nnotes) fprintf(f, "== rewrites\n");
     for (const GraphNote *n = s->g->notes; n; n = n->next) fprintf(f, "  %s\n", n->text);
     fprintf(f, "== loop IR after inlining (%d buffers, %d computed)\n", p->nbufs, p->ncomputed);
@@ -305,7 +315,8 @@ static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
             json_str(f, s->nodes[k->members[j]].name);
         }
         fprintf(f, "]");
-        const char *path = sched_extern_path(s->prog->bufs[s->nodes[k->members[0]].buf]);
+        char pbuf[400];
+        const char *path = sched_extern_path(s->prog->bufs[s->nodes[k->members[0]].buf], pbuf, sizeof pbuf);
         if (path) {
             fprintf(f, ", \"runs_on\": ");
             json_str(f, path);
@@ -373,7 +384,11 @@ void report_json(FILE *f, const Schedule *s, const ReportHooks *hooks) {
         json_str(f, n->text);
         if (n->next) fprintf(f, ", ");
     }
-    fprintf(f, "]");
+    fprintf(f, "],\n \"target\": {\"name\": ");
+    json_str(f, s->cfg.target.name ? s->cfg.target.name : "");
+    fprintf(f, ", \"flags\": ");
+    json_str(f, s->cfg.target.flags);
+    fprintf(f, ", \"lanes\": %d}", s->cfg.target.lanes);
     if (hooks && hooks->fn) hooks->fn(f, hooks->ud);
     fprintf(f, "}\n");
 }

@@ -47,6 +47,7 @@ struct RtProgram {
     unsigned char *arena;
     float **bufs;             /* the pointer table of a run */
     bool *direct;             /* per output: kiln_entry writes the caller's array */
+    Target target;            /* the tier the kernels were compiled for */
     RtStats stats;
 };
 
@@ -214,12 +215,20 @@ static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, cons
         util_fmt(err, errlen, "out of memory");
         return KILN_ERR_NOMEM;
     }
+    if (cfg) p->target = cfg->target;
+    else p->target = kiln_config_default().target;
+    util_fmt(p->stats.jit_flags, sizeof p->stats.jit_flags, "%s %s", CG_EXTRA_FLAGS,
+             p->target.flags);
+    p->stats.target = p->target.name;
+    /* the library paths explain names follow the tier */
+    unsigned prev = ext_isa_enter(p->target.ext);
     double t0 = now_ms();
     kiln_status st = plan_build(g, cfg, &p->plan, err, errlen);
     double t1 = now_ms();
     if (st == KILN_OK) st = cg_generate_opts(p->plan->sched, opt, &p->code, err, errlen);
     p->stats.plan_ms = t1 - t0;
     p->stats.codegen_ms = now_ms() - t1;
+    ext_isa_leave(prev);
     if (st != KILN_OK) return st;
     p->nbufs = p->plan->prog->nbufs;
     p->stats.ncalls = p->code.ncalls;
@@ -258,7 +267,7 @@ kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, c
     if (st == KILN_OK && p->code.ncalls > 0) {
         JitStats js;
         double t0 = now_ms();
-        st = jit_compile(p->code.source, CG_EXTRA_FLAGS, &p->lib, err, errlen, &js);
+        st = jit_compile(p->code.source, p->stats.jit_flags, &p->lib, err, errlen, &js);
         if (st == KILN_OK) set_jit_stats(p, &js, now_ms() - t0);
         if (st == KILN_OK) st = load_entry(p, p->lib, err, errlen);
     }
@@ -296,7 +305,7 @@ static kiln_status compile_batch(RtProgram **ps, int n, JitLib **lib, char *err,
     if (st0 != KILN_OK) return st0;
     JitStats js;
     double t0 = now_ms();
-    kiln_status st = jit_compile(src, CG_EXTRA_FLAGS, lib, err, errlen, &js);
+    kiln_status st = jit_compile(src, ps[0]->stats.jit_flags, lib, err, errlen, &js);
     double ms = now_ms() - t0;
     kfree(src);
     for (int i = 0; st == KILN_OK && i < n; i++) {
@@ -386,7 +395,9 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     if (!rt.conv2d_const) rt.conv2d_const = rt.conv2d;
     rt.err = err;       /* a gather's index out of range is reported here */
     rt.errlen = errlen;
+    unsigned prev = ext_isa_enter(p->target.ext);
     int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
+    ext_isa_leave(prev);
     if (rc == CG_ERR_INPUT) return KILN_ERR_INPUT;
     if (rc != 0) {
         util_fmt(err, errlen, "out of memory in a kernel or an extern kernel");
@@ -534,7 +545,7 @@ struct kiln_program {
 };
 
 kiln_options kiln_default_options(void) {
-    kiln_options o = {0, 1, 1};
+    kiln_options o = {0, 1, 1, NULL};
     return o;
 }
 
@@ -549,6 +560,10 @@ kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out) {
  * extern_epilogue 0: externs are walls, as in Inductor. */
 KilnConfig rt_config(const kiln_options *o) {
     KilnConfig cfg = kiln_config_default();
+    char err[256];
+    Target t;   /* a bad name keeps the default; kiln_compile_with reports it */
+    if (o->target && *o->target && tgt_resolve(o->target, &t, err, sizeof err) == KILN_OK)
+        cfg.target = t;
     cfg.extern_epilogue = o->extern_epilogue != 0;
     if (!o->fuse) {
         cfg.max_inline_users = 0;
@@ -562,14 +577,18 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
     int threads = o.threads;
     *out = NULL;
     if (g->status != KILN_OK) return g->status;
+    KilnConfig cfg = rt_config(&o);
+    kiln_status st = tgt_resolve(o.target, &cfg.target, g->err, sizeof g->err);
+    if (st != KILN_OK) return st;   /* before anything compiles */
     kiln_program *p = kcalloc(1, sizeof *p);
     if (!p) {
         util_fmt(g->err, sizeof g->err, "out of memory");
         return KILN_ERR_NOMEM;
     }
+    unsigned prev = ext_isa_enter(cfg.target.ext);   /* BLAS's first init sees the tier */
     p->threads = rt_set_threads(threads);
-    KilnConfig cfg = rt_config(&o);
-    kiln_status st = rt_compile(g, &cfg, &p->rt, p->err, sizeof p->err);
+    st = rt_compile(g, &cfg, &p->rt, p->err, sizeof p->err);
+    ext_isa_leave(prev);
     if (st != KILN_OK) {
         /* the message, but not a sticky failure: the graph stays usable */
         util_fmt(g->err, sizeof g->err, "%s", p->err);

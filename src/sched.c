@@ -1091,12 +1091,17 @@ static const char *extern_name(const Buffer *b) {
     return ext_matmul_folds(&a, &w, b->rank, b->shape) ? "extern_kernels.mm" : "extern_kernels.bmm";
 }
 
-const char *sched_extern_path(const Buffer *b) {
-    if (b->ext_op == OP_CONV2D)
-        return ext_conv_path(b->opnd[0].shape, b->opnd[1].shape, b->shape, b->attr);
-    if (b->ext_op != OP_MATMUL) return NULL;
-    ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
-    return ext_matmul_path(&a, &w, b->rank, b->shape);
+const char *sched_extern_path(const Buffer *b, char *buf, size_t n) {
+    const char *path = NULL;
+    if (b->ext_op == OP_CONV2D) {
+        path = ext_conv_path(b->opnd[0].shape, b->opnd[1].shape, b->shape, b->attr);
+    } else if (b->ext_op == OP_MATMUL) {
+        ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
+        path = ext_matmul_path(&a, &w, b->rank, b->shape);
+    }
+    if (!path) return NULL;
+    util_fmt(buf, n, "%s, on %s", path, ext_path_isa(path));
+    return buf;
 }
 
 /* Where each member's result lives: memory when an output or read by

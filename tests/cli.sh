@@ -113,8 +113,18 @@ if grep -q "^found 1 possible fusions" "$t/log" && grep -q "^completed fusion ro
 then pass logs_fusion; else fail logs_fusion "$(head -5 "$t/log")"; fi
 # explain names what runs each extern call (externs.c's choice), the JSON too
 expect explain_runs_on 0 "# runs on oneDNN" -- "$kiln" explain examples/conv_bn_relu.kiln
+expect explain_runs_on_isa 0 "# runs on oneDNN .*, on oneDNN's [a-z0-9_]* kernels" -- \
+    "$kiln" explain examples/conv_bn_relu.kiln
+# the tier: named first by explain, in the report, and --target v2 caps the library
+expect explain_target 0 "^== target: v[234] (-march=x86-64-v[234] -mtune=native" -- \
+    "$kiln" explain examples/chain.kiln
+expect explain_target_v2 0 "^== target: v2 (-march=x86-64-v2 -mtune=native), 4 float lanes" -- \
+    "$kiln" explain examples/chain.kiln --target v2
+expect explain_v2_dnnl_isa 0 "# runs on oneDNN .*, on oneDNN.s sse41 kernels" -- \
+    env KILN_TARGET=v2 "$kiln" explain examples/conv_bn_relu.kiln
+expect run_target_native 0 "" -- "$kiln" run examples/chain.kiln --target native
 expect report_runs_on 0 "" -- "$kiln" explain examples/extern.kiln --report "$t/e.json"
-if grep -q '"name": "extern_kernels.mm", .*"runs_on": "OpenBLAS sgemm"' "$t/e.json"
+if grep -q "\"name\": \"extern_kernels.mm\", .*\"runs_on\": \"OpenBLAS sgemm, on OpenBLAS's [A-Za-z]* kernels\"" "$t/e.json"
 then pass report_runs_on_field; else fail report_runs_on_field "$(head -c 600 "$t/e.json")"; fi
 expect code_chain 0 "cpp_fused_add_mul_relu_sin_0" -- "$kiln" code examples/chain.kiln
 expect code_entry 0 "kiln_entry" -- "$kiln" code examples/extern.kiln

@@ -341,8 +341,25 @@ check use_bad_number 2 "--threads needs a count from 1 to 1024, got '0'" -- \
 check use_bad_binding 2 "-i expects NAME=FILE.npy, got 'x'" -- "$kiln" run "$t/p.kiln" -i x
 check use_conflict 2 "--interpret runs no compiled code to check or report" -- \
     "$kiln" run --interpret --check "$t/p.kiln"
+check use_unknown_target 2 "unknown target 'v9' (valid: v2, v3, v4, native)" -- \
+    "$kiln" run "$t/p.kiln" --target v9
+check use_unknown_target_env 2 "KILN_TARGET: unknown target 'avx9' (valid: v2, v3, v4, native)" -- \
+    env KILN_TARGET=avx9 "$kiln" run "$t/p.kiln"
 
 # ---- environment ------------------------------------------------------------------
+# A tier this CPU cannot run: refused before the compiler is even looked
+# for (CC points nowhere), naming what the CPU lacks.
+no_tier=""
+for tier in v4 v3 v2; do
+    "$kiln" explain "$t/p.kiln" --target $tier >/dev/null 2>&1 || { no_tier=$tier; break; }
+done
+if [ -n "$no_tier" ]; then
+    check env_target_unsupported 3 "target $no_tier: this CPU cannot run x86-64-$no_tier code: it lacks" -- \
+        env CC=/nonexistent "$kiln" run "$t/p.kiln" --target $no_tier
+else
+    echo "errors: this CPU runs every tier: env_target_unsupported skipped (test_target covers it)"
+    pass env_target_unsupported
+fi
 check env_no_compiler 3 "C compiler '/nonexistent' not found (set CC)" -- \
     env CC=/nonexistent "$kiln" run "$t/p.kiln"
 printf '#!/bin/sh\necho "cc: fatal error: simulated failure" >&2\nexit 1\n' >"$t/cc_fails"

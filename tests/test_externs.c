@@ -399,17 +399,30 @@ TEST(externs_conv2d_params_dnnl) {
 
 /* OpenBLAS's core: kiln replaces the Prescott fallback (an unknown CPU) by
  * the kernels the CPU supports, and never overrides the user or a core
- * OpenBLAS chose itself. */
+ * OpenBLAS chose itself, unless that core needs more than the target tier
+ * allows (cap): then the best core within it, the user's choice too. */
 TEST(externs_blas_core_choice) {
-    unsigned avx512 = EXT_CPU_AVX2 | EXT_CPU_AVX512;
-    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", avx512), "SkylakeX"));
-    CHECK(!strcmp(ext_blas_core_choice("", "prescott", avx512), "SkylakeX"));
-    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", EXT_CPU_AVX2), "Haswell"));
-    CHECK(!ext_blas_core_choice(NULL, "Prescott", 0));
-    CHECK(!ext_blas_core_choice("Prescott", "Prescott", avx512)); /* the user's choice */
-    CHECK(!ext_blas_core_choice("Haswell", "Prescott", avx512));
-    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512)); /* OpenBLAS knew the CPU */
-    CHECK(!ext_blas_core_choice(NULL, "Haswell", avx512));
+    unsigned avx512 = EXT_CPU_AVX2 | EXT_CPU_AVX512, all = ~0u;
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", avx512, all), "SkylakeX"));
+    CHECK(!strcmp(ext_blas_core_choice("", "prescott", avx512, all), "SkylakeX"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", EXT_CPU_AVX2, all), "Haswell"));
+    CHECK(!ext_blas_core_choice(NULL, "Prescott", 0, all));
+    CHECK(!ext_blas_core_choice("Prescott", "Prescott", avx512, all)); /* the user's choice */
+    CHECK(!ext_blas_core_choice("Haswell", "Prescott", avx512, all));
+    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512, all)); /* OpenBLAS knew the CPU */
+    CHECK(!ext_blas_core_choice(NULL, "Haswell", avx512, all));
+    /* a v3 tier (AVX2 only) on an AVX-512 CPU: no SkylakeX kernels */
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Prescott", avx512, EXT_CPU_AVX2), "Haswell"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "SkylakeX", avx512, EXT_CPU_AVX2), "Haswell"));
+    CHECK(!strcmp(ext_blas_core_choice("SkylakeX", "SkylakeX", avx512, EXT_CPU_AVX2), "Haswell"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "cooperlake", avx512, EXT_CPU_AVX2), "Haswell"));
+    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512, EXT_CPU_AVX2));   /* AVX2: within v3 */
+    /* v2 (no AVX): any AVX core becomes Nehalem's SSE kernels */
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Zen", EXT_CPU_AVX2, 0), "Nehalem"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Haswell", avx512, 0), "Nehalem"));
+    CHECK(!strcmp(ext_blas_core_choice(NULL, "Sandybridge", EXT_CPU_AVX2, 0), "Nehalem"));
+    CHECK(!ext_blas_core_choice(NULL, "Prescott", avx512, 0));
+    CHECK(!ext_blas_core_choice(NULL, "Nehalem", avx512, 0));
 }
 
 /* The real library after kiln's first BLAS use: on a CPU with AVX2 the core

@@ -156,14 +156,17 @@ done:
 
 /* ===== one program, the public way ========================================= */
 
-/* Compile and run g fused and interpreted on the same inputs; 1 if they agree. */
-static int check_graph(const char *what, kiln_graph *g, kiln_tensor *in) {
+/* Compile (for target tier `target`, NULL: the default) and run g fused
+ * and interpreted on the same inputs; 1 if they agree. */
+static int check_graph_for(const char *what, kiln_graph *g, kiln_tensor *in, const char *target) {
     kiln_program *p = NULL;
     kiln_tensor got[MAX_IO], want[MAX_IO];
     int nout = kiln_num_outputs(g), ok = 0;
     if (nout > MAX_IO) nout = MAX_IO;
     double t0 = now_ms();
-    if (kiln_compile(g, 0, &p) != KILN_OK) {
+    kiln_options o = kiln_default_options();
+    o.target = target;
+    if (kiln_compile_with(g, &o, &p) != KILN_OK) {
         printf("  %s: compile: %s\n", what, kiln_error(g));
         return 0;
     }
@@ -196,28 +199,42 @@ static int is_kiln_file(const char *name) {
     return n > 5 && strcmp(name + n - 5, ".kiln") == 0;
 }
 
-TEST(fused_examples) {
+static int check_graph(const char *what, kiln_graph *g, kiln_tensor *in) {
+    return check_graph_for(what, g, in, NULL);
+}
+
+/* Every example fused (for tier target, NULL: the default) against the
+ * interpreter; the number that ran in *ran, returns the number that
+ * failed. */
+static int check_examples(const char *target, int *ran) {
     DIR *d = opendir("examples");
-    CHECKF(d, "cannot open examples/ (run from the source root)");
-    enter_cache();
-    int ran = 0, failed = 0;
+    int failed = 0;
+    *ran = 0;
+    if (!d) return 1;
     for (struct dirent *e; (e = readdir(d));) {
         if (!is_kiln_file(e->d_name)) continue;
-        char path[600];
+        char path[600], what[700];
         snprintf(path, sizeof path, "examples/%s", e->d_name);
+        snprintf(what, sizeof what, "%s%s%s", e->d_name, target ? " at " : "", target ? target : "");
         kiln_graph *g = kiln_graph_new();
         kiln_tensor in[MAX_IO];
         if (kiln_parse_file(g, path) != KILN_OK) {
             printf("  %s: %s\n", path, kiln_error(g));
             failed++;
         } else if (kiln_num_inputs(g) <= MAX_IO && fill_inputs(g, in, 42)) {
-            ran++;
-            failed += !check_graph(e->d_name, g, in);
+            (*ran)++;
+            failed += !check_graph_for(what, g, in, target);
             free_tensors(in, kiln_num_inputs(g));
         }
         kiln_graph_free(g);
     }
     closedir(d);
+    return failed;
+}
+
+TEST(fused_examples) {
+    enter_cache();
+    int ran, failed = check_examples(NULL, &ran);
     leave_cache();
     EXPECT(ran >= 10, "only %d examples ran", ran);
     EXPECT(failed == 0, "%d of %d examples differ from the interpreter", failed, ran);
@@ -242,6 +259,7 @@ typedef struct {
     JitLib **libs;            /* one per batch */
     char (*err)[2048];        /* per batch: why it failed to compile */
     int next;                 /* the next batch to compile (atomic) */
+    const KilnConfig *cfg;    /* NULL: the default configuration */
 } Suite;
 
 static void *compile_worker(void *arg) {
@@ -251,7 +269,7 @@ static void *compile_worker(void *arg) {
         const Graph *gs[RAND_BATCH];
         RtProgram *ps[RAND_BATCH];
         for (int i = 0; i < n; i++) gs[i] = s->cases[first + i].g;
-        if (rt_compile_many(gs, n, NULL, ps, &s->libs[b], s->err[b], sizeof s->err[b]) != KILN_OK)
+        if (rt_compile_many(gs, n, s->cfg, ps, &s->libs[b], s->err[b], sizeof s->err[b]) != KILN_OK)
             continue;
         for (int i = 0; i < n; i++) s->cases[first + i].p = ps[i];
     }
@@ -389,11 +407,12 @@ TEST(fused_golden_cases) {
 
 /* ===== random programs ================================================================ */
 
-TEST(fused_random_programs) {
-    Suite s = {.cases = calloc(RAND_PROGRAMS, sizeof(Case))};
-    static char text[RAND_PROGRAMS][4096];
-    int bad = 0;
-    for (int i = 0; i < RAND_PROGRAMS; i++) {
+/* Random programs seeds RAND_SEED0 .. + count - 1 into a suite; the
+ * number that did not parse (reported) in *bad. */
+static Suite random_suite(int count, char (*text)[4096], int *bad) {
+    Suite s = {.cases = calloc((size_t)count, sizeof(Case))};
+    *bad = 0;
+    for (int i = 0; i < count; i++) {
         Case *c = &s.cases[s.n];
         uint64_t seed = RAND_SEED0 + (uint64_t)i;
         randprog(seed, text[i], sizeof text[i]);
@@ -403,13 +422,21 @@ TEST(fused_random_programs) {
         if (kiln_parse(c->g, text[i], "randprog") != KILN_OK) {
             printf("  %s: %s\n%s", c->name, kiln_error(c->g), text[i]);
             kiln_graph_free(c->g);
-            bad++;
+            (*bad)++;
             continue;
         }
         c->nin = kiln_num_inputs(c->g);
         fill_inputs(c->g, c->in, seed);
         s.n++;
     }
+    return s;
+}
+
+TEST(fused_random_programs) {
+    static char text[RAND_PROGRAMS][4096];
+    int bad;
+    Suite s = random_suite(RAND_PROGRAMS, text, &bad);
+    EXPECT(bad == 0, "%d random programs did not parse", bad);
     enter_cache();
     int failed = suite_run(&s, "random programs");
     leave_cache();
@@ -786,4 +813,51 @@ TEST(fused_guarded_outer_loop) {
         kiln_graph_free(g);
     }
     leave_cache();
+}
+
+/* ===== every target tier =============================================================== */
+
+/* The examples and the first TIER_PROGRAMS random programs again at every
+ * tier this CPU runs besides the default one (the tests above ran that),
+ * fused against the interpreter. A tier this CPU cannot run is only
+ * compiled and checked for vectorization (test_codegen.c, vectorize_check.sh);
+ * the output says so. */
+#define TIER_PROGRAMS 100
+
+TEST(fused_every_tier) {
+    static char text[TIER_PROGRAMS][4096];
+    KilnConfig def = kiln_config_default();
+    unsigned have = tgt_cpu_features();
+    int tested = 0;
+    for (int t = TGT_V2; t <= TGT_V4; t++) {
+        char err[512], miss[400];
+        KilnConfig cfg = def;
+        const char *name = t == TGT_V2 ? "v2" : t == TGT_V3 ? "v3" : "v4";
+        if (tgt_make((TargetTier)t, have, &cfg.target, err, sizeof err) != KILN_OK) {
+            printf("fused_every_tier: %s not run: this CPU lacks %s\n", name,
+                   tgt_missing(tgt_tier_needs((TargetTier)t), have, miss, sizeof miss));
+            continue;
+        }
+        if ((int)def.target.tier == t) {
+            printf("fused_every_tier: %s is the default tier: fused_examples and "
+                   "fused_random_programs ran it\n", name);
+            tested++;
+            continue;
+        }
+        enter_cache();
+        int ran, failed = check_examples(name, &ran), bad;
+        Suite s = random_suite(TIER_PROGRAMS, text, &bad);
+        s.cfg = &cfg;
+        int rfailed = suite_run(&s, name);
+        leave_cache();
+        printf("fused_every_tier: %s: %d examples and %d random programs against the interpreter, "
+               "%d differ\n", name, ran, s.n, failed + rfailed);
+        EXPECT(ran >= 10 && s.n == TIER_PROGRAMS, "%s: only %d examples and %d programs ran", name, ran,
+               s.n);
+        EXPECT(failed + rfailed + bad == 0, "%s: %d examples and %d random programs differ", name,
+               failed, rfailed + bad);
+        suite_free(&s);
+        tested++;
+    }
+    EXPECT(tested >= 1, "no tier ran on this CPU");
 }

@@ -311,16 +311,21 @@ TEST(vecmath_trig_same_with_big_neighbours) {
     EXPECT(diff == 0, "%ld results changed with a large value in the same vector", diff);
 }
 
-/* The AVX-512 variants (KILN_VM_EXP_DISPATCH, KILN_VM_GELU_DISPATCH; sin
- * and cos under KILN_VM_TRIG_DISPATCH, written in vector operations)
- * against the C functions bit for bit (any NaN matches any NaN). In the native build (vectorize_check.sh) the array
- * loops run the 16-lane variant (arr_kiln_expf, ...) and the 8- and 4-lane
- * ones (simdlen 8 and 4, where GCC calls the d and b variants), while the C
- * function is called one value at a time through a volatile pointer, so it
- * stays scalar C code. Values: the specials, every STRIDE-th float, and
- * every float in the ranges given (exp: where 2^n is a denormal or
- * overflows; sin, cos: around 0 and the fast path's limit). Elsewhere both
- * sides are the C function and only the specials run. */
+/* The vector variants (KILN_VM_EXP_DISPATCH, KILN_VM_GELU_DISPATCH; sin
+ * and cos under KILN_VM_TRIG_DISPATCH, written in vector operations: 16
+ * lanes with AVX-512, 8 with AVX2 and FMA, 4 with SSE4.1) against the C
+ * functions bit for bit (any NaN matches any NaN). In a vectorizing build
+ * the array loops (arr_kiln_expf, ...) run the widest variant (e at
+ * x86-64-v4 with -mprefer-vector-width=512 and in the native AVX-512 build
+ * of vectorize_check.sh, d at v3, b at v2; the 4-lane one on a
+ * remainder), and the simdlen 8 and 4 loops the d and b ones (b twice at
+ * v2), while the C function is called one value at a time through a
+ * volatile pointer, so it stays scalar C code. Values: the specials, every
+ * STRIDE-th float, and every float in the ranges given (exp: where 2^n is
+ * a denormal or overflows, and n = -1; sin, cos: around 0, the fast
+ * path's limit 4096 and the v2 quick path's 2^24; gelu: around 0 and
+ * 5.5). Elsewhere both sides are the C function and only the specials
+ * run. */
 static float exp_c(float x) { return kiln_vm_expf(x); }
 static float sin_c(float x) { return kiln_vm_sinf(x); }
 static float cos_c(float x) { return kiln_vm_cosf(x); }
@@ -340,12 +345,13 @@ NARROW_FNS(kiln_gelu)
 
 typedef struct {
     const char *name;
-    array_fn lanes[3];            /* 16, 8 and 4 lanes */
+    array_fn lanes[3];            /* the default loop, simdlen 8 and 4 */
     float (*c)(float);
-    float ranges[2][2];
+    float ranges[3][2];
 } SameBits;
 
 static long same_bits_chunk(const SameBits *t, const float *x, int n) {
+    static const char *const loop[3] = {"the default loop", "simdlen 8", "simdlen 4"};
     static float y[3][CHUNK];
     float (*volatile scalar)(float) = t->c;
     long diff = 0;
@@ -354,8 +360,8 @@ static long same_bits_chunk(const SameBits *t, const float *x, int n) {
         float r = scalar(x[i]);
         for (int v = 0; v < 3; v++)
             if (memcmp(&r, &y[v][i], sizeof r) && !(isnan(r) && isnan(y[v][i])) && diff++ < 5)
-                EXPECT(0, "%s(%a) = %a in %d lanes, the C function gives %a", t->name, (double)x[i],
-                       (double)y[v][i], 16 >> v, (double)r);
+                EXPECT(0, "%s(%a) = %a in %s, the C function gives %a", t->name, (double)x[i],
+                       (double)y[v][i], loop[v], (double)r);
     }
     return diff;
 }
@@ -374,7 +380,7 @@ static void same_bits(const SameBits *t, int dispatch) {
         count++;
         if (n == CHUNK) { diff += same_bits_chunk(t, x, n); n = 0; }
     }
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         for (float v = t->ranges[k][0]; v <= t->ranges[k][1]; v = nextafterf(v, INFINITY)) {
             x[n++] = v;
             count++;
@@ -389,13 +395,13 @@ static void same_bits(const SameBits *t, int dispatch) {
 TEST(vecmath_variants_same_bits) {
     static const SameBits t[] = {
         {"kiln_expf", {arr_kiln_expf, arr8_kiln_expf, arr4_kiln_expf}, exp_c,
-         {{-104.5f, -86.5f}, {88.0f, 89.5f}}},
+         {{-104.5f, -86.5f}, {88.0f, 89.5f}, {-0.75f, -0.625f}}},
         {"kiln_sinf", {arr_kiln_sinf, arr8_kiln_sinf, arr4_kiln_sinf}, sin_c,
-         {{-0x1p-146f, 0x1p-146f}, {4000.0f, 4200.0f}}},
+         {{-0x1p-146f, 0x1p-146f}, {4000.0f, 4200.0f}, {16700000.0f, 16850000.0f}}},
         {"kiln_cosf", {arr_kiln_cosf, arr8_kiln_cosf, arr4_kiln_cosf}, cos_c,
-         {{-0x1p-146f, 0x1p-146f}, {-4200.0f, -4000.0f}}},
+         {{-0x1p-146f, 0x1p-146f}, {-4200.0f, -4000.0f}, {-16850000.0f, -16700000.0f}}},
         {"kiln_gelu", {arr_kiln_gelu, arr8_kiln_gelu, arr4_kiln_gelu}, gelu_c,
-         {{-6.0f, -5.0f}, {5.0f, 6.0f}}},
+         {{-6.0f, -5.0f}, {5.0f, 6.0f}, {-0x1p-140f, 0x1p-140f}}},
     };
     same_bits(&t[0], KILN_VM_EXP_DISPATCH);
     same_bits(&t[1], KILN_VM_TRIG_DISPATCH);
@@ -404,13 +410,21 @@ TEST(vecmath_variants_same_bits) {
 }
 
 #ifndef VECMATH_STANDALONE
+#include "target.h"
+#include "testutil.h"
 /* Every function vectorizes under cc -O3 -march=native, with no libm call
  * left, and the vectorized FMA build passes the same sweep: see
  * tests/vectorize_check.sh (exit 77: no GCC, skipped). */
 TEST(vecmath_vectorized) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "sh '%s/vectorize_check.sh' '%s/..' '%s/vecmath'",
-             test_srcdir(), test_srcdir(), test_tmpdir());
+    char cmd[2048];
+    int n = snprintf(cmd, sizeof cmd, "sh '%s/vectorize_check.sh' '%s/..' '%s/vecmath'",
+                     test_srcdir(), test_srcdir(), test_tmpdir());
+    /* every tier, run where this CPU can (target.c's flags, test_tier_flags) */
+    for (int t = TGT_V2; t <= TGT_V4; t++) {
+        unsigned need = tgt_tier_needs((TargetTier)t);
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " 'v%d|%s|%d'", t - TGT_V2 + 2,
+                      test_tier_flags(t), (tgt_cpu_features() & need) == need);
+    }
     int rc = system(cmd);
     CHECKF(rc != -1 && WIFEXITED(rc), "could not run %s", cmd);
     if (WEXITSTATUS(rc) == 77) {

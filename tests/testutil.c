@@ -19,8 +19,27 @@ char *test_read_text(const char *path) {
     return buf;
 }
 
+const char *test_cc_override;
+
+const char *test_tier_flags(int tier) {
+    static char flags[TGT_COUNT][160];
+    Target t;
+    char err[256];
+    /* as if this CPU had every feature the tier needs: only compiled */
+    if (tier < 0 || tier >= TGT_COUNT) return "";
+    if (!flags[tier][0] && tgt_make((TargetTier)tier, tgt_tier_needs((TargetTier)tier) | tgt_cpu_features(),
+                                    &t, err, sizeof err) == KILN_OK)
+        snprintf(flags[tier], sizeof flags[tier], "%s", t.flags);
+    return flags[tier];
+}
+
 int test_compile_report(const char *name, const char *source, char c[600], char o[600],
                         char **report) {
+    return test_compile_report_with(name, source, kiln_config_default().target.flags, c, o, report);
+}
+
+int test_compile_report_with(const char *name, const char *source, const char *flags, char c[600],
+                             char o[600], char **report) {
     char log[600], cmd[3000];
     snprintf(c, 600, "%s/%s.c", test_tmpdir(), name);
     snprintf(o, 600, "%s/%s.o", test_tmpdir(), name);
@@ -29,11 +48,11 @@ int test_compile_report(const char *name, const char *source, char c[600], char 
     if (!f) return -1;
     fputs(source, f);
     fclose(f);
-    const char *cc = getenv("CC") ? getenv("CC") : "cc";
+    const char *cc = test_cc_override ? test_cc_override : getenv("CC") ? getenv("CC") : "cc";
     snprintf(cmd, sizeof cmd,
-             "%s -std=c11 -O3 -march=native -fopenmp -fPIC %s -fopt-info-optimized -c '%s' "
+             "%s -std=c11 -O3 %s -fopenmp -fPIC %s -fopt-info-optimized -c '%s' "
              "-o '%s' > '%s' 2>&1",
-             cc, CG_EXTRA_FLAGS, c, o, log);
+             cc, flags, CG_EXTRA_FLAGS, c, o, log);
     if (system(cmd) != 0) return -1;
     *report = test_read_text(log);
     return *report ? 0 : -1;

@@ -12,6 +12,16 @@ char *test_read_text(const char *path);
  * *report the report (free it). 0, or -1 when it could not compile. */
 int test_compile_report(const char *name, const char *source, char c[600], char o[600],
                         char **report);
+/* The same with the tier flags given (test_tier_flags) instead of the
+ * default tier's. */
+int test_compile_report_with(const char *name, const char *source, const char *flags, char c[600],
+                             char o[600], char **report);
+/* The compiler flags of tier TGT_V2 .. TGT_NATIVE as if this CPU could run
+ * it: for compile-only checks (vectorization) of every tier. */
+const char *test_tier_flags(int tier);
+/* The compiler test_compile_report* run (NULL: $CC, else cc): a cross
+ * compiler for the ARM check. */
+extern const char *test_cc_override;
 /* Does the report say the loop at file:line (within one line) was
  * vectorized? allow_libcall also accepts a loop GCC turned into a library
  * call (a copy loop becomes memcpy). */
