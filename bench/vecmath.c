@@ -2,7 +2,8 @@
  * vecmath.c -- ns per element of src/vecmath.h's functions as kiln's
  * kernels call them, two versions of the header side by side (not a test).
  *
- *   bench/vecmath.sh [REV]     (REV's src/vecmath.h against the working tree's)
+ *   bench/vecmath.sh [REV] [ROUNDS]   (REV's src/vecmath.h against the working tree's;
+ *                                     VB_FLAGS="-march=x86-64-v3 -mtune=native": a tier)
  *
  * Built once per header with -DVB_SIDE=old or new (the kernels: a
  * `#pragma omp simd` loop over an in-cache array calling a declare-simd

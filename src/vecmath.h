@@ -29,9 +29,11 @@
  *         float polynomials for sin and cos on [-pi/4, pi/4] and a quadrant
  *         select. Written branch-free, all paths would run for every
  *         element (the table gathers alone cost 2/3 of the time), so with
- *         GCC on x86-64 sin and cos are vector functions whose variants
- *         (below) take the fast path for a whole vector when every lane
- *         allows it; other compilers compute all paths and select.
+ *         GCC on x86-64 (SSE4.1 and up) sin and cos are vector functions
+ *         whose variants (below) take a quick path for a whole vector when
+ *         every lane allows it: the fast path with FMA, and without FMA
+ *         (no fast path there) the |x| < 2^24 double reduction alone;
+ *         other compilers compute all paths and select.
  *   tanh  |x| < 0.625: odd polynomial (accurate near 0, tanh(x) = x for tiny
  *         x); else 1 - 2 / (exp(2|x|) + 1); the sign is copied back.
  *   erf   |x| < 1: x + x R(x^2); 1 <= |x| < 4: 1 - exp(Q(|x|)) with Q a
@@ -83,10 +85,15 @@
  *   kiln_floorf, kiln_ceilf: bit-exact (signed zeros too).
  *
  * (exp, sin, cos and erf measured again after the fast paths; tanh, which
- * calls kiln_expf, was not: 1.24 every 1021st float.) sin and cos hold
- * their bound over the whole float range, not just near 0: the fast path
- * scores 1.560 (sin) and 1.559 (cos) over every float in [0.5, 4096), and
- * tests/test_vecmath.c also sweeps the floats nearest multiples of pi/2.
+ * calls kiln_expf, was not: 1.24 every 1021st float.) Every 61st float at
+ * x86-64-v3 (FMA, 8 lanes) and v2 (no FMA, 4 lanes), vectorized, Zen 3:
+ * exp 0.887 and 1.171, log 0.777 and 0.800, sin 1.566 and 1.571, cos
+ * 1.569 and 1.569, tanh 1.348 and 1.298, erf 1.135 and 1.389, sigmoid
+ * 1.108 and 1.134, gelu 1.462 and 1.531 (x >= 0; 1.04e-7 absolute below
+ * 0). sin and cos hold their bound over the whole float range, not just
+ * near 0: the fast path scores 1.560 (sin) and 1.559 (cos) over every
+ * float in [0.5, 4096), and tests/test_vecmath.c also sweeps the floats
+ * nearest multiples of pi/2.
  * Speed (bench/vecmath.sh: kernel-style loops over 4096 floats in cache,
  * one thread, AVX-512, ns per element; before the fast paths in brackets):
  * sin and cos 0.69 (3.0-3.1; 1.5 when 1 value in 64 has |x| >= 4096), exp
@@ -96,26 +103,52 @@
  * header before them: exp 0.456 -> 0.221, sin 0.622 -> 0.440, cos 0.575
  * -> 0.437, tanh 0.807 -> 0.587, gelu 0.584 -> 0.567 (and with the
  * log2 form of gelu, in one run against the one before: 0.595 -> 0.321).
+ * With the 8- and 4-lane variants, on an AMD EPYC (Zen 3, AVX2, no
+ * AVX-512), against the header before them (where those lanes were the C
+ * forms vectorized by GCC, and sin's a copy to memory and a 16-float loop
+ * of the fast path), bench/vecmath.sh with VB_FLAGS, the median of 5 runs
+ * of 10 rounds: at x86-64-v3 sin 4.20 -> 0.64, cos 4.19 -> 0.66 (with 1
+ * value in 64 at |x| >= 4096: 5.28 -> 1.48), exp 1.02 -> 0.51, tanh 1.75
+ * -> 1.31, gelu 1.17 -> 0.70; at x86-64-v2 sin 6.90 -> 2.38, cos 6.99 ->
+ * 2.14, exp 2.98 -> 1.62, tanh 4.56 -> 3.41, gelu 3.84 -> 2.59; log, erf
+ * and sigmoid unchanged (1.44, 1.64, 1.70 at v3). This machine's clock
+ * changes with its neighbour's load: in other runs every figure was up to
+ * 1.3 times these, old and new alike. At 8 lanes a variant's time is its
+ * dependency chain (the C form's operations, in order; by the instruction
+ * latencies exp about 48 cycles, gelu about 70 with its two Horner
+ * polynomials) over the 3 to 4 calls that overlap, more than its
+ * instruction count: gelu with 4 of its 13 FMAs removed (a timing
+ * experiment) took 0.73 -> 0.53 ns. At v2 each FMA of the C form is a
+ * multiply and an add (6 cycles, 2 instructions) on half the lanes, and
+ * sin reduces in double (2 lanes), so v2 takes 3 to 4 times as long as v3.
  *
  * FMA: __builtin_fmaf only where the target has it, else a*b+c (which
  * -std=c11 never contracts), so a build gives the same results scalar or
  * vectorized; with and without FMA both meet the bounds above.
  *
- * AVX-512 (GCC on x86-64 with AVX512F and FMA: KILN_VM_AVX512): exp, gelu
- * (which also needs AVX512DQ) and the sin/cos fast path also exist as
- * 16-lane vector functions written in vector operations and GCC's mask
- * builtins (vrndscaleps, vscalefps, vrangeps, vreduceps, compare-to-mask,
- * masked moves), which GCC calls from vectorized loops under the x86-64
- * vector function ABI names. GCC compiles the C forms
- * with bit-mask blends and integer exponent arithmetic; counted in the
- * compiled kernels (objdump, constant loads included): exp 51 instructions
- * per vector against 26, gelu 37 against 27, the sin fast path with its
- * dispatch 95 against 66. Each gives the C function's bits:
+ * Vector variants (GCC on x86-64, SSE4.1 and up: KILN_VM_SIMD): exp, gelu
+ * and the sin/cos quick paths also exist as vector functions written in
+ * vector operations and GCC's builtins, which GCC calls from vectorized
+ * loops under the x86-64 vector function ABI names: 16 lanes with AVX512F
+ * and FMA (KILN_VM_AVX512, x86-64-v4; gelu also needs AVX512DQ) in the
+ * mask builtins (vrndscaleps, vscalefps, vrangeps, vreduceps,
+ * compare-to-mask, masked moves); 8 lanes with AVX2 and FMA
+ * (KILN_VM_SIMD8: x86-64-v3, and v4's 8-lane calls) and 4 lanes
+ * (x86-64-v2, and the 4-lane calls of v3 and v4, with FMA there) in
+ * roundps, blendvps, minps and FMA where the target has it, their
+ * constants whole vectors in memory (KILN_VM_CONSTS). GCC compiles the C
+ * forms with bit-mask blends and integer exponent arithmetic; counted in
+ * the compiled kernels (objdump, constant loads included): exp 51
+ * instructions per vector against 26 at AVX-512, gelu 37 against 27, the
+ * sin fast path with its dispatch 95 against 66; at v3, the C form in a
+ * loop (its constants in registers) against a variant's call: exp 38
+ * against 26, gelu 35 against 32. Each gives the C function's bits:
  * tests/test_vecmath.c compares them value by value over the sweep and
  * every float of the ranges where it matters, and all 2^32 floats were
- * compared once (exp, gelu, sin, cos; not a test: it takes minutes). So
- * the bounds above hold unchanged. Speed: see the variants' comments and
- * bench/vecmath.sh.
+ * compared once (exp, gelu, sin, cos; the 16-lane variants, and the 8-
+ * and 4-lane ones at v3 and v2 against the C functions vectorized by GCC;
+ * not a test: it takes minutes). So the bounds above hold unchanged.
+ * Speed: see the variants' comments and bench/vecmath.sh.
  */
 #ifndef KILN_VECMATH_H
 #define KILN_VECMATH_H
@@ -324,7 +357,7 @@ KILN_VM_INLINE float kiln_vm_expf(float x) {
     return kiln_vm_sel(x < KILN_VM_EXP_LO, 0.0f, y);
 }
 
-/* exp in AVX-512 instructions. Written in C (above), GCC compiles exp to
+/* exp in vector instructions. Written in C (above), GCC compiles exp to
  * about 50 instructions per vector: the clamps and the two-step 2^n are
  * compares, blends and integer arithmetic. With AVX-512 the same steps are
  * single instructions: vrndscaleps rounds x log2 e to n (as the 1.5*2^23
@@ -333,15 +366,16 @@ KILN_VM_INLINE float kiln_vm_expf(float x) {
  * gives the C function's bits exactly, in 26 instructions
  * (tests/test_vecmath.c compares the two). The generated softmax over
  * 8192x4096, interleaved runs: 1.19x faster at 1 thread, 1.26x at 2.
+ * On 4 and 8 lanes (SSE4.1, AVX2; below) roundps does the rounding, and
+ * 2^n is an addition to p's exponent bits and a multiply.
  *
- * As for sin and cos (below), the variant is a vector function under the
- * x86-64 vector function ABI name that GCC calls from vectorized loops
- * (_ZGVeN16v_kiln_vm_expf_simd). The narrower variants GCC may call (b,
- * c, d) pad to 16 lanes and run it; the scalar symbol runs the C
- * function. Without AVX-512 (or
- * with another compiler, or where codegen defines KILN_VM_NO_EXP_DISPATCH,
- * in programs without exp or tanh) kiln_expf is the C function. The
- * builtins are GCC's own (immintrin.h would add 0.25 s to every compile). */
+ * As for sin and cos (below), the variants are vector functions under the
+ * x86-64 vector function ABI names that GCC calls from vectorized loops
+ * (_ZGVbN4v_, _ZGVcN8v_, _ZGVdN8v_, _ZGVeN16v_kiln_vm_expf_simd); the
+ * scalar symbol runs the C function. With another compiler, off x86-64,
+ * below SSE4.1, or where codegen defines KILN_VM_NO_EXP_DISPATCH (in
+ * programs without exp or tanh) kiln_expf is the C function. The builtins
+ * are GCC's own (immintrin.h would add 0.25 s to every compile). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__) && \
     defined(__FMA__)
 /* 16 floats in a zmm register, GCC vector extensions: + - * act per lane
@@ -356,21 +390,6 @@ typedef int32_t kiln_vm_i16 __attribute__((vector_size(64)));
 #define KILN_VM_CMP16(a, b, pred) __builtin_ia32_cmpps512_mask((a), (b), (pred), (uint16_t)-1, 4)
 /* m ? a : b per lane, m a mask */
 #define KILN_VM_SEL16(m, a, b) __builtin_ia32_movaps512_mask((a), (b), (m))
-/* The variant of fn with n lanes for ISA letter isa: the lanes padded to
- * 16 and run through the 16-lane one, kiln_vm_<fn>_e (the C function per
- * lane, vectorized by GCC in each variant, took 50 ms of every compile). */
-#define KILN_VM_PAD16_VARIANT(fn, isa, n, sym)                                           \
-    typedef float kiln_vm_##fn##_##isa##_t __attribute__((vector_size(4 * n)));         \
-    __attribute__((used, noinline)) static kiln_vm_##fn##_##isa##_t                      \
-        kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) __asm__(sym);                   \
-    static kiln_vm_##fn##_##isa##_t kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) {   \
-        union { kiln_vm_f16 v; float f[16]; } a = {KILN_VM_SPLAT16(0.0f)};               \
-        kiln_vm_##fn##_##isa##_t y;                                                      \
-        __builtin_memcpy(a.f, &x, sizeof x);                                             \
-        a.v = kiln_vm_##fn##_e(a.v);                                                     \
-        __builtin_memcpy(&y, a.f, sizeof y);                                             \
-        return y;                                                                        \
-    }
 /* kiln_vm_exp_lean's p 2^n on 16 lanes, the same operations: vrndscaleps
  * rounds x log2 e to n as the 1.5*2^23 trick does (imm 8: nearest, no
  * exceptions), vscalefps multiplies by 2^n with one rounding (denormal
@@ -392,7 +411,137 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_exp16(kiln_vm_f16 x) {
 #define KILN_VM_AVX512 0
 #endif
 
-#if KILN_VM_AVX512 && !defined(KILN_VM_NO_EXP_DISPATCH)
+/* 4 and 8 floats in an xmm or ymm register (KILN_VM_SIMD, KILN_VM_SIMD8),
+ * GCC vector extensions as above; comparisons give 0 / -1 per lane. Blends
+ * are blendvps on the mask's sign bit, rounding is roundps (SSE4.1, imm 8:
+ * nearest, no exceptions), and KILN_VM_FMA4 / KILN_VM_FMA8 are vfmaddps
+ * where the target has FMA, else a multiply and an add, as KILN_VM_FMAF.
+ * The variants exist where GCC may call only variants that can be written
+ * here: SSE4.1 (x86-64-v2: b, 4 lanes), AVX (c, 8), AVX2 (d, 8) and
+ * AVX-512 with FMA (x86-64-v4: e, 16 lanes, the ones above). 8 lanes are
+ * written for AVX2 with FMA (x86-64-v3, v4); without those, c and d run
+ * the 4-lane variant twice (KILN_VM_SPLIT8_VARIANT). AVX512F without FMA
+ * gets the C functions. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__SSE4_1__) && \
+    (!defined(__AVX512F__) || KILN_VM_AVX512)
+#define KILN_VM_SIMD 1
+typedef float kiln_vm_f4 __attribute__((vector_size(16)));
+typedef uint32_t kiln_vm_u4 __attribute__((vector_size(16)));
+typedef int32_t kiln_vm_i4 __attribute__((vector_size(16)));
+#define KILN_VM_SPLAT4(c) ((kiln_vm_f4){c, c, c, c})
+#define KILN_VM_USPLAT4(c) ((kiln_vm_u4){c, c, c, c})
+#if defined(__FMA__)
+#define KILN_VM_FMA4(a, b, c) __builtin_ia32_vfmaddps((a), (b), (c))
+#else
+#define KILN_VM_FMA4(a, b, c) ((a) * (b) + (c))
+#endif
+#define KILN_VM_ROUND4(a) __builtin_ia32_roundps((a), 8)
+#define KILN_VM_CVT4(a) __builtin_ia32_cvtps2dq(a)          /* exact on integers */
+#define KILN_VM_MIN4(a, b) __builtin_ia32_minps((a), (b))   /* a < b ? a : b */
+#define KILN_VM_MAX4(a, b) __builtin_ia32_maxps((a), (b))   /* a > b ? a : b */
+#define KILN_VM_BLEND4(a, b, m) __builtin_ia32_blendvps((a), (b), (kiln_vm_f4)(m)) /* m < 0 ? b : a */
+#define KILN_VM_ALL4(m) (__builtin_ia32_movmskps((kiln_vm_f4)(m)) == 0xf)
+#if defined(__AVX2__) && defined(__FMA__)
+#define KILN_VM_SIMD8 1
+typedef float kiln_vm_f8 __attribute__((vector_size(32)));
+typedef uint32_t kiln_vm_u8 __attribute__((vector_size(32)));
+typedef int32_t kiln_vm_i8 __attribute__((vector_size(32)));
+#define KILN_VM_SPLAT8(c) ((kiln_vm_f8){c, c, c, c, c, c, c, c})
+#define KILN_VM_USPLAT8(c) ((kiln_vm_u8){c, c, c, c, c, c, c, c})
+#define KILN_VM_FMA8(a, b, c) __builtin_ia32_vfmaddps256((a), (b), (c))
+#define KILN_VM_ROUND8(a) __builtin_ia32_roundps256((a), 8)
+#define KILN_VM_CVT8(a) __builtin_ia32_cvtps2dq256(a)
+#define KILN_VM_MIN8(a, b) __builtin_ia32_minps256((a), (b))
+#define KILN_VM_MAX8(a, b) __builtin_ia32_maxps256((a), (b))
+#define KILN_VM_BLEND8(a, b, m) __builtin_ia32_blendvps256((a), (b), (kiln_vm_f8)(m))
+#define KILN_VM_ALL8(m) (__builtin_ia32_movmskps256((kiln_vm_f8)(m)) == 0xff)
+#else
+#define KILN_VM_SIMD8 0
+#endif
+/* The constants of a 4- or 8-lane function: whole vectors in a static
+ * struct (fields ...), read through a pointer k that GCC cannot follow (an
+ * empty asm), so each load folds into the instruction that uses it
+ * (vfmadd213ps 0x80(%rax), %ymm1, %ymm2) instead of taking a vbroadcastss
+ * of its own in every call (exp at v3: 40 instructions -> 26). */
+#define KILN_VM_CONSTS(k, fields, ...)                                                      \
+    static const struct { fields; } k##_table = {__VA_ARGS__};                             \
+    const __typeof__(k##_table) *k = &k##_table;                                           \
+    __asm__("" : "+r"(k))
+/* The variant of fn with N lanes for ISA letter isa under the ABI name
+ * sym: kiln_vm_<fn><N>, a vector function below, out of line. */
+#define KILN_VM_VARIANT(fn, isa, N, sym)                                                   \
+    __attribute__((used, noinline)) static kiln_vm_f##N kiln_vm_##fn##_##isa(kiln_vm_f##N x) \
+        __asm__(sym);                                                                      \
+    static kiln_vm_f##N kiln_vm_##fn##_##isa(kiln_vm_f##N x) { return kiln_vm_##fn##N(x); }
+/* 8 lanes as the 4-lane variant twice (AVX without AVX2 and FMA). */
+#define KILN_VM_SPLIT8_VARIANT(fn, isa, sym)                                               \
+    typedef float kiln_vm_##fn##_##isa##_t __attribute__((vector_size(32)));              \
+    __attribute__((used, noinline)) static kiln_vm_##fn##_##isa##_t                        \
+        kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) __asm__(sym);                     \
+    static kiln_vm_##fn##_##isa##_t kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) {     \
+        union { kiln_vm_##fn##_##isa##_t v; kiln_vm_f4 h[2]; } a = {x};                    \
+        a.h[0] = kiln_vm_##fn##_b(a.h[0]);                                                 \
+        a.h[1] = kiln_vm_##fn##_b(a.h[1]);                                                 \
+        return a.v;                                                                        \
+    }
+/* The c variant of fn, and the d one where 8 lanes are not written: with
+ * KILN_VM_SIMD8, c jumps to kiln_vm_<fn>_d (defined before; GCC calls d
+ * there), else each runs the 4-lane variant twice. */
+#if KILN_VM_SIMD8
+#define KILN_VM_CD_VARIANTS(fn)                                                            \
+    __attribute__((used, noinline)) static kiln_vm_f8 kiln_vm_##fn##_c(kiln_vm_f8 x)      \
+        __asm__("_ZGVcN8v_kiln_vm_" #fn "_simd");                                          \
+    static kiln_vm_f8 kiln_vm_##fn##_c(kiln_vm_f8 x) { return kiln_vm_##fn##_d(x); }
+#elif defined(__AVX2__)
+#define KILN_VM_CD_VARIANTS(fn)                                                            \
+    KILN_VM_SPLIT8_VARIANT(fn, c, "_ZGVcN8v_kiln_vm_" #fn "_simd")                         \
+    KILN_VM_SPLIT8_VARIANT(fn, d, "_ZGVdN8v_kiln_vm_" #fn "_simd")
+#elif defined(__AVX__)
+#define KILN_VM_CD_VARIANTS(fn) KILN_VM_SPLIT8_VARIANT(fn, c, "_ZGVcN8v_kiln_vm_" #fn "_simd")
+#else
+#define KILN_VM_CD_VARIANTS(fn)
+#endif
+
+/* kiln_vm_expf on N lanes (4 or 8), the same operations: the clamps as
+ * minps(89, x) and maxps(-104, x) (a NaN x stays NaN), n = x log2 e
+ * rounded by roundps (as the 1.5*2^23 trick), p as kiln_vm_exp_lean, and
+ * 2^n as (p 2^n2) 2^n1 with n1 = n >> 1 and n2 = n - n1 (kiln_vm_scale
+ * halves n toward 0: both factors are normal either way, p 2^n2, an
+ * addition to p's exponent bits here, is exact, and the multiply rounds
+ * once). The two selects of the C form are left out: past EXP_HI the
+ * clamped x gives inf, below EXP_LO 0, as the selects do (every float
+ * compared). 26 instructions at v3. */
+#define KILN_VM_EXPF_N(N)                                                                  \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_expf##N(kiln_vm_f##N x) {                          \
+        KILN_VM_CONSTS(k, kiln_vm_f##N hi; kiln_vm_f##N lo; kiln_vm_f##N log2e; kiln_vm_f##N c1; \
+                       kiln_vm_f##N c2; kiln_vm_f##N p[6]; kiln_vm_f##N one,               \
+                       KILN_VM_SPLAT##N(89.0f), KILN_VM_SPLAT##N(-104.0f),                 \
+                       KILN_VM_SPLAT##N(1.44269504088896341f),                             \
+                       KILN_VM_SPLAT##N(-0.693359375f), KILN_VM_SPLAT##N(2.12194440e-4f),  \
+                       {KILN_VM_SPLAT##N(1.9875691500e-4f), KILN_VM_SPLAT##N(1.3981999507e-3f), \
+                        KILN_VM_SPLAT##N(8.3334519073e-3f), KILN_VM_SPLAT##N(4.1665795894e-2f), \
+                        KILN_VM_SPLAT##N(1.6666665459e-1f), KILN_VM_SPLAT##N(5.0000001201e-1f)}, \
+                       KILN_VM_SPLAT##N(1.0f));                                            \
+        x = KILN_VM_MAX##N(k->lo, KILN_VM_MIN##N(k->hi, x));                               \
+        kiln_vm_f##N nf = KILN_VM_ROUND##N(x * k->log2e);                                  \
+        kiln_vm_f##N r = KILN_VM_FMA##N(nf, k->c1, x);                                     \
+        r = KILN_VM_FMA##N(nf, k->c2, r);                                                  \
+        kiln_vm_f##N p = KILN_VM_FMA##N(k->p[0], r, k->p[1]);   /* kiln_vm_exp_poly */     \
+        p = KILN_VM_FMA##N(p, r, k->p[2]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[3]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[4]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[5]);                                                 \
+        p = KILN_VM_FMA##N(r, KILN_VM_FMA##N(r, p, k->one), k->one);                       \
+        kiln_vm_i##N n = KILN_VM_CVT##N(nf), n1 = n >> 1;                                  \
+        p = (kiln_vm_f##N)((kiln_vm_u##N)p + ((kiln_vm_u##N)(n - n1) << 23));              \
+        return p * (kiln_vm_f##N)(((kiln_vm_u##N)n1 << 23) + (kiln_vm_u##N)k->one);        \
+    }
+#else
+#define KILN_VM_SIMD 0
+#define KILN_VM_SIMD8 0
+#endif
+
+#if KILN_VM_SIMD && !defined(KILN_VM_NO_EXP_DISPATCH)
 #define KILN_VM_EXP_DISPATCH 1
 #else
 #define KILN_VM_EXP_DISPATCH 0
@@ -404,6 +553,14 @@ __attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float
 __attribute__((used, noinline)) static float kiln_vm_expf_1(float x) __asm__("kiln_vm_expf_simd");
 static float kiln_vm_expf_1(float x) { return kiln_vm_expf(x); }
 
+KILN_VM_EXPF_N(4)
+KILN_VM_VARIANT(expf, b, 4, "_ZGVbN4v_kiln_vm_expf_simd")
+#if KILN_VM_SIMD8
+KILN_VM_EXPF_N(8)
+KILN_VM_VARIANT(expf, d, 8, "_ZGVdN8v_kiln_vm_expf_simd")
+#endif
+KILN_VM_CD_VARIANTS(expf)
+#if KILN_VM_AVX512
 __attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_expf_e(kiln_vm_f16 x) __asm__("_ZGVeN16v_kiln_vm_expf_simd");
 static kiln_vm_f16 kiln_vm_expf_e(kiln_vm_f16 x) {
     /* No clamps: past the thresholds (inf, NaN from inf - inf, or any
@@ -414,10 +571,7 @@ static kiln_vm_f16 kiln_vm_expf_e(kiln_vm_f16 x) {
     return KILN_VM_SEL16(KILN_VM_CMP16(x, KILN_VM_SPLAT16(KILN_VM_EXP_LO), 0x11), /* < */
                          KILN_VM_SPLAT16(0.0f), y);
 }
-
-KILN_VM_PAD16_VARIANT(expf, b, 4, "_ZGVbN4v_kiln_vm_expf_simd")
-KILN_VM_PAD16_VARIANT(expf, c, 8, "_ZGVcN8v_kiln_vm_expf_simd")
-KILN_VM_PAD16_VARIANT(expf, d, 8, "_ZGVdN8v_kiln_vm_expf_simd")
+#endif
 
 KILN_VM_INLINE float kiln_expf(float x) { return kiln_vm_expf_simd(x); }
 #else
@@ -633,17 +787,17 @@ KILN_VM_INLINE float kiln_vm_sincos_any(float x, uint32_t q0) {
     return kiln_vm_float(kiln_vm_bits(y) ^ ((q & 2u) << 30));
 }
 
-/* The fast path and the per-vector dispatch below: GCC on x86-64 with FMA.
- * Elsewhere the fast path is not compiled (selected per lane, it would
- * only add its cost to the full path's). */
-#if defined(__FMA__) && defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && \
-    !defined(KILN_VM_NO_TRIG_DISPATCH)
+/* The per-vector dispatch below: GCC on x86-64 with the vector variants
+ * (KILN_VM_SIMD). The fast path needs FMA too; elsewhere it is not
+ * compiled (selected per lane, it would only add its cost to the full
+ * path's). */
+#if KILN_VM_SIMD && !defined(KILN_VM_NO_TRIG_DISPATCH)
 #define KILN_VM_TRIG_DISPATCH 1
 #else
 #define KILN_VM_TRIG_DISPATCH 0
 #endif
 
-#if KILN_VM_TRIG_DISPATCH
+#if KILN_VM_TRIG_DISPATCH && defined(__FMA__)
 /* The fast path, for |x| < KILN_VM_TRIG_FAST, in float only (no double, no
  * table): j = round(x 2/pi) < 2^12, and r = x - j pi/2 as rh + rl with
  * pi/2 = C1 + C2 + C3 (24 + 24 + 24 bits, the rest is 2^-76). x - j C1 is
@@ -693,86 +847,165 @@ KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
  * them. So sin and cos are declared `simd` and their vector variants are
  * written here, under the x86-64 vector function ABI names GCC calls
  * (_ZGV<isa>N<lanes>v_<name>, as glibc's libmvec provides them): each
- * checks whether any lane has |x| >= KILN_VM_TRIG_FAST and runs a
- * fixed-length loop (vectorized) of the fast path, or else of the full
- * one. The scalar symbol is the full function. Only the variants this
- * target can use are defined (GCC calls no other); nothing is left
- * undefined, which tests/vectorize_check.sh checks with nm -u. They are
- * compiled into every kernel, used or not (GCC must not drop them before
- * its vectorizer calls them): about 0.1 s more per cold compile (kiln
- * compile_ms of examples/chain.kiln and softmax.kiln: 95-127 -> 205-257),
- * so codegen defines KILN_VM_NO_TRIG_DISPATCH in programs without sin or
- * cos and they get the plain definitions below. */
+ * checks whether any lane is outside its quick path and, if none is, runs
+ * that path in vector operations, inline; else a fixed-length loop
+ * (vectorized) of the full function over the lanes. The quick path is the
+ * fast one (|x| < KILN_VM_TRIG_FAST) where the target has FMA, and without
+ * FMA (x86-64-v2), where the C function has no fast path, the C function's
+ * own double reduction for |x| < 2^24 (kiln_vm_reduce_small) without the
+ * table path beside it. The scalar symbol is the full function. Only the
+ * variants this target can use are defined (GCC calls no other); nothing
+ * is left undefined, which tests/vectorize_check.sh checks with nm -u.
+ * They are compiled into every kernel, used or not (GCC must not drop
+ * them before its vectorizer calls them), so codegen defines
+ * KILN_VM_NO_TRIG_DISPATCH in programs without sin or cos and they get
+ * the plain definitions below (the first variants, a loop per variant:
+ * kiln compile_ms of examples/chain.kiln and softmax.kiln 95-127 ->
+ * 205-257). */
 #if KILN_VM_TRIG_DISPATCH
-/* The two paths over 16 floats (q0 = 0: sin, 1: cos), out of line, so a
- * kernel compiles each once, not once per variant; a fixed count leaves
- * no remainder loops to compile (inlined per variant, with remainders,
- * they took 0.35 s of every kernel's compile). Variants pad with zeros. */
+/* The full path over KILN_VM_TRIG_N floats (the widest variant's lanes;
+ * q0 = 0: sin, 1: cos), out of line, so a kernel compiles it once, not
+ * once per variant; a fixed count leaves no remainder loops to compile
+ * (inlined per variant, with remainders, such loops took 0.35 s of every
+ * kernel's compile). Narrower variants pad with zeros. */
+#if KILN_VM_AVX512
+#define KILN_VM_TRIG_N 16
+#elif KILN_VM_SIMD8
+#define KILN_VM_TRIG_N 8
+#else
+#define KILN_VM_TRIG_N 4
+#endif
 #define KILN_VM_TRIG_LOOP(name, fn)                                               \
     __attribute__((noinline, noclone)) static void name(const float *restrict x,  \
                                                         float *restrict y, uint32_t q0) { \
-        for (int i = 0; i < 16; i++) {                                            \
+        for (int i = 0; i < KILN_VM_TRIG_N; i++) {                                \
             float v = fn(x[i], q0);                                               \
             y[i] = kiln_vm_sel((q0 == 0u) & (x[i] == 0.0f), x[i], v); /* sin(-0) */ \
         }                                                                         \
     }
 KILN_VM_TRIG_LOOP(kiln_vm_trig_full, kiln_vm_sincos)
-/* The fast path once for sin and once for cos: with q0 a constant the
- * quadrant and sin(-0) selects are plain vector operations (a q0 passed in
- * made GCC build each select's mask bit by bit: 107 instructions per call
- * instead of 55; chain over 1024x1024, 1 thread, 0.85 -> 0.82 ms). */
-#define KILN_VM_TRIG_FAST_LOOP(name, Q)                                           \
-    __attribute__((noinline, noclone)) static void name(const float *restrict x,  \
-                                                        float *restrict y) {      \
-        for (int i = 0; i < 16; i++) {                                            \
-            float v = kiln_vm_sincos_fast(x[i], (Q));                             \
-            y[i] = (Q) ? v : kiln_vm_sel(x[i] == 0.0f, x[i], v); /* sin(-0) */    \
-        }                                                                         \
-    }
-KILN_VM_TRIG_FAST_LOOP(kiln_vm_trig_fast_sin, 0u)
-KILN_VM_TRIG_FAST_LOOP(kiln_vm_trig_fast_cos, 1u)
-
-/* The variant for ISA letter isa with n lanes, under the ABI name sym. */
-#define KILN_VM_TRIG_VARIANT(fn, q0, isa, n, sym)                              \
-    typedef float kiln_vm_##fn##_##isa##_t __attribute__((vector_size(4 * n))); \
-    __attribute__((used, noinline)) static kiln_vm_##fn##_##isa##_t            \
-        kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) __asm__(sym);         \
-    static kiln_vm_##fn##_##isa##_t kiln_vm_##fn##_##isa(kiln_vm_##fn##_##isa##_t x) { \
-        union { kiln_vm_##fn##_##isa##_t v; float f[n]; } a;                     \
-        float in[16] = {0}, out[16];                                             \
-        int big = 0;                                                             \
-        a.v = x;                                                                 \
-        for (int i = 0; i < n; i++) big |= !(kiln_vm_abs(a.f[i]) < KILN_VM_TRIG_FAST); \
-        __builtin_memcpy(in, a.f, sizeof a.f);                                   \
-        if (big)                                                                 \
-            kiln_vm_trig_full(in, out, q0);                                      \
-        else                                                                     \
-            ((q0) ? kiln_vm_trig_fast_cos : kiln_vm_trig_fast_sin)(in, out);      \
-        __builtin_memcpy(a.f, out, sizeof a.f);                                  \
-        return a.v;                                                              \
-    }
 
 __attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_sinf_simd(float x);
 __attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_cosf_simd(float x);
 __attribute__((used, noinline)) static float kiln_vm_sinf_1(float x) __asm__("kiln_vm_sinf_simd");
 __attribute__((used, noinline)) static float kiln_vm_cosf_1(float x) __asm__("kiln_vm_cosf_simd");
 static float kiln_vm_trig_1(float x, uint32_t q0) {
-    float in[16] = {x}, out[16];
+    float in[KILN_VM_TRIG_N] = {x}, out[KILN_VM_TRIG_N];
     kiln_vm_trig_full(in, out, q0);
     return out[0];
 }
 static float kiln_vm_sinf_1(float x) { return kiln_vm_trig_1(x, 0u); }
 static float kiln_vm_cosf_1(float x) { return kiln_vm_trig_1(x, 1u); }
-KILN_VM_TRIG_VARIANT(sinf, 0u, b, 4, "_ZGVbN4v_kiln_vm_sinf_simd")
-KILN_VM_TRIG_VARIANT(cosf, 1u, b, 4, "_ZGVbN4v_kiln_vm_cosf_simd")
-#if defined(__AVX__)
-KILN_VM_TRIG_VARIANT(sinf, 0u, c, 8, "_ZGVcN8v_kiln_vm_sinf_simd")
-KILN_VM_TRIG_VARIANT(cosf, 1u, c, 8, "_ZGVcN8v_kiln_vm_cosf_simd")
+
+/* On N lanes (4 or 8): kiln_vm_sin_pz, kiln_vm_cos_poly and the quadrant
+ * select, operation for operation (so the same bits): y = s or c by q's
+ * low bit (blendvps on q << 31), negated where q & 2. */
+#define KILN_VM_TRIG_POLY_N(N)                                                             \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_sin_pz##N(kiln_vm_f##N z) {                        \
+        KILN_VM_CONSTS(k, kiln_vm_f##N p[3], {KILN_VM_SPLAT##N(-1.9515295891e-4f),         \
+                       KILN_VM_SPLAT##N(8.3321608736e-3f), KILN_VM_SPLAT##N(-1.6666654611e-1f)}); \
+        return KILN_VM_FMA##N(KILN_VM_FMA##N(k->p[0], z, k->p[1]), z, k->p[2]) * z;        \
+    }                                                                                      \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_cos_poly##N(kiln_vm_f##N z) {                      \
+        KILN_VM_CONSTS(k, kiln_vm_f##N p[3]; kiln_vm_f##N half; kiln_vm_f##N one,          \
+                       {KILN_VM_SPLAT##N(2.443315711809948e-5f),                           \
+                        KILN_VM_SPLAT##N(-1.388731625493765e-3f),                          \
+                        KILN_VM_SPLAT##N(4.166664568298827e-2f)},                          \
+                       KILN_VM_SPLAT##N(-0.5f), KILN_VM_SPLAT##N(1.0f));                   \
+        kiln_vm_f##N p = KILN_VM_FMA##N(KILN_VM_FMA##N(k->p[0], z, k->p[1]), z, k->p[2]);  \
+        return KILN_VM_FMA##N(p * z, z, KILN_VM_FMA##N(k->half, z, k->one));               \
+    }                                                                                      \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_quadrant##N(kiln_vm_f##N s, kiln_vm_f##N c,        \
+                                                    kiln_vm_u##N q) {                      \
+        kiln_vm_f##N y = KILN_VM_BLEND##N(s, c, q << 31);                                  \
+        return (kiln_vm_f##N)((kiln_vm_u##N)y ^ ((q >> 1) << 31));  /* (q & 2) << 30 */    \
+    }
+/* kiln_vm_sincos_fast on N lanes, and sin(-0) = -0 where q0 = 0; j =
+ * round(x 2/pi) by roundps, as the 1.5*2^23 trick there (|x 2/pi| <
+ * 2^22), and q from j converted (the same low bits as t's). */
+#define KILN_VM_SINCOS_FAST_N(N)                                                           \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_sincos##N(kiln_vm_f##N x, uint32_t q0) {           \
+        KILN_VM_CONSTS(k, kiln_vm_f##N twopi; kiln_vm_f##N c1; kiln_vm_f##N c2; kiln_vm_f##N c3, \
+                       KILN_VM_SPLAT##N(0.636619772f), KILN_VM_SPLAT##N(-0x1.921fb6p+0f),  \
+                       KILN_VM_SPLAT##N(-0x1.777a5cp-25f), KILN_VM_SPLAT##N(-0x1.ee59dap-50f)); \
+        kiln_vm_f##N j = KILN_VM_ROUND##N(x * k->twopi);                                   \
+        kiln_vm_u##N q = (kiln_vm_u##N)KILN_VM_CVT##N(j) + q0;                             \
+        kiln_vm_f##N r1 = KILN_VM_FMA##N(j, k->c1, x);                                     \
+        kiln_vm_f##N p = j * k->c2, pe = KILN_VM_FMA##N(j, k->c2, -p);                     \
+        kiln_vm_f##N rh = r1 - p, b = rh - r1;                                             \
+        kiln_vm_f##N rl = ((r1 - (rh - b)) - (p + b)) - KILN_VM_FMA##N(j, k->c3, pe);      \
+        kiln_vm_f##N z = rh * rh;                                                          \
+        kiln_vm_f##N s = rh + KILN_VM_FMA##N(kiln_vm_sin_pz##N(z), rh, rl);                \
+        kiln_vm_f##N c = KILN_VM_FMA##N(-rh, rl, kiln_vm_cos_poly##N(z));                  \
+        kiln_vm_f##N y = kiln_vm_quadrant##N(s, c, q);                                     \
+        return q0 ? y : KILN_VM_BLEND##N(y, x, x == KILN_VM_SPLAT##N(0.0f));               \
+    }
+/* The full loop on one vector of N lanes, out of line (inlined, its
+ * copies to memory gave the variant a stack frame). */
+#define KILN_VM_TRIG_SLOW_N(N)                                                             \
+    __attribute__((noinline, noclone)) static kiln_vm_f##N kiln_vm_trig_slow##N(           \
+        kiln_vm_f##N x, uint32_t q0) {                                                     \
+        float in[KILN_VM_TRIG_N] = {0}, out[KILN_VM_TRIG_N];                               \
+        __builtin_memcpy(in, &x, sizeof x);                                                \
+        kiln_vm_trig_full(in, out, q0);                                                    \
+        __builtin_memcpy(&x, out, sizeof x);                                               \
+        return x;                                                                          \
+    }
+/* The variant of fn (q0 = 0: sin, 1: cos) with N lanes for ISA letter isa:
+ * kiln_vm_sincos<N> where every |x| < lim (a NaN is not), else the full
+ * loop. */
+#define KILN_VM_TRIG_VARIANT(fn, q0, isa, N, lim, sym)                                     \
+    __attribute__((used, noinline)) static kiln_vm_f##N kiln_vm_##fn##_##isa(kiln_vm_f##N x) \
+        __asm__(sym);                                                                      \
+    static kiln_vm_f##N kiln_vm_##fn##_##isa(kiln_vm_f##N x) {                             \
+        KILN_VM_CONSTS(k, kiln_vm_u##N abs; kiln_vm_f##N quick,                            \
+                       KILN_VM_USPLAT##N(0x7fffffffu), KILN_VM_SPLAT##N(lim));             \
+        kiln_vm_f##N ax = (kiln_vm_f##N)((kiln_vm_u##N)x & k->abs);                        \
+        if (__builtin_expect(!KILN_VM_ALL##N(ax < k->quick), 0))                           \
+            return kiln_vm_trig_slow##N(x, q0);                                            \
+        return kiln_vm_sincos##N(x, q0);                                                   \
+    }
+KILN_VM_TRIG_POLY_N(4)
+#if defined(__FMA__)
+KILN_VM_SINCOS_FAST_N(4)
+#define KILN_VM_TRIG_QUICK4 KILN_VM_TRIG_FAST
+#else
+/* Without FMA, on 4 lanes: kiln_vm_sincos_any's small path, operation for
+ * operation: kiln_vm_reduce_small on two pairs of doubles (t's low 32 bits
+ * are j mod 4 and more), r rounded to float, the polynomials as a multiply
+ * and an add each, for |x| < 2^24. */
+typedef double kiln_vm_d2 __attribute__((vector_size(16)));
+KILN_VM_INLINE kiln_vm_d2 kiln_vm_reduce_small2(kiln_vm_d2 d, kiln_vm_d2 *t) {
+    *t = d * 0.63661977236758138 + KILN_VM_MAGIC52;
+    kiln_vm_d2 j = *t - KILN_VM_MAGIC52;
+    kiln_vm_d2 r = d - j * 1.5707963258028030;
+    r = r - j * 9.9209357742879870e-10;
+    return r - j * 2.2517417741562176e-18;
+}
+KILN_VM_INLINE kiln_vm_f4 kiln_vm_sincos4(kiln_vm_f4 x, uint32_t q0) {
+    kiln_vm_d2 t0, t1;
+    kiln_vm_d2 r0 = kiln_vm_reduce_small2(__builtin_ia32_cvtps2pd(x), &t0);
+    kiln_vm_d2 r1 = kiln_vm_reduce_small2(__builtin_ia32_cvtps2pd(__builtin_ia32_movhlps(x, x)), &t1);
+    kiln_vm_f4 r = __builtin_ia32_movlhps(__builtin_ia32_cvtpd2ps(r0), __builtin_ia32_cvtpd2ps(r1));
+    kiln_vm_u4 q = (kiln_vm_u4)__builtin_ia32_shufps((kiln_vm_f4)t0, (kiln_vm_f4)t1, 0x88) + q0;
+    kiln_vm_f4 z = r * r;
+    kiln_vm_f4 y = kiln_vm_quadrant4(KILN_VM_FMA4(kiln_vm_sin_pz4(z), r, r), kiln_vm_cos_poly4(z), q);
+    return q0 ? y : KILN_VM_BLEND4(y, x, x == KILN_VM_SPLAT4(0.0f));
+}
+#define KILN_VM_TRIG_QUICK4 16777216.0f
 #endif
-#if defined(__AVX2__)
-KILN_VM_TRIG_VARIANT(sinf, 0u, d, 8, "_ZGVdN8v_kiln_vm_sinf_simd")
-KILN_VM_TRIG_VARIANT(cosf, 1u, d, 8, "_ZGVdN8v_kiln_vm_cosf_simd")
+KILN_VM_TRIG_SLOW_N(4)
+KILN_VM_TRIG_VARIANT(sinf, 0u, b, 4, KILN_VM_TRIG_QUICK4, "_ZGVbN4v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, b, 4, KILN_VM_TRIG_QUICK4, "_ZGVbN4v_kiln_vm_cosf_simd")
+#if KILN_VM_SIMD8
+KILN_VM_TRIG_POLY_N(8)
+KILN_VM_SINCOS_FAST_N(8)
+KILN_VM_TRIG_SLOW_N(8)
+KILN_VM_TRIG_VARIANT(sinf, 0u, d, 8, KILN_VM_TRIG_FAST, "_ZGVdN8v_kiln_vm_sinf_simd")
+KILN_VM_TRIG_VARIANT(cosf, 1u, d, 8, KILN_VM_TRIG_FAST, "_ZGVdN8v_kiln_vm_cosf_simd")
 #endif
+KILN_VM_CD_VARIANTS(sinf)
+KILN_VM_CD_VARIANTS(cosf)
 #if KILN_VM_AVX512
 /* kiln_vm_sincos_fast on 16 lanes, operation for operation (so the same
  * bits), with mask selects: the C version's selects are bit-mask blends
@@ -806,7 +1039,8 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_sincos_fast16(kiln_vm_f16 x, uint32_t q0) {
 /* The 16-lane variant: a mask compare says whether any lane needs the full
  * path; if none does, the fast path runs in registers, inline (no copy to
  * memory, no call: sin(relu(x + 1) * 2) over 8192x4096 1.12-1.20x faster
- * than KILN_VM_TRIG_VARIANT, which the narrower variants keep). */
+ * than a copy to memory and a 16-float loop of the fast path, which the
+ * narrower variants used before KILN_VM_TRIG_VARIANT). */
 #define KILN_VM_TRIG_VARIANT16(fn, q0, sym)                                               \
     __attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_##fn##_e(kiln_vm_f16 x)   \
         __asm__(sym);                                                                    \
@@ -822,7 +1056,7 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_sincos_fast16(kiln_vm_f16 x, uint32_t q0) {
     }
 KILN_VM_TRIG_VARIANT16(sinf, 0u, "_ZGVeN16v_kiln_vm_sinf_simd")
 KILN_VM_TRIG_VARIANT16(cosf, 1u, "_ZGVeN16v_kiln_vm_cosf_simd")
-#endif /* AVX512F under KILN_VM_TRIG_DISPATCH (which needs FMA) is KILN_VM_AVX512 */
+#endif /* AVX512F under KILN_VM_TRIG_DISPATCH (KILN_VM_SIMD) is KILN_VM_AVX512 */
 
 KILN_VM_INLINE float kiln_sinf(float x) { return kiln_vm_sinf_simd(x); }
 KILN_VM_INLINE float kiln_cosf(float x) { return kiln_vm_cosf_simd(x); }
@@ -957,15 +1191,66 @@ KILN_VM_INLINE float kiln_vm_gelu(float x) {
  * gives r = q - round(q) exactly (so n = q - r), vscalefps multiplies by
  * 2^n and zeroes the lanes from 5.5 on under a mask, and the last two
  * steps are masked (x - ac h where x >= 0, then x h elsewhere). vrangeps
- * and vreduceps are AVX512DQ. The narrower variants pad to 16 lanes;
- * codegen leaves all of it out of programs without gelu
- * (KILN_VM_NO_GELU_DISPATCH). */
-#if KILN_VM_AVX512 && defined(__AVX512DQ__) && !defined(KILN_VM_NO_GELU_DISPATCH)
+ * and vreduceps are AVX512DQ (AVX512F without it: the C function). On 4
+ * and 8 lanes (KILN_VM_GELU_N) the C form's steps: minps(5.5, |x|) is
+ * the clamp (NaN stays NaN), roundps rounds q as the 1.5*2^23 trick does
+ * (|q| < 2^22), and n is added to p's exponent bits. The end is one
+ * multiply-add (KILN_VM_FMA4/8), a - m h, with its operands chosen
+ * beforehand, off the dependency chain: a = x where x's sign bit is
+ * clear, else x 0 (-0, NaN for -inf), and m = ac, 0 from 5.5 on. That is
+ * the C form's bits: x >= 0 gives x - ac h (x from 5.5 on, where h = 0);
+ * x < 0 gives -ac h - 0 = x h (ac = -x below 5.5; -0 from there, or NaN),
+ * and x = -0 gives -0 either way. 32 instructions at v3. Codegen leaves
+ * all of it out of programs without gelu (KILN_VM_NO_GELU_DISPATCH). */
+#if KILN_VM_SIMD && (!defined(__AVX512F__) || defined(__AVX512DQ__)) && \
+    !defined(KILN_VM_NO_GELU_DISPATCH)
 #define KILN_VM_GELU_DISPATCH 1
 __attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_gelu_simd(float x);
 __attribute__((used, noinline)) static float kiln_vm_gelu_1(float x) __asm__("kiln_vm_gelu_simd");
 static float kiln_vm_gelu_1(float x) { return kiln_vm_gelu(x); }
 
+#define KILN_VM_GELU_N(N)                                                                  \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_gelu##N(kiln_vm_f##N x) {                          \
+        KILN_VM_CONSTS(k, kiln_vm_u##N abs; kiln_vm_f##N lim; kiln_vm_f##N q[8];           \
+                       kiln_vm_f##N p[7],                                                  \
+                       KILN_VM_USPLAT##N(0x7fffffffu), KILN_VM_SPLAT##N(5.5f),             \
+                       {KILN_VM_SPLAT##N(-2.4987989491e-06f), KILN_VM_SPLAT##N(3.5767443478e-05f), \
+                        KILN_VM_SPLAT##N(-1.7120584380e-04f), KILN_VM_SPLAT##N(-1.6734712699e-04f), \
+                        KILN_VM_SPLAT##N(7.0950514637e-03f), KILN_VM_SPLAT##N(-5.2512232214e-02f), \
+                        KILN_VM_SPLAT##N(-4.5920479298e-01f), KILN_VM_SPLAT##N(-1.1511054039e+00f)}, \
+                       {KILN_VM_SPLAT##N(7.6646552770e-05f), KILN_VM_SPLAT##N(6.6954852082e-04f), \
+                        KILN_VM_SPLAT##N(4.8092496581e-03f), KILN_VM_SPLAT##N(2.7751797810e-02f), \
+                        KILN_VM_SPLAT##N(1.2011323869e-01f), KILN_VM_SPLAT##N(3.4657359123e-01f), \
+                        KILN_VM_SPLAT##N(0.5f)});                                          \
+        kiln_vm_f##N ac = KILN_VM_MIN##N(k->lim, (kiln_vm_f##N)((kiln_vm_u##N)x & k->abs)); \
+        kiln_vm_f##N q = KILN_VM_FMA##N(k->q[0], ac, k->q[1]);  /* kiln_vm_log2_2phi */    \
+        q = KILN_VM_FMA##N(q, ac, k->q[2]);                                                \
+        q = KILN_VM_FMA##N(q, ac, k->q[3]);                                                \
+        q = KILN_VM_FMA##N(q, ac, k->q[4]);                                                \
+        q = KILN_VM_FMA##N(q, ac, k->q[5]);                                                \
+        q = KILN_VM_FMA##N(q, ac, k->q[6]);                                                \
+        q = KILN_VM_FMA##N(q, ac, k->q[7]);                                                \
+        q = q * ac;                                                                        \
+        kiln_vm_f##N nf = KILN_VM_ROUND##N(q), r = q - nf;                                 \
+        kiln_vm_f##N p = KILN_VM_FMA##N(k->p[0], r, k->p[1]);   /* kiln_vm_half_exp2 */    \
+        p = KILN_VM_FMA##N(p, r, k->p[2]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[3]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[4]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[5]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[6]);                                                 \
+        kiln_vm_f##N h = (kiln_vm_f##N)((kiln_vm_u##N)p + ((kiln_vm_u##N)KILN_VM_CVT##N(nf) << 23)); \
+        kiln_vm_f##N m = (kiln_vm_f##N)((kiln_vm_u##N)ac & (kiln_vm_u##N)~(ac == k->lim));  \
+        kiln_vm_f##N a = KILN_VM_BLEND##N(x, x * 0.0f, x);                                 \
+        return KILN_VM_FMA##N(-m, h, a);                                                   \
+    }
+KILN_VM_GELU_N(4)
+KILN_VM_VARIANT(gelu, b, 4, "_ZGVbN4v_kiln_vm_gelu_simd")
+#if KILN_VM_SIMD8
+KILN_VM_GELU_N(8)
+KILN_VM_VARIANT(gelu, d, 8, "_ZGVdN8v_kiln_vm_gelu_simd")
+#endif
+KILN_VM_CD_VARIANTS(gelu)
+#if KILN_VM_AVX512
 __attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_gelu_e(kiln_vm_f16 x) __asm__("_ZGVeN16v_kiln_vm_gelu_simd");
 static kiln_vm_f16 kiln_vm_gelu_e(kiln_vm_f16 x) {
     const kiln_vm_f16 zero = KILN_VM_SPLAT16(0.0f);
@@ -994,9 +1279,7 @@ static kiln_vm_f16 kiln_vm_gelu_e(kiln_vm_f16 x) {
     kiln_vm_f16 y = __builtin_ia32_vfnmaddps512_mask3(ac, h, x, pos, 4);  /* x - ac h */
     return __builtin_ia32_mulps512_mask(y, h, y, (uint16_t)~pos, 4);      /* x h */
 }
-KILN_VM_PAD16_VARIANT(gelu, b, 4, "_ZGVbN4v_kiln_vm_gelu_simd")
-KILN_VM_PAD16_VARIANT(gelu, c, 8, "_ZGVcN8v_kiln_vm_gelu_simd")
-KILN_VM_PAD16_VARIANT(gelu, d, 8, "_ZGVdN8v_kiln_vm_gelu_simd")
+#endif
 KILN_VM_INLINE float kiln_gelu(float x) { return kiln_vm_gelu_simd(x); }
 #else
 #define KILN_VM_GELU_DISPATCH 0
