@@ -541,6 +541,23 @@ static int check_vectorized_ex(const char *name, const char *flags, const char *
     return marks;
 }
 
+/* The generated C of example `name` (src NULL) or of the program src in
+ * *out; returns its plan (free it after cg_free), or NULL (a failure
+ * recorded). */
+static Plan *generate_program(const char *name, const char *src, CgOutput *out) {
+    char *text = src ? strdup(src) : read_example(name);
+    char err[512];
+    EXPECT(text, "no program %s", name);
+    if (!text) return NULL;
+    Plan *p = plan_of(text, NULL);
+    free(text);
+    if (!p) return NULL;
+    if (cg_generate(p->sched, out, err, sizeof err) == KILN_OK) return p;
+    EXPECT(0, "%s: %s", name, err);
+    plan_free(p);
+    return NULL;
+}
+
 TEST(codegen_inner_loops_vectorized) {
     static const char *examples[] = {"chain", "rowsum", "siblings", "wall", "softmax",
                                      "layernorm", "gelu_bias", "dropout", "wall_chain", "layout"};
@@ -559,15 +576,9 @@ TEST(codegen_inner_loops_vectorized) {
     int nex = (int)(sizeof examples / sizeof *examples), total = 0, missed_all = 0, exempt = 0;
     for (int i = 0; i < nex + (int)(sizeof extra / sizeof *extra); i++) {
         const char *name = i < nex ? examples[i] : extra[i - nex].name;
-        char *text = i < nex ? read_example(name) : strdup(extra[i - nex].src);
-        EXPECT(text, "no program %s", name);
-        if (!text) continue;
-        Plan *p = plan_of(text, NULL);
-        free(text);
-        if (!p) continue;
         CgOutput out;
-        char err[512];
-        if (cg_generate(p->sched, &out, err, sizeof err) == KILN_OK) {
+        Plan *p = generate_program(name, i < nex ? NULL : extra[i - nex].src, &out);
+        if (p) {
             /* every tier, whether this CPU runs it or not: vectorization
              * is the compiler's decision */
             for (int t = TGT_V2; t <= TGT_V4; t++) {
@@ -579,10 +590,8 @@ TEST(codegen_inner_loops_vectorized) {
                 missed_all += missed;
             }
             cg_free(&out);
-        } else {
-            EXPECT(0, "%s: %s", name, err);
+            plan_free(p);
         }
-        plan_free(p);
     }
     EXPECT(missed_all == 0, "%d of %d inner loops not vectorized (or libm calls left)", missed_all,
            total);
@@ -605,21 +614,14 @@ TEST(codegen_vectorized_arm64_cross) {
     test_cc_override = "aarch64-linux-gnu-gcc";
     int total = 0, missed_all = 0;
     for (size_t i = 0; i < sizeof examples / sizeof *examples; i++) {
-        char *text = read_example(examples[i]);
-        EXPECT(text, "no program %s", examples[i]);
-        if (!text) continue;
-        Plan *p = plan_of(text, NULL);
-        free(text);
-        if (!p) continue;
         CgOutput out;
-        char err[512];
-        if (cg_generate(p->sched, &out, err, sizeof err) == KILN_OK) {
-            int missed = 0, marks = check_vectorized(examples[i], "-march=armv8.2-a", out.source, &missed);
-            EXPECT(marks > 0, "%s: no inner loops or the arm64 compile failed", examples[i]);
-            total += marks > 0 ? marks : 0;
-            missed_all += missed;
-            cg_free(&out);
-        }
+        Plan *p = generate_program(examples[i], NULL, &out);
+        if (!p) continue;
+        int missed = 0, marks = check_vectorized(examples[i], "-march=armv8.2-a", out.source, &missed);
+        EXPECT(marks > 0, "%s: no inner loops or the arm64 compile failed", examples[i]);
+        total += marks > 0 ? marks : 0;
+        missed_all += missed;
+        cg_free(&out);
         plan_free(p);
     }
     test_cc_override = NULL;
