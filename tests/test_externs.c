@@ -287,6 +287,60 @@ TEST(externs_conv2d_path) {
     ext_set_conv_backend(EXT_CONV_DNNL);
 }
 
+/* The target tier bounds kiln's own conv kernels (ext_isa_enter, as a run
+ * of a program compiled for that tier does): the 1x1 GEMM is AVX-512 only,
+ * so under v3 or v2 a 1x1 conv is OpenBLAS's sgemm whatever the CPU has;
+ * the depthwise rows run the version the tier allows, say so in the path's
+ * kernels text, and give the same bits at every level this CPU can run
+ * (the bodies are the same C), matching the definition. */
+TEST(externs_conv2d_within_the_tier) {
+    static const int64_t a0[7] = {1, 1, 0, 0, 1, 1, 1}, dw[7] = {1, 1, 1, 1, 1, 1, 32};
+    static const int64_t dw2[7] = {2, 2, 1, 1, 1, 1, 32};
+    static const int64_t xs[4] = {2, 32, 28, 28}, w1[4] = {16, 32, 1, 1}, wd[4] = {32, 1, 3, 3};
+    static const int64_t y16[4] = {2, 16, 28, 28}, y32[4] = {2, 32, 28, 28}, y14[4] = {2, 32, 14, 14};
+    static const struct { unsigned cap; const char *isa; } levels[] = {
+        {0, "SSE"}, {EXT_CPU_AVX2, "AVX2 + FMA"}, {EXT_CPU_AVX2 | EXT_CPU_AVX512, "AVX-512"}};
+    int64_t nx = 2 * 32 * 28 * 28, ny = nx;
+    float *x = randbuf(nx, 5), *w = randbuf(32 * 9, 6), *b = randbuf(32, 7);
+    float *want = malloc(sizeof(float) * (size_t)ny);
+    float *want2 = malloc(sizeof(float) * (size_t)ny), *got[3] = {0}, *got2[3] = {0};
+    naive_conv(x, xs, w, wd, b, want, y32, dw);
+    naive_conv(x, xs, w, wd, b, want2, y14, dw2);
+    unsigned have = ext_cpu_features_all();
+    for (int l = 0; l < 3; l++) {
+        unsigned prev = ext_isa_enter(levels[l].cap);
+        const char *p1 = ext_conv_path(xs, w1, y16, a0);
+        EXPECT(levels[l].cap & EXT_CPU_AVX512 && have & EXT_CPU_AVX512 ? !!strstr(p1, "1x1 GEMM")
+                                                                       : !strstr(p1, "1x1 GEMM"),
+               "level %d: 1x1 conv runs on %s", l, p1);
+        const char *pd = ext_conv_path(xs, wd, y32, dw);
+        const char *isa = ext_path_isa(pd);
+        bool runs = (have & levels[l].cap) == levels[l].cap;
+        EXPECT(strstr(pd, "depthwise loops") && (!runs || !strcmp(isa, levels[l].isa) ||
+                                                 (l == 2 && strstr(isa, "AVX-512"))),
+               "level %d: depthwise %s, on %s", l, pd, isa);
+        if (runs) {
+            got[l] = malloc(sizeof(float) * (size_t)ny);
+            got2[l] = malloc(sizeof(float) * (size_t)ny);
+            CHECK(ext_conv2d(x, xs, w, wd, b, got[l], y32, dw) == 0);
+            CHECK(ext_conv2d(x, xs, w, wd, b, got2[l], y14, dw2) == 0);
+            double worst = 0;
+            for (int64_t k = 0; k < ny; k++) worst = fmax(worst, fabs(got[l][k] - want[k]));
+            for (int64_t k = 0; k < 2 * 32 * 14 * 14; k++) worst = fmax(worst, fabs(got2[l][k] - want2[k]));
+            EXPECT(worst < 1e-4, "level %d: depthwise off the definition by %g", l, worst);
+            if (l > 0 && got[0])
+                EXPECT(!memcmp(got[l], got[0], sizeof(float) * (size_t)ny) &&
+                           !memcmp(got2[l], got2[0], sizeof(float) * 2 * 32 * 14 * 14),
+                       "level %d: depthwise bits differ from the SSE version", l);
+        } else {
+            printf("externs: level %d (%s) not run: this CPU lacks it\n", l, levels[l].isa);
+        }
+        ext_isa_leave(prev);
+    }
+    for (int l = 0; l < 3; l++) free(got[l]), free(got2[l]);
+    free(x), free(w), free(b), free(want), free(want2);
+}
+
 /* A batch split among the threads (ext_conv_dnnl_split): decided as the
  * header says, and run against the naive loops with the epilogue seeing
  * every element once, with runtime weights (reordered once per call for
