@@ -118,10 +118,9 @@ static void dnnl_isa_init(void) {
     if (__atomic_load_n(&isa_done, __ATOMIC_ACQUIRE)) return;
     pthread_mutex_lock(&isa_lock);
     if (!isa_done) {
-        unsigned f = ext_cpu_features();
-        dnnl_set_max_cpu_isa((f & EXT_CPU_AVX512) ? dnnl_cpu_isa_avx512_core
-                             : (f & EXT_CPU_AVX2) ? dnnl_cpu_isa_avx2
-                                                  : dnnl_cpu_isa_sse41);
+        static const dnnl_cpu_isa_t cap[] = {dnnl_cpu_isa_sse41, dnnl_cpu_isa_avx2,
+                                             dnnl_cpu_isa_avx512_core};
+        dnnl_set_max_cpu_isa(cap[ext_isa_level(ext_cpu_features())]);
         __atomic_store_n(&isa_done, true, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&isa_lock);

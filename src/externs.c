@@ -84,8 +84,7 @@ static int core_level(const char *core) {
 }
 
 const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu, unsigned cap) {
-    unsigned ok = cpu & cap;
-    int allowed = (ok & EXT_CPU_AVX512) ? 2 : (ok & EXT_CPU_AVX2) ? 1 : 0;
+    int allowed = ext_isa_level(cpu & cap);
     /* above the tier (the user's choice too): the best core the tier allows */
     if (current && core_level(current) > allowed) return allowed == 1 ? "Haswell" : "Nehalem";
     if ((user && *user) || !current || strcasecmp(current, "Prescott") != 0) return NULL;
@@ -94,17 +93,11 @@ const char *ext_blas_core_choice(const char *user, const char *current, unsigned
     return NULL;
 }
 
-/* This CPU's features, as the OS lets programs use them (GCC's
- * __builtin_cpu_supports checks XCR0 for the AVX and AVX-512 state). */
-unsigned ext_cpu_features_all(void) {
-    __builtin_cpu_init();
-    unsigned f = 0;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) f |= EXT_CPU_AVX2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-        f |= EXT_CPU_AVX512;
-    return f;
-}
+/* This CPU's features, as the OS lets programs use them (target.c reads
+ * cpuid and XCR0 for the AVX and AVX-512 state). */
+unsigned ext_cpu_features_all(void) { return tgt_ext_of(tgt_cpu_features()); }
+
+int ext_isa_level(unsigned f) { return (f & EXT_CPU_AVX512) ? 2 : (f & EXT_CPU_AVX2) ? 1 : 0; }
 
 /* The cap of the program running on this thread (ext_isa_enter); ~0u
  * outside a run: whatever the CPU has. */
@@ -494,13 +487,11 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
  * instruction runs under a v3 target. The three bodies are the same C
  * (not contracted to FMAs under -std=c11), so they give the same bits. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define DW_LEVELS 1
 #define DW_ISA2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #define DW_ISA1 __attribute__((target("avx2,fma")))
 /* name##_l2, _l1 and _l0 from one body, and name(level, ...) picking one */
 #define DW_VERSIONS(name, params, args)                                                        DW_ISA2 static void name##_l2 params DW_BODY_##name                                        DW_ISA1 static void name##_l1 params DW_BODY_##name                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) {                                                if (level >= 2) name##_l2 args;                                                            else if (level == 1) name##_l1 args;                                                       else name##_l0 args;                                                                   }
 #else
-#define DW_LEVELS 0
 #define DW_VERSIONS(name, params, args)                                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) { (void)level; name##_l0 args; }
 #endif
 
@@ -615,13 +606,11 @@ DW_VERSIONS(dw_row, (DW_ROW_PARAMS), (s, d, P, k, b, oh, yr))
 
 const char *ext_path_isa(const char *path) {
     static _Thread_local char buf[96];
-    unsigned cpu = ext_cpu_features();
+    static const char *const own[] = {"SSE", "AVX2 + FMA", "AVX-512 (16-wide rows)"};
     if (strstr(path, "oneDNN")) util_fmt(buf, sizeof buf, "oneDNN's %s kernels", ext_dnnl_isa());
     else if (strstr(path, "OpenBLAS")) util_fmt(buf, sizeof buf, "OpenBLAS's %s kernels", ext_blas_core());
     else if (strstr(path, "1x1 GEMM")) util_fmt(buf, sizeof buf, "AVX-512");
-    else util_fmt(buf, sizeof buf, "%s", (cpu & EXT_CPU_AVX512) ? "AVX-512 (16-wide rows)"
-                                         : (cpu & EXT_CPU_AVX2)  ? "AVX2 + FMA"
-                                                                  : "SSE");
+    else util_fmt(buf, sizeof buf, "%s", own[ext_isa_level(ext_cpu_features())]);
     return buf;
 }
 
@@ -629,8 +618,7 @@ const char *ext_path_isa(const char *path) {
 static int conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
                           float *y, ExtEpilogue epi, void *ctx) {
     PadDims d = pad_dims(s);
-    unsigned cpu = ext_cpu_features();
-    int level = (cpu & EXT_CPU_AVX512) ? 2 : (cpu & EXT_CPU_AVX2) ? 1 : 0;
+    int level = ext_isa_level(ext_cpu_features());
     int failed = 0;
     #pragma omp parallel
     {

@@ -162,6 +162,8 @@ void ext_blas_init(void);
 unsigned ext_cpu_features(void);
 /* The CPU's EXT_CPU_* features, whatever the cap. */
 unsigned ext_cpu_features_all(void);
+/* The EXT_CPU_* bits as a level: 2 AVX-512, 1 AVX2 + FMA, 0 neither. */
+int ext_isa_level(unsigned features);
 /* Bound the library kernels this thread runs to the EXT_CPU_* bits cap
  * (a program's Target.ext) until ext_isa_leave(the value returned). The
  * first BLAS or oneDNN use in the process also caps OpenBLAS's core and
@@ -174,7 +176,8 @@ void ext_isa_leave(unsigned prev);
  * cap those the tier allows. */
 const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu, unsigned cap);
 /* The OpenBLAS core and the oneDNN ISA in use ("Haswell", "avx2"), for
- * kiln explain; oneDNN's is "not loaded yet" before its first use. */
+ * kiln explain; asking fixes the choice (ext_blas_init, oneDNN's cap) if
+ * no call has yet. */
 const char *ext_blas_core(void);
 const char *ext_dnnl_isa(void);
 /* What instructions a path of ext_conv_path / ext_matmul_path runs:

@@ -1144,13 +1144,9 @@ static int enter_target(const char *name) {
     Target t;
     char err[512];
     kiln_status st = tgt_resolve(name, &t, err, sizeof err);
-    if (st == KILN_ERR_INPUT) {
-        fprintf(stderr, "kiln: %s\n", err);
-        return EXIT_USAGE;
-    }
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s\n", err);
-        return exit_for(st);
+        return st == KILN_ERR_INPUT ? EXIT_USAGE : exit_for(st);
     }
     ext_isa_enter(t.ext);
     return 0;

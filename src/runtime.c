@@ -47,7 +47,6 @@ struct RtProgram {
     unsigned char *arena;
     float **bufs;             /* the pointer table of a run */
     bool *direct;             /* per output: kiln_entry writes the caller's array */
-    Target target;            /* the tier the kernels were compiled for */
     RtStats stats;
 };
 
@@ -215,13 +214,11 @@ static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, cons
         util_fmt(err, errlen, "out of memory");
         return KILN_ERR_NOMEM;
     }
-    if (cfg) p->target = cfg->target;
-    else p->target = kiln_config_default().target;
-    util_fmt(p->stats.jit_flags, sizeof p->stats.jit_flags, "%s %s", CG_EXTRA_FLAGS,
-             p->target.flags);
-    p->stats.target = p->target.name;
+    Target t = cfg ? cfg->target : kiln_config_default().target;
+    util_fmt(p->stats.jit_flags, sizeof p->stats.jit_flags, "%s %s", CG_EXTRA_FLAGS, t.flags);
+    p->stats.target = t.name;
     /* the library paths explain names follow the tier */
-    unsigned prev = ext_isa_enter(p->target.ext);
+    unsigned prev = ext_isa_enter(t.ext);
     double t0 = now_ms();
     kiln_status st = plan_build(g, cfg, &p->plan, err, errlen);
     double t1 = now_ms();
@@ -395,7 +392,7 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     if (!rt.conv2d_const) rt.conv2d_const = rt.conv2d;
     rt.err = err;       /* a gather's index out of range is reported here */
     rt.errlen = errlen;
-    unsigned prev = ext_isa_enter(p->target.ext);
+    unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);
     int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
     ext_isa_leave(prev);
     if (rc == CG_ERR_INPUT) return KILN_ERR_INPUT;

@@ -97,14 +97,27 @@ const char *tgt_missing(unsigned need, unsigned have, char *buf, size_t n) {
     return buf;
 }
 
+bool tgt_can_run(TargetTier t, unsigned features) {
+    return (features & tgt_tier_needs(t)) == tgt_tier_needs(t);
+}
+
 TargetTier tgt_best(unsigned features) {
     for (int t = TGT_V4; t >= TGT_V2; t--)
-        if ((features & tgt_tier_needs((TargetTier)t)) == tgt_tier_needs((TargetTier)t))
-            return (TargetTier)t;
+        if (tgt_can_run((TargetTier)t, features)) return (TargetTier)t;
     return TGT_NATIVE;
 }
 
 static const char *const tier_names[TGT_COUNT] = {"v2", "v3", "v4", "native"};
+
+const char *tgt_name(TargetTier t) { return t >= 0 && t < TGT_COUNT ? tier_names[t] : "?"; }
+
+unsigned tgt_ext_of(unsigned features) {
+    const unsigned avx2 = TF_BIT(TF_AVX2) | TF_BIT(TF_FMA) | TF_BIT(TF_OS_AVX);
+    const unsigned avx512 = TF_BIT(TF_AVX512F) | TF_BIT(TF_AVX512BW) | TF_BIT(TF_AVX512DQ) |
+                            TF_BIT(TF_AVX512VL) | TF_BIT(TF_OS_AVX512);
+    return ((features & avx2) == avx2 ? EXT_CPU_AVX2 : 0u) |
+           ((features & avx512) == avx512 ? EXT_CPU_AVX512 : 0u);
+}
 
 int tgt_tier_of(const char *name) {
     for (int t = 0; name && t < TGT_COUNT; t++)
@@ -114,8 +127,6 @@ int tgt_tier_of(const char *name) {
 
 const char *tgt_valid_names(void) { return "v2, v3, v4, native"; }
 
-static bool has_all(unsigned features, unsigned need) { return (features & need) == need; }
-
 kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, size_t errlen) {
     char miss[400];
     memset(out, 0, sizeof *out);
@@ -123,13 +134,12 @@ kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, si
         util_fmt(err, errlen, "unknown target tier %d (valid: %s)", (int)t, tgt_valid_names());
         return KILN_ERR_INPUT;
     }
-    if (!has_all(features, tgt_tier_needs(t))) {
+    if (!tgt_can_run(t, features)) {
         util_fmt(err, errlen, "target %s: this CPU cannot run x86-64-%s code: it lacks %s",
                  tier_names[t], tier_names[t], tgt_missing(tgt_tier_needs(t), features, miss, sizeof miss));
         return KILN_ERR_ENV;
     }
-    bool avx512 = has_all(features, tgt_tier_needs(TGT_V4));
-    bool avx2 = has_all(features, tgt_tier_needs(TGT_V3));
+    bool avx512 = tgt_can_run(TGT_V4, features), avx2 = tgt_can_run(TGT_V3, features);
     out->tier = t;
     out->name = tier_names[t];
     switch (t) {
@@ -153,7 +163,7 @@ kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, si
         util_fmt(out->flags, sizeof out->flags, "-march=native%s",
                  avx512 ? " -mprefer-vector-width=512" : "");
         out->lanes = avx512 ? 16 : avx2 ? 8 : 4;
-        out->ext = (avx2 ? EXT_CPU_AVX2 : 0) | (avx512 ? EXT_CPU_AVX512 : 0);
+        out->ext = tgt_ext_of(features);
         break;
     }
     return KILN_OK;

@@ -30,6 +30,7 @@
 #define KILN_TARGET_H
 
 #include "kiln.h"
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,8 +70,15 @@ unsigned tgt_tier_needs(TargetTier t);
 /* The features of `need` that `have` lacks, as "avx512f, avx512bw" in buf
  * ("" when none). Returns buf. */
 const char *tgt_missing(unsigned need, unsigned have, char *buf, size_t n);
+/* Whether a CPU with these features runs tier t (native: always). */
+bool tgt_can_run(TargetTier t, unsigned features);
 /* The highest of v4, v3, v2 features allow; TGT_NATIVE when none. */
 TargetTier tgt_best(unsigned features);
+/* "v2", "v3", "v4", "native" ("?" out of range). */
+const char *tgt_name(TargetTier t);
+/* The EXT_CPU_* bits features give library kernels: AVX2 with FMA (and
+ * the AVX state saved), AVX-512 F/BW/DQ/VL (and its state saved). */
+unsigned tgt_ext_of(unsigned features);
 
 /* "v2" ... "native" -> tier; -1 for any other name. */
 int tgt_tier_of(const char *name);

@@ -832,7 +832,7 @@ TEST(fused_every_tier) {
     for (int t = TGT_V2; t <= TGT_V4; t++) {
         char err[512], miss[400];
         KilnConfig cfg = def;
-        const char *name = t == TGT_V2 ? "v2" : t == TGT_V3 ? "v3" : "v4";
+        const char *name = tgt_name((TargetTier)t);
         if (tgt_make((TargetTier)t, have, &cfg.target, err, sizeof err) != KILN_OK) {
             printf("fused_every_tier: %s not run: this CPU lacks %s\n", name,
                    tgt_missing(tgt_tier_needs((TargetTier)t), have, miss, sizeof miss));

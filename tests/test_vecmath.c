@@ -420,11 +420,9 @@ TEST(vecmath_vectorized) {
     int n = snprintf(cmd, sizeof cmd, "sh '%s/vectorize_check.sh' '%s/..' '%s/vecmath'",
                      test_srcdir(), test_srcdir(), test_tmpdir());
     /* every tier, run where this CPU can (target.c's flags, test_tier_flags) */
-    for (int t = TGT_V2; t <= TGT_V4; t++) {
-        unsigned need = tgt_tier_needs((TargetTier)t);
-        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " 'v%d|%s|%d'", t - TGT_V2 + 2,
-                      test_tier_flags(t), (tgt_cpu_features() & need) == need);
-    }
+    for (int t = TGT_V2; t <= TGT_V4; t++)
+        n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s|%s|%d'", tgt_name((TargetTier)t),
+                      test_tier_flags(t), tgt_can_run((TargetTier)t, tgt_cpu_features()));
     int rc = system(cmd);
     CHECKF(rc != -1 && WIFEXITED(rc), "could not run %s", cmd);
     if (WEXITSTATUS(rc) == 77) {
