@@ -138,12 +138,20 @@ def machine():
                 l3 = line.split(":", 1)[1].strip()
     except Exception:
         pass
+    march = "?"   # what GCC's -march=native resolves to (its tuning decides vector widths)
+    try:
+        for line in sh(["cc", "-march=native", "-Q", "--help=target"]).stdout.splitlines():
+            if line.strip().startswith("-march="):
+                march = line.split()[-1]
+                break
+    except Exception:
+        pass
     mem = "?"
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith("MemTotal:"):
                 mem = "%.1f GiB" % (int(line.split()[1]) / 1048576)
-    return {"model": model, "cores": cores, "memory": mem, "l3": l3}
+    return {"model": model, "cores": cores, "memory": mem, "l3": l3, "march": march}
 
 
 def commit():
@@ -167,7 +175,8 @@ def now():
 def header_lines(m, started, ended, loads):
     return [
         "- date: %s to %s" % (started, ended),
-        "- machine: %s, %s cores, %s memory, L3 %s" % (m["model"], m["cores"], m["memory"], m["l3"]),
+        "- machine: %s, %s cores, %s memory, L3 %s; GCC's -march=native: %s" % (
+            m["model"], m["cores"], m["memory"], m["l3"], m.get("march", "?")),
         "- kiln: commit %s" % commit(),
         "- load average (1, 5, 15 min) at start / end: %s / %s" % (loads[0], loads[-1]),
         "- OMP_WAIT_POLICY: %s (kiln's kernels, OpenBLAS and torch share libgomp)"
