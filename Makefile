@@ -18,23 +18,27 @@ BUILD   ?= build
 CFLAGS  ?= -O2 -g
 PREFIX  ?= /usr/local
 SAN     ?=
-# OpenBLAS, the OpenMP build (see src/externs.c for why), found by its
+# OpenBLAS, the OpenMP build (see src/externs/externs.c for why), found by its
 # multiarch path so the pthread build selected by update-alternatives is
 # not picked up by accident; rpath makes the run-time choice the same.
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
 BLAS_DIR  = /usr/lib/$(MULTIARCH)/openblas-openmp
 BLAS_INC  = -I/usr/include/$(MULTIARCH)/openblas-openmp
 KCFLAGS  = -std=c11 -Wall -Wextra -Iinclude -Isrc -I$(BUILD)/gen -D_GNU_SOURCE -fopenmp $(BLAS_INC) $(CFLAGS) $(SAN)
-# oneDNN (Debian's libdnnl-dev) for conv2d, see src/conv_dnnl.c.
+# oneDNN (Debian's libdnnl-dev) for conv2d, see src/externs/conv_dnnl.c.
 DNNL_LIBS = -ldnnl
 LDLIBS   = -L$(BLAS_DIR) -Wl,-rpath,$(BLAS_DIR) -lopenblas $(DNNL_LIBS) -lprotobuf-c -lm -ldl
 ASAN_FLAGS = -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
-LIBSRC  = $(filter-out src/main.c,$(wildcard src/*.c))
+# One folder per stage of the pipeline (docs/design.md); src/cli is the
+# command line, not part of the library.
+LIBSRC  = $(filter-out src/cli/%,$(wildcard src/*/*.c))
+CLISRC  = $(wildcard src/cli/*.c)
+CLIOBJ  = $(CLISRC:src/%.c=$(BUILD)/obj/%.o)
 LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/onnx.pb-c.o
 TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
-HDRS    = include/kiln.h src/kiln_int.h src/ops.def $(wildcard src/*.h)
+HDRS    = include/kiln.h src/graph/ops.def $(wildcard src/*/*.h)
 
 .PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
@@ -49,10 +53,10 @@ $(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h tests/testutil.h $(HD
 
 # vecmath.h as a C string literal, pasted into every generated source so a
 # cached or installed kiln needs no source tree ('?' escaped: trigraphs).
-$(BUILD)/gen/vecmath_src.inc: src/vecmath.h
+$(BUILD)/gen/vecmath_src.inc: src/codegen/vecmath.h
 	@mkdir -p $(dir $@)
 	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
-$(BUILD)/obj/codegen.o: $(BUILD)/gen/vecmath_src.inc
+$(BUILD)/obj/codegen/codegen.o: $(BUILD)/gen/vecmath_src.inc
 
 # ONNX (issue 8): the protobuf-c reader of onnx.proto is generated at build
 # time from the copy Debian's libonnx-dev ships; no hand-written decoder.
@@ -67,16 +71,17 @@ ONNX_PROTO ?= /usr/include/onnx/onnx.proto
 $(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -w -c $< -o $@
-$(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(TESTOBJ) $(BUILD)/obj/main.o: $(BUILD)/gen/onnx.pb-c.h
+$(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(TESTOBJ) $(CLIOBJ): $(BUILD)/gen/onnx.pb-c.h
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/kiln: $(BUILD)/obj/main.o $(BUILD)/libkiln.a
+$(BUILD)/kiln: $(CLIOBJ) $(BUILD)/libkiln.a
 	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
 
-$(BUILD)/test_kiln: $(TESTOBJ) $(BUILD)/libkiln.a
+# The tests also run the conformance runner (src/cli/onnx_test.c).
+$(BUILD)/test_kiln: $(TESTOBJ) $(BUILD)/obj/cli/onnx_test.o $(BUILD)/libkiln.a
 	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
 
 # Random programs, fused vs interpreter, fresh seeds until stopped (Ctrl-C);

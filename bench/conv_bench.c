@@ -2,11 +2,11 @@
  * conv_bench.c -- how fast is kiln's conv2d? (`make bench-conv`; not a test)
  *
  * Times ext_conv2d with both of kiln's backends: the default (oneDNN,
- * src/conv_dnnl.c: reorders from and to NCHW included, weights reordered on
- * every call; but 1x1 stride-1 convolutions through src/conv1x1.c (with
+ * src/externs/conv_dnnl.c: reorders from and to NCHW included, weights reordered on
+ * every call; but 1x1 stride-1 convolutions through src/externs/conv1x1.c (with
  * AVX-512; weights packed on every call here) and depthwise ones with
  * output planes of 100 or more as direct loops, both on NCHW) and im2col
- * (src/externs.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
+ * (src/externs/externs.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
  * stride-1 convolutions, direct loops for every depthwise one), on the
  * convolution layers of ResNet-18 at batch 1 and 8, plus 1x1 and depthwise
  * shapes (MobileNetV2's) that reach the other paths, at 1 and 2 threads, and prints milliseconds and GFLOP/s (2 * N * O * OH * OW *
@@ -26,7 +26,7 @@
  *
  *   conv_bench [--threads 1,2] [--batch 1,8] [--reps 3] [--min-ms 200] [--only NAME]
  */
-#include "externs.h"
+#include "externs/externs.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

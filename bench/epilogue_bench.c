@@ -51,7 +51,7 @@
  * time of the bare run of the same round: both summed over the threads).
  */
 #include "kiln.h"
-#include "codegen.h"   /* KilnRT, rt_set_externs and the library kernels: the timed epilogue */
+#include "runtime/runtime.h"   /* KilnRT, rt_set_externs and the library kernels: the timed epilogue */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

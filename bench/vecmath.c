@@ -1,13 +1,13 @@
 /*
- * vecmath.c -- ns per element of src/vecmath.h's functions as kiln's
+ * vecmath.c -- ns per element of src/codegen/vecmath.h's functions as kiln's
  * kernels call them, two versions of the header side by side (not a test).
  *
- *   bench/vecmath.sh [REV] [ROUNDS]   (REV's src/vecmath.h against the working tree's;
+ *   bench/vecmath.sh [REV] [ROUNDS]   (REV's src/codegen/vecmath.h against the working tree's;
  *                                     VB_FLAGS="-march=x86-64-v3 -mtune=native": a tier)
  *
  * Built once per header with -DVB_SIDE=old or new (the kernels: a
  * `#pragma omp simd` loop over an in-cache array calling a declare-simd
- * wrapper, as src/codegen.c emits them), and once without (main), all with
+ * wrapper, as src/codegen/codegen.c emits them), and once without (main), all with
  * the JIT's flags. main alternates the two sides in rounds and prints the
  * best time of each. Inputs: sin and cos on [-10, 10] (plus one row with
  * some |x| >= 4096 lanes), exp on [-10, 0] (softmax), erf and gelu on
@@ -18,7 +18,7 @@
 #define VB_NFN 9
 
 #ifdef VB_SIDE
-#include "vecmath.h"
+#include "codegen/vecmath.h"
 
 #define VB_CAT2(a, b) a##b
 #define VB_CAT(a, b) VB_CAT2(a, b)

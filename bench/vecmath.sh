@@ -11,12 +11,14 @@ REV=${1:-HEAD}
 CC=${CC:-cc}
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-mkdir "$W/old"
-git -C "$ROOT" show "$REV:src/vecmath.h" >"$W/old/vecmath.h"
+mkdir -p "$W/old/codegen"
+# (before the stage folders, vecmath.h was src/vecmath.h)
+git -C "$ROOT" show "$REV:src/codegen/vecmath.h" >"$W/old/codegen/vecmath.h" 2>/dev/null ||
+    git -C "$ROOT" show "$REV:src/vecmath.h" >"$W/old/codegen/vecmath.h"
 FLAGS="-std=c11 -O3 ${VB_FLAGS:--march=native} -fopenmp -fno-math-errno"
 $CC $FLAGS -DVB_SIDE=old -I"$W/old" -c "$ROOT/bench/vecmath.c" -o "$W/old.o"
 $CC $FLAGS -DVB_SIDE=new -I"$ROOT/src" -c "$ROOT/bench/vecmath.c" -o "$W/new.o"
 $CC $FLAGS "$ROOT/bench/vecmath.c" "$W/old.o" "$W/new.o" -lm -o "$W/vb"
-echo "bench/vecmath: old = $REV:src/vecmath.h, new = working tree; 1 thread, 4096 floats in cache;" \
+echo "bench/vecmath: old = $REV:src/codegen/vecmath.h, new = working tree; 1 thread, 4096 floats in cache;" \
     "${VB_FLAGS:--march=native}"
 "$W/vb" "${2:-5}"

@@ -13,7 +13,7 @@
  * out-of-memory error a user would see instead of a slow run or a crash.
  * Weight files (file("...")) resolve against the working directory.
  */
-#include "kiln_int.h"
+#include "ref/ref.h"
 #include <stdlib.h>
 #include <string.h>
 

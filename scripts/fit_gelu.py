@@ -1,12 +1,12 @@
 #!/usr/bin/python3
 """
-fit_gelu.py -- the coefficients of kiln's gelu (src/vecmath.h:
+fit_gelu.py -- the coefficients of kiln's gelu (src/codegen/vecmath.h:
 kiln_vm_log2_2phi and kiln_vm_half_exp2), fitted here and printed as C.
 
     /usr/bin/python3 scripts/fit_gelu.py      (Debian: python3-numpy, python3-mpmath)
 
 Not run by the build or the tests: the printed coefficients are pasted
-into src/vecmath.h, and tests/test_vecmath.c checks the function they
+into src/codegen/vecmath.h, and tests/test_vecmath.c checks the function they
 make against erfc in double. Deterministic: a run prints the same
 coefficients.
 

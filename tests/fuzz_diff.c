@@ -8,7 +8,7 @@
  * explores new programs) and go up by one. BATCH programs (default 50) are
  * compiled with one compiler run (rt_compile_many); when a batch does not
  * compile, its programs are compiled one by one to find the culprit. A
- * program whose fused result is outside rt_tolerance (src/runtime.c) of the
+ * program whose fused result is outside rt_tolerance (src/runtime/runtime.c) of the
  * interpreter's, even with the reference's own spread added
  * (rt_reference_spread: ill-conditioned elements, see docs/tolerances.md),
  * or that fails to compile or run, is written to
@@ -21,7 +21,7 @@
  * The JIT cache goes to DIR/cache unless KILN_CACHE_DIR is set: fuzzed
  * programs never repeat, so they should not fill the user's cache.
  */
-#include "codegen.h"
+#include "runtime/runtime.h"
 #include "randprog.h"
 #include <errno.h>
 #include <math.h>
@@ -124,7 +124,7 @@ static void check(Prog *pr) {
     for (int i = 0; i < nin; i++) {
         in[i] = kiln_input_desc(pr->g, i);
         kiln_tensor_alloc(&in[i]);
-        /* the inputs `kiln run --seed N` generates (src/main.c) */
+        /* the inputs `kiln run --seed N` generates (src/cli/main.c) */
         kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]),
                         pr->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i);
         fin[i] = in[i].data;

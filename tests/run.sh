@@ -20,6 +20,12 @@ for b in "$@"; do
         rm -f "$out"
     done
 done
+# The stages' layering (scripts/layers.sh), once, on the first build's objects.
+if out=$(sh scripts/layers.sh "$1" 2>&1); then
+    echo "[layers] PASS: layers_point_down" >>"$log"
+else
+    echo "$out"; echo "FAIL: layers_point_down"; echo "[layers] FAIL: layers_point_down" >>"$log"
+fi
 p=$(grep -c '] PASS: ' "$log")
 f=$(grep -c '] FAIL: ' "$log")
 echo "$p passed, $f failed"

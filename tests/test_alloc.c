@@ -18,8 +18,8 @@
  * inside the loop.
  */
 #include "test.h"
-#include "codegen.h"
-#include "kiln_int.h"
+#include "runtime/runtime.h"
+#include "graph/graph.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <unistd.h>

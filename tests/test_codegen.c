@@ -23,7 +23,7 @@
  */
 #include "test.h"
 #include "testutil.h"
-#include "codegen.h"
+#include "runtime/runtime.h"
 #include <unistd.h>
 
 /* ===== helpers ========================================================== */

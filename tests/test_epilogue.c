@@ -26,7 +26,7 @@
  */
 #include "test.h"
 #include "testutil.h"
-#include "codegen.h"
+#include "runtime/runtime.h"
 
 typedef TestProg Prog;
 

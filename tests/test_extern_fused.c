@@ -10,7 +10,7 @@
  * A cold compile costs a C compiler run, so the cases are packed into two
  * programs with many outputs (one for matmul, one for conv2d). The JIT cache
  * is a fresh directory under test_tmpdir(). Tolerance: rt_tolerance of the
- * program (src/runtime.c), as in test_fused.c.
+ * program (src/runtime/runtime.c), as in test_fused.c.
  *
  * Views: a transposed or sliced operand must reach BLAS as a transpose flag
  * or a leading dimension, never as a copy. The loop program shows the
@@ -20,7 +20,7 @@
  */
 #include "test.h"
 #include "testutil.h"
-#include "codegen.h"
+#include "runtime/runtime.h"
 
 typedef TestProg Prog;
 

@@ -15,7 +15,7 @@
  * a copy and must match exactly.
  */
 #include "test.h"
-#include "codegen.h"
+#include "runtime/runtime.h"
 #include "testutil.h"
 
 typedef TestProg Prog;

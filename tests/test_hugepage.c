@@ -1,6 +1,6 @@
 /*
  * test_hugepage.c -- kiln_program_run's large fresh outputs are advised
- * MADV_HUGEPAGE (src/runtime.c), so they fault in as 2 MiB pages, and the
+ * MADV_HUGEPAGE (src/runtime/runtime.c), so they fault in as 2 MiB pages, and the
  * results are still right.
  *
  * The advice shows in /proc/self/smaps as the "hg" VmFlag of the mapping

@@ -11,7 +11,7 @@
  * that each failure reports KILN_ERR_NOMEM and leaks nothing.
  */
 #include "test.h"
-#include "kiln_int.h"   /* util_rand_uniform: the documented RAND stream */
+#include "base/base.h"   /* util_rand_uniform: the documented RAND stream */
 
 /* ---- helpers --------------------------------------------------------------- */
 

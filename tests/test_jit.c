@@ -1,5 +1,5 @@
 /*
- * test_jit.c -- the JIT and its cache (src/jit.c).
+ * test_jit.c -- the JIT and its cache (src/runtime/jit.c).
  *
  * Every test points KILN_CACHE_DIR at a fresh directory of its own and
  * restores the environment (CC, KILN_CACHE_DIR) afterwards. Whether the
@@ -8,7 +8,7 @@
  * the cache key is checked against coreutils' sha256sum.
  */
 #include "test.h"
-#include "jit.h"
+#include "runtime/runtime.h"
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -251,7 +251,7 @@ JIT_TEST(jit_concurrent_processes) {
 JIT_TEST(jit_vecmath_openmp_kernel) {
     scratch("jit_kernel", 1);
     const char *src =
-        "#include \"vecmath.h\"\n"
+        "#include \"codegen/vecmath.h\"\n"
         "void kern(const float *restrict x, float *restrict y, long n) {\n"
         "#pragma omp parallel for\n"
         "    for (long i = 0; i < n; i++) y[i] = kiln_expf(x[i]) + kiln_sinf(x[i]);\n"

@@ -4,7 +4,7 @@
  * shapes (contiguous strides), not captured from the code's own output.
  */
 #include "test.h"
-#include "loop.h"
+#include "runtime/runtime.h"   /* plan_build */
 #include "randprog.h"
 
 /* A pool for direct index tests; freed by the caller. */

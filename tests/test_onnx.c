@@ -9,7 +9,7 @@
  * pass; it is skipped with a message when the package is absent.
  */
 #include "test.h"
-#include "onnx.h"
+#include "cli/cli.h"   /* ox_run_test: the conformance runner */
 #include <stdint.h>
 #include <string.h>
 #include <dirent.h>
@@ -21,25 +21,25 @@
 typedef struct {
     void *p[1024];
     int n;
-} Pool;
+} BlockList;
 
-static void *palloc(Pool *pool, size_t n) {
+static void *palloc(BlockList *pool, size_t n) {
     void *p = calloc(1, n ? n : 1);
     if (!p || pool->n == 1024) abort();
     return pool->p[pool->n++] = p;
 }
 
-static void pool_free(Pool *pool) {
+static void blocks_free(BlockList *pool) {
     for (int i = 0; i < pool->n; i++) free(pool->p[i]);
     pool->n = 0;
 }
 
-static char *pstr(Pool *pool, const char *s) {
+static char *pstr(BlockList *pool, const char *s) {
     return strcpy(palloc(pool, strlen(s) + 1), s);
 }
 
 /* A tensor value info; a dim of -1 is symbolic ("N"). */
-static Onnx__ValueInfoProto *vinfo(Pool *pool, const char *name, int elem, int rank,
+static Onnx__ValueInfoProto *vinfo(BlockList *pool, const char *name, int elem, int rank,
                                    const int64_t *dims) {
     Onnx__ValueInfoProto *v = palloc(pool, sizeof *v);
     Onnx__TypeProto *t = palloc(pool, sizeof *t);
@@ -74,7 +74,7 @@ static Onnx__ValueInfoProto *vinfo(Pool *pool, const char *name, int elem, int r
 }
 
 /* An f32 (f != NULL) or int64 tensor. */
-static Onnx__TensorProto *tensor(Pool *pool, const char *name, int rank, const int64_t *dims,
+static Onnx__TensorProto *tensor(BlockList *pool, const char *name, int rank, const int64_t *dims,
                                  const float *f, const int64_t *i64) {
     Onnx__TensorProto *t = palloc(pool, sizeof *t);
     onnx__tensor_proto__init(t);
@@ -98,7 +98,7 @@ static Onnx__TensorProto *tensor(Pool *pool, const char *name, int rank, const i
     return t;
 }
 
-static Onnx__AttributeProto *attr_i(Pool *pool, const char *name, int64_t v) {
+static Onnx__AttributeProto *attr_i(BlockList *pool, const char *name, int64_t v) {
     Onnx__AttributeProto *a = palloc(pool, sizeof *a);
     onnx__attribute_proto__init(a);
     a->name = pstr(pool, name);
@@ -108,7 +108,7 @@ static Onnx__AttributeProto *attr_i(Pool *pool, const char *name, int64_t v) {
     return a;
 }
 
-static Onnx__AttributeProto *attr_f(Pool *pool, const char *name, float v) {
+static Onnx__AttributeProto *attr_f(BlockList *pool, const char *name, float v) {
     Onnx__AttributeProto *a = palloc(pool, sizeof *a);
     onnx__attribute_proto__init(a);
     a->name = pstr(pool, name);
@@ -118,7 +118,7 @@ static Onnx__AttributeProto *attr_f(Pool *pool, const char *name, float v) {
     return a;
 }
 
-static Onnx__AttributeProto *attr_ints(Pool *pool, const char *name, int n, const int64_t *v) {
+static Onnx__AttributeProto *attr_ints(BlockList *pool, const char *name, int n, const int64_t *v) {
     Onnx__AttributeProto *a = palloc(pool, sizeof *a);
     onnx__attribute_proto__init(a);
     a->name = pstr(pool, name);
@@ -132,14 +132,14 @@ static Onnx__AttributeProto *attr_ints(Pool *pool, const char *name, int n, cons
 
 /* A node: inputs and outputs as a space-separated list ("" for none; "-"
  * for an absent optional input), attributes NULL-terminated. */
-static char **names(Pool *pool, const char *list, size_t *n) {
+static char **names(BlockList *pool, const char *list, size_t *n) {
     char *s = pstr(pool, list), **out = palloc(pool, sizeof(char *) * 16);
     *n = 0;
     for (char *t = strtok(s, " "); t; t = strtok(NULL, " ")) out[(*n)++] = strcmp(t, "-") ? t : "";
     return out;
 }
 
-static Onnx__NodeProto *node(Pool *pool, const char *op, const char *ins, const char *outs,
+static Onnx__NodeProto *node(BlockList *pool, const char *op, const char *ins, const char *outs,
                              Onnx__AttributeProto **attrs) {
     Onnx__NodeProto *n = palloc(pool, sizeof *n);
     onnx__node_proto__init(n);
@@ -159,7 +159,7 @@ typedef struct {
     int nnodes, nin, nout, ninit, opset;
 } Model;
 
-static uint8_t *pack(Pool *pool, const Model *md, size_t *len) {
+static uint8_t *pack(BlockList *pool, const Model *md, size_t *len) {
     Onnx__ModelProto m;
     Onnx__GraphProto g;
     Onnx__OperatorSetIdProto op, *ops[1] = {&op};
@@ -190,7 +190,7 @@ static uint8_t *pack(Pool *pool, const Model *md, size_t *len) {
 }
 
 /* Import the model; KILN_OK or the status with the message in g. */
-static kiln_status import(kiln_graph *g, Pool *pool, const Model *md, int nshapes,
+static kiln_status import(kiln_graph *g, BlockList *pool, const Model *md, int nshapes,
                           const kiln_onnx_input *shapes, kiln_onnx_io *io) {
     size_t len;
     uint8_t *buf = pack(pool, md, &len);
@@ -231,7 +231,7 @@ static bool has_text(const kiln_graph *g, const char *s) {
 /* Shape -> Gather -> Unsqueeze -> Concat -> Reshape folds at import: the
  * graph is input, reshape, relu; no weight for the shape arithmetic. */
 TEST(onnx_fold_shape_subgraph) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[3] = {2, 3, 4}, ys[2] = {2, 12}, one = 1, zero = 0, minus1 = -1, ax0 = 0;
     Model m = {.opset = 11, .nin = 1, .nout = 1, .ninit = 2};
     m.in[0] = vinfo(&pool, "x", 1, 3, xs);
@@ -267,12 +267,12 @@ TEST(onnx_fold_shape_subgraph) {
     kiln_tensor in = {KILN_F32, 3, {2, 3, 4}, x};
     CHECK(run_both(g, &in, want, 24));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* Gemm: alpha * A @ B^T + beta * C, B an initializer (a weight). */
 TEST(onnx_gemm_trans_b) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t as[2] = {2, 3}, bs[2] = {4, 3}, cs[1] = {4}, ys[2] = {2, 4};
     float b[12], c[4], a[6], want[8];
     for (int i = 0; i < 12; i++) b[i] = (float)(i % 5) - 2;
@@ -299,12 +299,12 @@ TEST(onnx_gemm_trans_b) {
     kiln_tensor in = {KILN_F32, 2, {2, 3}, a};
     CHECK(run_both(g, &in, want, 8));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* ArgMax with ties (select_last_index), keepdims 0: an int64 output. */
 TEST(onnx_argmax_last_index) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[2] = {3, 4}, ys[1] = {3};
     float x[12] = {1, 5, 5, 0, 7, 7, 7, 7, -1, -2, -3, -1}, want[3] = {2, 3, 3};
     Model m = {.opset = 13, .nin = 1, .nout = 1};
@@ -322,12 +322,12 @@ TEST(onnx_argmax_last_index) {
     kiln_tensor in = {KILN_F32, 2, {3, 4}, x};
     CHECK(run_both(g, &in, want, 3));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* An int64 input is f32 in the graph; io says int64 on both sides. */
 TEST(onnx_int_input_boundary) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[1] = {4}, one = 1, three = 3;
     Model m = {.opset = 13, .nin = 1, .nout = 1, .ninit = 1};
     m.in[0] = vinfo(&pool, "x", 7, 1, xs);
@@ -357,12 +357,12 @@ TEST(onnx_int_input_boundary) {
     CHECK(kiln_tensor_convert(&bi, KILN_F32, &xf, err, sizeof err) == KILN_ERR_INPUT);
     CHECK(strstr(err, "2^24"));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* Opset 6 broadcasting: B lines up with A from attribute axis. */
 TEST(onnx_legacy_broadcast_axis) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t as[3] = {2, 3, 4}, bs[1] = {3};
     float b[3] = {10, 20, 30}, a[24], want[24];
     for (int i = 0; i < 24; i++) a[i] = (float)i, want[i] = a[i] + b[(i / 4) % 3];
@@ -379,12 +379,12 @@ TEST(onnx_legacy_broadcast_axis) {
     kiln_tensor in = {KILN_F32, 3, {2, 3, 4}, a};
     CHECK(run_both(g, &in, want, 24));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* Softmax before opset 13 flattens at axis: over dims 1 and 2 together. */
 TEST(onnx_softmax_opset11_flattens) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[3] = {2, 3, 4};
     float x[24], want[24];
     for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) * 0.3f;
@@ -404,12 +404,12 @@ TEST(onnx_softmax_opset11_flattens) {
     kiln_tensor in = {KILN_F32, 3, {2, 3, 4}, x};
     CHECK(run_both(g, &in, want, 24));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* A symbolic dim needs a shape; given one, the input takes it. */
 TEST(onnx_symbolic_dim_binding) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[2] = {-1, 4};
     Model m = {.opset = 13, .nin = 1, .nout = 1};
     m.in[0] = vinfo(&pool, "x", 1, 2, xs);
@@ -425,12 +425,12 @@ TEST(onnx_symbolic_dim_binding) {
     CHECKF(import(g, &pool, &m, 1, &s, NULL) == KILN_OK, "%s", kiln_error(g));
     CHECK(kiln_input_desc(g, 0).shape[0] == 3);
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* Errors name the file and the node; unsupported ops say so. */
 TEST(onnx_error_messages) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[2] = {2, 4}, two = 2;
     Model m = {.opset = 13, .nin = 1, .nout = 1};
     m.in[0] = vinfo(&pool, "x", 1, 2, xs);
@@ -474,13 +474,13 @@ TEST(onnx_error_messages) {
     CHECK(kiln_onnx_import(g, "/nonexistent/m.onnx", 0, NULL, NULL) == KILN_ERR_INPUT);
     EXPECT(has_text(g, "/nonexistent/m.onnx: cannot open"), "%s", kiln_error(g));
     kiln_graph_free(g);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* Every truncation of a valid model is an error or a smaller valid model
  * (protobuf's wire format allows that), never a crash. */
 TEST(onnx_truncated_models) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[2] = {2, 4};
     float w[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     Model m = {.opset = 13, .nin = 1, .nout = 1, .ninit = 1};
@@ -499,7 +499,7 @@ TEST(onnx_truncated_models) {
         kiln_graph_free(g);
     }
     CHECK(malformed > 0);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* .pb tensors: written and read back; a truncated file is an error. */
@@ -571,7 +571,7 @@ static kiln_status import_with_hook(Hook *h, const uint8_t *buf, size_t len, int
  * (never another status, a crash or a leak). The model folds constants,
  * materializes weights and builds composites. */
 TEST(onnx_alloc_fail_each) {
-    Pool pool = {0};
+    BlockList pool = {0};
     int64_t xs[2] = {2, 4}, ws[2] = {3, 4}, ys[2] = {2, 3}, zero = 0, one = 1, m1 = -1;
     float w[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
     Model m = {.opset = 13, .nin = 1, .nout = 2, .ninit = 3};
@@ -606,7 +606,7 @@ TEST(onnx_alloc_fail_each) {
         bad++;
     }
     printf("  (onnx import: refused each of allocations 1..%ld in turn)\n", clean.requests);
-    pool_free(&pool);
+    blocks_free(&pool);
 }
 
 /* ---- regression inputs ------------------------------------------------------ */

@@ -10,8 +10,8 @@
  * guarded inner loops vectorize; and the builders' error messages.
  */
 #include "test.h"
-#include "codegen.h"
-#include "loop.h"
+#include "runtime/runtime.h"
+#include "sched/sched.h"
 #include "testutil.h"
 
 /* ===== helpers ============================================================ */

@@ -12,7 +12,7 @@
  * the middle line is the source line.
  */
 #include "test.h"
-#include "kiln_int.h"
+#include "graph/graph.h"
 #include <dirent.h>
 #include <sys/stat.h>
 

@@ -1,5 +1,5 @@
 /*
- * test_rewrite.c -- Conv-BN folding (src/rewrite.c, applied by dec_run).
+ * test_rewrite.c -- Conv-BN folding (src/graph/rewrite.c, applied by dec_run).
  *
  * The oracle: the same Conv-BN(-ReLU) program built twice on the same data,
  * once with every parameter a `weight` (folded at compile time) and once
@@ -10,8 +10,8 @@
  * pointwise op but the relu, or BN's ops still there and a note saying why.
  */
 #include "test.h"
-#include "kiln_int.h"
-#include "loop.h"
+#include "graph/graph.h"
+#include "runtime/runtime.h"   /* plan_build */
 
 /* One Conv-BN variant. */
 typedef struct {

@@ -10,7 +10,7 @@
  * fused, every kernel loads each input once and stores what leaves it.
  */
 #include "test.h"
-#include "loop.h"
+#include "runtime/runtime.h"   /* plan_build */
 
 #define N 1024
 #define NN ((int64_t)N * N)

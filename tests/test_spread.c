@@ -21,7 +21,7 @@
  * it is not.
  */
 #include "test.h"
-#include "codegen.h"
+#include "runtime/runtime.h"
 #include "testutil.h"
 #include <math.h>
 

@@ -1,13 +1,13 @@
 /*
- * test_target.c -- the JIT's target tiers (src/target.c): features from
+ * test_target.c -- the JIT's target tiers (src/base/target.c): features from
  * cpuid words of CPUs described by hand, the tier each allows, the flags,
  * the refusal of a tier the CPU lacks, and what a program compiled for a
  * tier records (its flags in the cache key, its name in the report).
  */
 #include "test.h"
-#include "codegen.h"
-#include "externs.h"
-#include "target.h"
+#include "runtime/runtime.h"
+#include "externs/externs.h"
+#include "base/base.h"
 #include "testutil.h"
 
 /* cpuid words of CPUs by generation (leaf 1 ecx, leaf 7 ebx, leaf

@@ -1,5 +1,5 @@
 /*
- * test_vecmath.c -- src/vecmath.h against libm.
+ * test_vecmath.c -- src/codegen/vecmath.h against libm.
  *
  * Each function is swept over every STRIDE-th float bit pattern (all signs,
  * denormals, infinities and NaNs included; STRIDE is odd so the low mantissa
@@ -17,7 +17,7 @@
  * 61 takes about a minute, 1 (all 2^32 floats) about an hour per build.
  */
 #include "test.h"
-#include "vecmath.h"
+#include "codegen/vecmath.h"
 #include <float.h>
 #include <stdint.h>
 #include <sys/wait.h>
@@ -410,7 +410,7 @@ TEST(vecmath_variants_same_bits) {
 }
 
 #ifndef VECMATH_STANDALONE
-#include "target.h"
+#include "base/base.h"
 #include "testutil.h"
 /* Every function vectorizes under cc -O3 -march=native, with no libm call
  * left, and the vectorized FMA build passes the same sweep: see

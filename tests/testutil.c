@@ -2,7 +2,7 @@
  * compiling generated C with the vectorization report, dense views. */
 #include "test.h"
 #include "testutil.h"
-#include "codegen.h"
+#include "runtime/runtime.h"
 
 char *test_read_text(const char *path) {
     char *buf = NULL;

@@ -2,7 +2,7 @@
 #ifndef KILN_TESTUTIL_H
 #define KILN_TESTUTIL_H
 #include <stdbool.h>
-#include "externs.h"
+#include "externs/externs.h"
 #include "kiln.h"
 
 /* A whole file as a NUL-terminated malloc'd string, or NULL. */

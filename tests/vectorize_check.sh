@@ -1,9 +1,9 @@
 #!/bin/sh
-# vectorize_check.sh ROOT WORKDIR [TIER...] -- prove src/vecmath.h
+# vectorize_check.sh ROOT WORKDIR [TIER...] -- prove src/codegen/vecmath.h
 # vectorizes at every target tier.
 #
 # Each TIER is NAME|FLAGS|RUN (test_vecmath.c passes the tiers of
-# src/target.c: v2, v3 and v4 with their -march flags, RUN 1 where this CPU
+# src/base/target.c: v2, v3 and v4 with their -march flags, RUN 1 where this CPU
 # runs the tier); without any, one tier "native|-march=native|1". For each
 # tier it compiles loops `for (i..n) y[i] = f(x[i])`, one per function and
 # a few fused bodies, with the JIT's flags (cc -O3 FLAGS -fopenmp
@@ -45,7 +45,7 @@ for spec in "$@"; do
     # k-th), compiled once; sets $obj and $log.
     build() {
         src="$WORK/$1.c" obj="$WORK/$1.o" log="$WORK/$1.log"
-        { echo '#include "vecmath.h"'; echo 'float expf(float);'
+        { echo '#include "codegen/vecmath.h"'; echo 'float expf(float);'
           while IFS="$TAB" read -r name expr; do
               echo "void loop_$name(const float *restrict x, const float *restrict z," \
                    "float *restrict y, int n) { (void)z; for (int i = 0; i < n; i++) y[i] = $expr; }"

@@ -1,0 +1,265 @@
+/*
+ * conv1x1.c -- 1x1 stride-1 convolutions as a GEMM of kiln's own:
+ * y[n][O, P] = w[O, K] @ x[n][K, P] + bias, P = H * W, on NCHW as it is.
+ * MobileNetV2's expansions and projections are all of this kind.
+ *
+ * Why not OpenBLAS's sgemm (which ran them before, and still does without
+ * AVX-512): in a perf profile of MobileNetV2 at one thread, the sgemm
+ * calls spent 18% of the whole run packing (the constant weights on every
+ * call, and the activations), and filling the output with the bias first
+ * (so that sgemm adds to it) cost another 7%. Here a constant weight is
+ * packed once and kept (like conv_dnnl.c's reordered copies), a runtime
+ * one is read as it is, the activations are read where they are, and the
+ * bias goes in as the accumulators are stored: the output is written once.
+ *
+ * The kernel: a tile of MR output channels by up to NR pixels in 24 AVX-512
+ * accumulators (MR x NV vectors); per input channel k it loads NV vectors
+ * of x's row k and broadcasts MR weights, from the packed panel
+ * pw[tile][k][MR] (rows past O are zeros) or from the weight's rows (the
+ * last one repeated past O, its results not stored). The last vector of a
+ * row is masked, so any P works. A unit of work is one tile of channels
+ * over a chunk of pixels whose K x chunk block of x stays in the L2
+ * (C1_CHUNK_BYTES) while the tiles of channels run over it; units are
+ * shared among the threads, and the thread that finished a unit runs its
+ * epilogue at once, on the rows it just wrote (a unit's rows are whole
+ * planes when the chunk is the whole plane, else one call per row).
+ *
+ * Measured (make bench-conv, MobileNetV2's 19 shapes at batch 1, against
+ * the im2col backend's sgemm with the bias filled first, side by side, best
+ * of several runs; docs/benchmarks.md): 0.88-1.85x at one thread and
+ * 0.84-2.42x at two with the weights as runtime inputs (13 and 15 of 19
+ * faster), 0.85-1.34x and 0.85-2.47x with them constant (packed and kept;
+ * 16 and 18 of 19). Single shapes move by 10-20% between runs on the shared
+ * machine; the whole model is the steadier figure (MobileNetV2 at one
+ * thread: 11.7 -> 8.5 ms, with the depthwise rows in externs.c). Before
+ * the shapes were settled, a standalone kernel with MR = 6, NV = 4 beat
+ * 8 x 3, 12 x 2 and 4 x 4 by 7-24% in total, and the chunk size mattered
+ * little (64 KiB to 1 MiB within 3%).
+ *
+ * Needs AVX-512 (F): the kernel is compiled for it with a target attribute
+ * and used when the CPU has it (ext_cpu_features); elsewhere
+ * ext_conv1x1 returns 1 and the caller runs the sgemm.
+ */
+#include "externs/externs.h"
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define C1_AVX512 1
+#include <immintrin.h>
+#else
+#define C1_AVX512 0
+#endif
+
+enum { MR = 6, NV = 4, NR = 16 * NV };
+/* x's block per unit: K x chunk floats, at most this (at least NR pixels) */
+#define C1_CHUNK_BYTES ((int64_t)256 << 10)
+/* The L2's bytes per way (2 MiB, 16 ways: this machine's, and typical of
+ * server cores), and how many of x's rows may share a set of it before a
+ * chunk is copied (see ext_conv1x1). */
+#define C1_L2_WAY_BYTES ((int64_t)128 << 10)
+#define C1_ALIAS_ROWS 8
+/* Multiply-adds from which the units run on all threads. */
+#define C1_PARALLEL_MIN ((int64_t)1 << 18)
+
+/* w [O, K] as panels of MR rows, k-major: p[(t * K + k) * MR + r] =
+ * w[t * MR + r][k], zero past row O. */
+static void pack_weights(const float *w, int64_t O, int64_t K, float *p) {
+    for (int64_t t = 0; t < (O + MR - 1) / MR; t++)
+        for (int64_t k = 0; k < K; k++)
+            for (int64_t r = 0; r < MR; r++) {
+                int64_t o = t * MR + r;
+                p[(t * K + k) * MR + r] = o < O ? w[o * K + k] : 0.0f;
+            }
+}
+
+static size_t packed_bytes(int64_t O, int64_t K) {
+    return sizeof(float) * (size_t)((O + MR - 1) / MR * MR * K);
+}
+
+/* ---- constant weights, packed once ---- */
+
+typedef struct {
+    ExtKept base;            /* w, raw (kmalloc'd), bytes, next */
+    int64_t o, k;
+    float *packed;           /* raw, on a cache line */
+} C1Kept;
+
+/* The kept copies together stay under this; beyond it, weights are read
+ * as they are (as runtime ones). */
+#define C1_KEPT_MAX ((size_t)256 << 20)
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+ExtKeptList ext_c1_kept = {.lock = &lock};     /* of C1Kept entries */
+
+/* w packed, kept for later calls (packed now on a miss); NULL when it cannot
+ * be kept (over C1_KEPT_MAX, out of memory). */
+static const float *kept_packed(const float *w, int64_t O, int64_t K) {
+    pthread_mutex_lock(&lock);
+    C1Kept *k = NULL;
+    for (ExtKept *e = ext_c1_kept.head; e && !k; e = e->next)
+        if (e->w == w && ((C1Kept *)e)->o == O && ((C1Kept *)e)->k == K) k = (C1Kept *)e;
+    size_t bytes = packed_bytes(O, K);
+    if (!k && ext_c1_kept.bytes + bytes <= C1_KEPT_MAX && (k = kmalloc(sizeof *k))) {
+        *k = (C1Kept){.base = {.w = w, .bytes = bytes}, .o = O, .k = K};
+        if ((k->base.raw = kmalloc(bytes + KILN_ALIGN - 1))) {
+            k->packed = util_on_line(k->base.raw);
+            pack_weights(w, O, K, k->packed);
+            ext_kept_add(&ext_c1_kept, &k->base);
+        } else {
+            ext_kept_free(&k->base);
+            k = NULL;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return k ? k->packed : NULL;
+}
+
+/* ---- the kernel ---- */
+
+#if C1_AVX512
+#define C1_TARGET __attribute__((target("avx512f")))
+
+/* One tile: rows [0, rows) of y (row stride P) at columns [0, 16 (nv - 1)
+ * + popcount(m)) get bias + w @ x, where w's row r, element k is
+ * ar[r][k * ks] (packed panels: ks = MR; a runtime weight as it is: ks = 1)
+ * and x is the tile's first pixel in input row 0 (row stride xs). Written
+ * for a constant nv, so the accumulators stay in registers. */
+static inline __attribute__((always_inline)) C1_TARGET void
+tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t xs, int64_t K,
+     const float *bias, int rows, float *y, int64_t P, __mmask16 m) {
+    __m512 c[MR][NV];
+    #pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+        #pragma GCC unroll 4
+        for (int v = 0; v < nv; v++) c[r][v] = _mm512_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const float *xk = x + k * xs;
+        __m512 b[NV];
+        #pragma GCC unroll 4
+        for (int v = 0; v < nv - 1; v++) b[v] = _mm512_loadu_ps(xk + 16 * v);
+        b[nv - 1] = _mm512_maskz_loadu_ps(m, xk + 16 * (nv - 1));
+        #pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m512 av = _mm512_set1_ps(ar[r][k * ks]);
+            #pragma GCC unroll 4
+            for (int v = 0; v < nv; v++) c[r][v] = _mm512_fmadd_ps(av, b[v], c[r][v]);
+        }
+    }
+    /* every row's stores under `r < rows` (not a loop to `rows`), so the
+     * loop stays unrolled and c in registers */
+    #pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= rows) continue;
+        __m512 bb = _mm512_set1_ps(bias[r]);
+        float *yr = y + r * P;
+        #pragma GCC unroll 4
+        for (int v = 0; v < nv - 1; v++) _mm512_storeu_ps(yr + 16 * v, _mm512_add_ps(c[r][v], bb));
+        _mm512_mask_storeu_ps(yr + 16 * (nv - 1), m, _mm512_add_ps(c[r][nv - 1], bb));
+    }
+}
+
+/* tile for nv = N, out of line (a call per tile). */
+#define C1_TILE(N)                                                                          \
+    static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,   \
+                                  int64_t xs, int64_t K, const float *bias, int rows,       \
+                                  float *y, int64_t P, __mmask16 m) {                       \
+        tile(N, ar, ks, x, xs, K, bias, rows, y, P, m);                                     \
+    }
+C1_TILE(1)
+C1_TILE(2)
+C1_TILE(3)
+C1_TILE(4)
+
+/* Rows [0, rows) of y = bias + w @ x over pixels [j0, j1) (w's rows as in
+ * tile; x's rows xs apart, its pixel j0 at x; y's P apart, its pixel 0 at
+ * y). */
+static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
+                           int64_t K, const float *bias, int rows, float *y, int64_t P,
+                           int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; j += NR) {
+        int64_t n = j1 - j < NR ? j1 - j : NR;
+        int nv = (int)((n + 15) / 16), last = (int)(n - 16 * (nv - 1));
+        __mmask16 m = (__mmask16)((1u << last) - 1u);
+        const float *xj = x + (j - j0);
+        switch (nv) {
+        case 4: tile4(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 3: tile3(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 2: tile2(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        default: tile1(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        }
+    }
+}
+#endif
+
+int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
+                const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx) {
+#if C1_AVX512
+    if (!(ext_cpu_features() & EXT_CPU_AVX512)) return 1;
+    /* packed panels for a constant weight (kept); a runtime one is read as
+     * it is (packing it on every call cost more than it saved) */
+    const float *pw = wconst ? kept_packed(w, O, K) : NULL;
+    int64_t tiles = (O + MR - 1) / MR;
+    /* as few chunks as fit C1_CHUNK_BYTES, of equal size (in whole
+     * vectors): chunks of 4096, 4096, 4096 and 256 pixels would give one
+     * thread of two nearly twice the work of the other */
+    int64_t most = K > 0 ? C1_CHUNK_BYTES / ((int64_t)sizeof(float) * K) / NR * NR : P;
+    if (most < NR) most = NR;
+    int64_t chunks = P > 0 ? (P + most - 1) / most : 0;
+    int64_t chunk = chunks > 1 ? ((P + chunks - 1) / chunks + 15) / 16 * 16 : P;
+    if (chunks > 1) chunks = (P + chunk - 1) / chunk;
+    int64_t units = N * chunks * tiles;
+    /* A chunk of x stays in the L2 while the tiles of channels run over it,
+     * unless its K rows, P floats apart, fall into a few sets of the cache:
+     * when P * 4 has a large power of two in it (32x32 planes: rows 4 KiB
+     * apart; with K = 1024, 32 rows to each set of a 16-way 2 MiB L2, which
+     * holds 16) the chunk went to memory for every tile (1024->256 @32:
+     * 0.35x the sgemm). Then each thread copies its chunk into a dense
+     * buffer first. */
+    int64_t pow2 = (P * (int64_t)sizeof(float)) & -(P * (int64_t)sizeof(float));
+    int64_t way = C1_L2_WAY_BYTES, xs = (chunk + 15) / 16 * 16;
+    bool copy = K * (pow2 < way ? pow2 : way) > C1_ALIAS_ROWS * way;
+    int failed = 0;
+    #pragma omp parallel if (N * O * K * P >= C1_PARALLEL_MIN)
+    {
+        float *buf = copy ? kmalloc(sizeof(float) * (size_t)(K * xs) + 1) : NULL;
+        int64_t have = -1;   /* the chunk (n * chunks + c) in buf */
+        if (copy && !buf) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for schedule(static)
+        for (int64_t u = 0; u < units; u++) {
+            if (copy && !buf) continue;
+            int64_t n = u / (chunks * tiles), t = u % tiles, j0 = u / tiles % chunks * chunk;
+            int64_t j1 = j0 + chunk < P ? j0 + chunk : P, o0 = t * MR;
+            int rows = (int)(O - o0 < MR ? O - o0 : MR);
+            float b[MR] = {0};
+            for (int r = 0; r < rows && bias; r++) b[r] = bias[o0 + r];
+            const float *ar[MR];   /* row r of the tile's weights: see tile */
+            for (int r = 0; r < MR; r++)
+                ar[r] = pw ? pw + t * K * MR + r : w + (o0 + (r < rows ? r : rows - 1)) * K;
+            const float *xc = x + n * K * P + j0;
+            if (copy && have != u / tiles) {
+                for (int64_t k = 0; k < K; k++)
+                    memcpy(buf + k * xs, xc + k * P, sizeof(float) * (size_t)(j1 - j0));
+                have = u / tiles;
+            }
+            int64_t off = (n * O + o0) * P;
+            unit(ar, pw ? MR : 1, copy ? buf : xc, copy ? xs : P, K, b, rows, y + off, P, j0, j1);
+            if (!epi) continue;
+            if (j0 == 0 && j1 == P) epi(ctx, y, off, rows * P);
+            else
+                for (int r = 0; r < rows; r++) epi(ctx, y, off + r * P + j0, j1 - j0);
+        }
+        kfree(buf);
+    }
+    if (failed) return -1;
+    return 0;
+#else
+    (void)x, (void)N, (void)K, (void)P, (void)w, (void)O, (void)bias, (void)y, (void)wconst;
+    (void)epi, (void)ctx;
+    return 1;
+#endif
+}

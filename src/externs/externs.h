@@ -1,0 +1,185 @@
+/*
+ * externs.h -- library kernels for extern ops (matmul, conv2d), called by
+ * the generated wrapper (through the runtime's function table) and by tests.
+ * They return 0, or -1 when a scratch allocation fails.
+ */
+#ifndef KILN_EXTERNS_H
+#define KILN_EXTERNS_H
+#include "graph/graph.h"
+#include <pthread.h>
+
+/* A strided view: element (i0..ik) lives at data[offset + sum i_d*stride_d].
+ * A broadcast dim has stride 0. */
+typedef struct {
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    int64_t stride[KILN_MAX_RANK];
+    int64_t offset;
+} ExtView;
+
+/* An extern's epilogue (generated code): the pointwise ops fused into the
+ * call, applied to the flat output elements [start, start + count) of c,
+ * the whole output. The library calls it on each block of the output right
+ * after computing it, from one thread or from several on disjoint ranges;
+ * it must not start threads itself. */
+typedef void (*ExtEpilogue)(void *ctx, float *c, int64_t start, int64_t count);
+
+/* c[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims of a and b
+ * broadcast against c's (crank - 2) batch dims; c is dense. */
+int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+               int crank, const int64_t *cshape);
+/* Does ext_matmul run this batched product as one GEMM (B shared by every
+ * batch, A's rows evenly spaced: "batch folding" in externs.c)? Depends on
+ * the views and shapes only, so the scheduler can name the call. */
+bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
+/* What runs such a product, for reports: "OpenBLAS sgemm" or "OpenBLAS
+ * sgemv (one row)" (by shape, as ext_matmul_epi decides). */
+const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
+/* The same, with epi (NULL: none) applied to each block of rows as it is done. */
+int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+                   int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
+/* NCHW conv2d, dense operands; attr = {sh, sw, ph, pw, dh, dw, groups};
+ * bias may be NULL. */
+int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+               const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]);
+/* The same, with epi (NULL: none) applied to each (image, group) slab of
+ * output channels, or each output plane of a depthwise conv, as it is done. */
+int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                   ExtEpilogue epi, void *ctx);
+/* The same for a weight w that is a compile-time constant at a fixed
+ * address (a kiln_weight, an ONNX initializer, folded Conv-BN weights):
+ * oneDNN's reordered copy of it is kept across calls (conv_dnnl.c) until
+ * ext_conv_forget_weights drops it. Never for weights that can change
+ * between calls (a runtime input, a computed or packed buffer). */
+int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
+                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                         const int64_t attr[7], ExtEpilogue epi, void *ctx);
+/* What runs a conv2d of these shapes, for reports (oneDNN, kiln's 1x1
+ * GEMM, the depthwise loops, sgemm or im2col), as conv2d decides it by
+ * shape, backend and CPU; a shape oneDNN declines at run time goes to
+ * im2col all the same. */
+const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                          const int64_t attr[7]);
+/* conv2d's backend (process-wide, for tests and benchmarks): oneDNN
+ * (conv_dnnl.c, the default; a shape it declines goes to im2col) or
+ * kiln's own im2col + sgemm, direct 1x1 and depthwise loops. */
+typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
+void ext_set_conv_backend(ExtConvBackend b);
+/* conv_dnnl.c: ext_conv2d_epi through oneDNN; 0, -1 (out of memory or a
+ * oneDNN failure) or 1 when oneDNN declines the shape. wconst: w is a
+ * constant (see ext_conv2d_const_epi) whose reordered copy may be kept. */
+int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                    const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                    bool wconst, ExtEpilogue epi, void *ctx);
+/* conv_dnnl.c: among how many threads ext_conv2d_dnnl splits a batch of
+ * output shape ys (each thread its own images, oneDNN single-threaded in
+ * each), or 0: each call of a few images runs on all the threads. */
+int ext_conv_dnnl_split(const int64_t ys[4], int threads);
+/* Drop the kept reordered (oneDNN) and packed (1x1) copies of constant
+ * weights stored within [data, data + bytes) (a program's weights, when it
+ * is freed: the address may next hold other data). */
+void ext_conv_forget_weights(const void *data, size_t bytes);
+/* Tests: how many reordered or packed weight copies are kept, and their bytes. */
+int ext_conv_kept_weights(size_t *bytes);
+/* A kept copy of a constant weight: the first member of conv_dnnl.c's and
+ * conv1x1.c's entries, each module's list under its own lock. raw is the
+ * copy's kmalloc'd block. */
+typedef struct ExtKept {
+    const float *w;          /* the plain weights (a program's constant) */
+    void *raw;
+    size_t bytes;            /* of the copy */
+    struct ExtKept *next;
+} ExtKept;
+/* One module's kept copies: the list, their bytes, and the module's mutex
+ * (conv_dnnl.c's also guards its primitive cache), which the module holds
+ * while it adds and finds and ext_kept_forget / ext_kept_stats take. */
+typedef struct {
+    ExtKept *head;
+    size_t bytes;
+    pthread_mutex_t *lock;
+} ExtKeptList;
+/* Add e (its raw set) to l; the caller holds l->lock. */
+void ext_kept_add(ExtKeptList *l, ExtKept *e);
+/* Free one entry that is in no list (raw may be NULL). */
+void ext_kept_free(ExtKept *e);
+/* Under l->lock: unlink and free (raw, then the entry) the copies of
+ * weights within [data, data + bytes). */
+void ext_kept_forget(ExtKeptList *l, const void *data, size_t bytes);
+/* Under l->lock: the number of copies, and their bytes in *bytes. */
+int ext_kept_stats(ExtKeptList *l, size_t *bytes);
+/* The two kinds of copy that ext_conv_forget_weights and
+ * ext_conv_kept_weights cover: conv_dnnl.c's, conv1x1.c's. */
+extern ExtKeptList ext_dnnl_kept, ext_c1_kept;
+/* conv1x1.c: a 1x1 stride-1 convolution with one group, y[n] = w @ x[n] +
+ * bias (x: N images of [K, P], w: [O, K], y: N images of [O, P]; bias may
+ * be NULL), epi run on each unit's rows as it is done; wconst as for
+ * ext_conv2d_dnnl (the packed weights are kept). 0, -1 (out of memory), or
+ * 1 when this CPU lacks AVX-512: the caller runs the sgemm. */
+int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
+                const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx);
+/* Run epi over elements [start, start + count) of c, whose rows (or planes)
+ * are `unit` elements long, on every thread when it is large; call outside
+ * any parallel region. */
+void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t count,
+                      int64_t unit);
+/* The same over nslabs slabs of `slab` elements from start (an image's
+ * groups), each range within one slab. */
+void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t nslabs,
+                            int64_t slab, int64_t unit);
+/* Tests: rows per matmul block when there is an epilogue, so small
+ * matrices still cross block boundaries (process-wide; 0: the policy). */
+void ext_set_epilogue_rows(int64_t rows);
+void ext_set_threads(int n);
+int ext_get_threads(void);
+/* ---- externs_more.c ---- */
+
+/* What a kernel returns when its input is wrong at run time (a gather
+ * index out of range): the message is in the caller's err buffer. */
+#define EXT_ERR_INPUT (-2)
+/* numpy.take over strided views: out (dense; data's dims with dim `axis`
+ * replaced by the indices' dims) = data[..., indices, ...]. The indices are
+ * integral floats, negative ones counting from the end; all are checked
+ * before anything is written, and the first bad one gives EXT_ERR_INPUT with
+ * "gather: index 7 out of range for dim 1 of size 5" in err. epi (NULL:
+ * none) runs on each piece of whole output rows as it is done. */
+int ext_gather(const float *data, const ExtView *dv, const float *idx, const ExtView *iv,
+               int axis, float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen);
+/* NCHW transposed convolution, dense operands, weight (C_in, C_out/groups,
+ * kH, kW); attr = {sh, sw, ph, pw, oph, opw, dh, dw, groups}; bias may be
+ * NULL; epi (NULL: none) runs on each output plane as it is done. */
+int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
+                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                         const int64_t attr[9], ExtEpilogue epi, void *ctx);
+
+/* OpenBLAS's kernels: once per process, replace its Prescott fallback on a
+ * CPU it does not know by the kernels the CPU can run (see externs.c);
+ * every extern and ext_set_threads call it first. */
+void ext_blas_init(void);
+/* The EXT_CPU_* features (target.h) library kernels may use on this
+ * thread now: the CPU's, bounded by the cap of ext_isa_enter. */
+unsigned ext_cpu_features(void);
+/* The CPU's EXT_CPU_* features, whatever the cap. */
+unsigned ext_cpu_features_all(void);
+/* The EXT_CPU_* bits as a level: 2 AVX-512, 1 AVX2 + FMA, 0 neither. */
+int ext_isa_level(unsigned features);
+/* Bound the library kernels this thread runs to the EXT_CPU_* bits cap
+ * (a program's Target.ext) until ext_isa_leave(the value returned). The
+ * first BLAS or oneDNN use in the process also caps OpenBLAS's core and
+ * oneDNN's ISA to the cap in force then (they choose once per process). */
+unsigned ext_isa_enter(unsigned cap);
+void ext_isa_leave(unsigned prev);
+/* The core to force, or NULL to keep OpenBLAS's: user is OPENBLAS_CORETYPE
+ * (set: the user's choice wins, unless it needs more than cap allows),
+ * current the core OpenBLAS chose, cpu the EXT_CPU_* bits the CPU has and
+ * cap those the tier allows. */
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu, unsigned cap);
+/* The OpenBLAS core and the oneDNN ISA in use ("Haswell", "avx2"), for
+ * kiln explain; asking fixes the choice (ext_blas_init, oneDNN's cap) if
+ * no call has yet. */
+const char *ext_blas_core(void);
+const char *ext_dnnl_isa(void);
+/* What instructions a path of ext_conv_path / ext_matmul_path runs:
+ * "OpenBLAS's Haswell kernels", "oneDNN's avx2 kernels", "AVX2 + FMA". */
+const char *ext_path_isa(const char *path);
+#endif

@@ -1,0 +1,569 @@
+/*
+ * onnx.c -- ONNX models (.onnx) and tensors (.pb) into kiln.
+ *
+ * The files are protobuf messages; their reader is C that protoc-c
+ * generates at build time from the onnx.proto Debian's libonnx-dev ships
+ * (build/gen/onnx.pb-c.[ch]), so no decoder is written by hand here, and a
+ * malformed or truncated file is protobuf-c returning NULL: an error
+ * naming the file. Every allocation protobuf-c makes goes through kiln's
+ * hook (kmalloc).
+ *
+ * kiln_onnx_import walks the model once: initializers become constants,
+ * graph inputs kiln inputs (shapes from the model or the caller), then each
+ * node in file order is converted by onnx_ops.c, and the graph outputs are
+ * marked. A failure names the file and the node (index, name, op).
+ *
+ * Tensors are read as little-endian raw bytes or from the typed repeated
+ * fields, as ONNX allows both; kiln targets little-endian machines only.
+ */
+#include "front/front.h"
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+/* ---- protobuf-c through kiln's allocator ---------------------------------- */
+
+/* protobuf-c returns NULL both for a malformed message and when an
+ * allocation fails; ud (a bool) tells the two apart. */
+static void *pb_alloc(void *ud, size_t n) {
+    void *p = kmalloc(n ? n : 1);
+    if (!p) *(bool *)ud = true;
+    return p;
+}
+static void pb_free(void *ud, void *p) { (void)ud; kfree(p); }
+
+/* A whole file into a kmalloc'd buffer; false with err set. */
+static bool read_file(const char *path, unsigned char **data, size_t *len, char *err,
+                      size_t errlen, kiln_status *st) {
+    FILE *f = fopen(path, "rb");
+    *st = KILN_ERR_INPUT;
+    if (!f) {
+        util_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return false;
+    }
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = kmalloc(cap);
+    while (buf) {
+        n += fread(buf + n, 1, cap - n, f);
+        if (n < cap) break;
+        unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : krealloc(buf, cap * 2);
+        if (!nb) { kfree(buf); buf = NULL; break; }
+        buf = nb;
+        cap *= 2;
+    }
+    bool bad = ferror(f);
+    fclose(f);
+    if (!buf || bad) {
+        kfree(buf);
+        *st = buf ? KILN_ERR_ENV : KILN_ERR_NOMEM;
+        util_fmt(err, errlen, "%s: %s", path, bad ? "read error" : "out of memory");
+        return false;
+    }
+    *data = buf;
+    *len = n;
+    return true;
+}
+
+/* ---- element types -------------------------------------------------------- */
+
+const char *ox_type_name(int type) {
+    static const char *names[] = {"undefined", "float", "uint8", "int8", "uint16", "int16",
+                                  "int32", "int64", "string", "bool", "float16", "double",
+                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+    return type >= 0 && type < (int)(sizeof names / sizeof names[0]) ? names[type] : "unknown";
+}
+
+static int type_size(int type) {
+    switch (type) {
+    case OT_FLOAT: case OT_INT32: case OT_UINT32: return 4;
+    case OT_INT64: case OT_UINT64: case OT_DOUBLE: return 8;
+    case OT_UINT8: case OT_INT8: case OT_BOOL: return 1;
+    case OT_UINT16: case OT_INT16: return 2;
+    }
+    return 0;
+}
+
+/* The kiln dtype of an ONNX type at the boundary; -1 when none. */
+static int kiln_type(int type) {
+    switch (type) {
+    case OT_FLOAT: return KILN_F32;
+    case OT_DOUBLE: return KILN_F64;
+    case OT_INT32: return KILN_I32;
+    case OT_INT64: return KILN_I64;
+    case OT_BOOL: return KILN_BOOL;
+    }
+    return -1;
+}
+
+static double raw_elem(int type, const uint8_t *p) {
+    switch (type) {
+    case OT_FLOAT: { float v; memcpy(&v, p, 4); return v; }
+    case OT_DOUBLE: { double v; memcpy(&v, p, 8); return v; }
+    case OT_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
+    case OT_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
+    case OT_INT64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
+    case OT_UINT64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
+    case OT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
+    case OT_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case OT_INT8: return (int8_t)*p;
+    default: return *p;   /* uint8, bool */
+    }
+}
+
+/* The n values of t as doubles; NULL (message in err) when t cannot be read. */
+static const char *tensor_values(const Onnx__TensorProto *t, int64_t n, double *out) {
+    int type = t->data_type, es = type_size(type);
+    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+        return "unsupported: external tensor data";
+    if (!es) return "unsupported element type";
+    if (t->has_raw_data && t->raw_data.len) {
+        if (t->raw_data.len != (size_t)n * (size_t)es)
+            return "raw data size does not match the dims";
+        for (int64_t k = 0; k < n; k++) out[k] = raw_elem(type, t->raw_data.data + k * es);
+        return NULL;
+    }
+    size_t have = type == OT_FLOAT ? t->n_float_data
+                : type == OT_DOUBLE ? t->n_double_data
+                : type == OT_INT64 ? t->n_int64_data
+                : type == OT_UINT32 || type == OT_UINT64 ? t->n_uint64_data : t->n_int32_data;
+    if (have != (size_t)n) return "the number of values does not match the dims";
+    for (int64_t k = 0; k < n; k++)
+        out[k] = type == OT_FLOAT ? t->float_data[k]
+               : type == OT_DOUBLE ? t->double_data[k]
+               : type == OT_INT64 ? (double)t->int64_data[k]
+               : type == OT_UINT32 || type == OT_UINT64 ? (double)t->uint64_data[k]
+               : t->int32_data[k];
+    return NULL;
+}
+
+/* Dims of t into rank/shape (zero-sized dims allowed for constants). */
+static const char *tensor_dims(const Onnx__TensorProto *t, int *rank, int64_t *shape,
+                               int64_t *numel) {
+    if (t->n_dims > KILN_MAX_RANK) return "unsupported: rank above 6";
+    *rank = (int)t->n_dims;
+    *numel = 1;
+    for (size_t i = 0; i < t->n_dims; i++) {
+        if (t->dims[i] < 0 || t->dims[i] > ((int64_t)1 << 40)) return "bad dims";
+        shape[i] = t->dims[i];
+        if (t->dims[i] && *numel > ((int64_t)1 << 40) / t->dims[i]) return "too many elements";
+        *numel *= t->dims[i];
+    }
+    return NULL;
+}
+
+/* ---- values ----------------------------------------------------------------- */
+
+int64_t ox_numel(const OxVal *v) {
+    int64_t n = 1;
+    for (int i = 0; i < v->rank; i++) n *= v->shape[i];
+    return n;
+}
+
+static uint64_t hash_str(const char *s) {
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static OxVal **slot(OxImp *im, const char *name) {
+    uint64_t h = hash_str(name);
+    for (int k = 0;; k++) {
+        OxVal **s = &im->tab[(h + (uint64_t)k) & (uint64_t)(im->cap - 1)];
+        if (!*s || !strcmp((*s)->name, name)) return s;
+    }
+}
+
+OxVal *ox_find(OxImp *im, const char *name) {
+    return im->cap ? *slot(im, name) : NULL;
+}
+
+static bool grow(OxImp *im) {
+    int cap = im->cap ? im->cap * 2 : 256;
+    OxVal **old = im->tab;
+    int oldcap = im->cap;
+    im->tab = kcalloc((size_t)cap, sizeof *im->tab);
+    if (!im->tab) { im->tab = old; return false; }
+    im->cap = cap;
+    for (int i = 0; i < oldcap; i++)
+        if (old[i]) *slot(im, old[i]->name) = old[i];
+    kfree(old);
+    return true;
+}
+
+OxVal *ox_val(OxImp *im, const char *name) {
+    if ((im->count + 1) * 2 > im->cap && !grow(im)) return NULL;
+    OxVal **s = slot(im, name);
+    if (*s) return *s;
+    OxVal *v = arena_alloc(&im->arena, sizeof *v);
+    if (!v || !(v->name = arena_strdup(&im->arena, name))) return NULL;
+    v->v = KILN_NONE;
+    im->count++;
+    return *s = v;
+}
+
+bool ox_tensor_const(OxImp *im, const Onnx__TensorProto *t, OxVal *out) {
+    int64_t n;
+    const char *why = tensor_dims(t, &out->rank, out->shape, &n);
+    out->type = t->has_data_type ? t->data_type : 0;
+    out->c = why ? NULL : arena_alloc(&im->arena, sizeof(double) * (size_t)(n ? n : 1));
+    if (!why && !out->c) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+    if (!why) why = tensor_values(t, n, out->c);
+    if (why)
+        graph_fail(im->g, KILN_ERR_INPUT, "tensor '%s' (%s): %s", t->name ? t->name : "",
+                   ox_type_name(out->type), why);
+    return !why;
+}
+
+/* ---- importing ---------------------------------------------------------- */
+
+static bool fail(OxImp *im, const char *fmt, const char *a, const char *b) {
+    char msg[900];
+    util_fmt(msg, sizeof msg, fmt, a, b);
+    graph_fail(im->g, KILN_ERR_INPUT, "%s: %s", im->path, msg);
+    return false;
+}
+
+/* The graph's error, prefixed with the file and what (e.g. "input 'x'"),
+ * keeping its status (out of memory stays out of memory). */
+static bool rewrap(OxImp *im, const char *what, const char *name) {
+    char msg[1024], w[300];
+    kiln_status st = im->g->status;
+    util_fmt(msg, sizeof msg, "%s", kiln_error(im->g));
+    util_fmt(w, sizeof w, what, name);
+    graph_clear_error(im->g);
+    graph_fail(im->g, st, "%s: %s: %s", im->path, w, msg);
+    return false;
+}
+
+static int find_opset(OxImp *im, const Onnx__ModelProto *m) {
+    for (size_t i = 0; i < m->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *o = m->opset_import[i];
+        if (!o->domain || !*o->domain || !strcmp(o->domain, "ai.onnx")) return (int)o->version;
+    }
+    (void)im;
+    return 1;
+}
+
+static bool add_initializers(OxImp *im, const Onnx__GraphProto *gp) {
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *t = gp->initializer[i];
+        OxVal *v = ox_val(im, t->name ? t->name : "");
+        if (!v) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+        if (!ox_tensor_const(im, t, v)) return rewrap(im, "initializer%s", "");
+    }
+    return true;
+}
+
+static const kiln_onnx_input *find_shape(const char *name, int n, const kiln_onnx_input *s) {
+    for (int i = 0; i < n; i++)
+        if (s[i].name && !strcmp(s[i].name, name)) return &s[i];
+    return NULL;
+}
+
+/* The declared shape of input vi, with caller-given shapes taking over. */
+static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_onnx_input *given,
+                        OxVal *v) {
+    const Onnx__TensorShapeProto *sp = vi->type->tensor_type->shape;
+    char hint[300];
+    util_fmt(hint, sizeof hint, "; give its shape (kiln --shape %s=D0,D1,...)", vi->name);
+    if (given) {
+        v->rank = given->rank;
+        memcpy(v->shape, given->shape, sizeof v->shape);
+        if (sp && sp->n_dim != (size_t)given->rank)
+            return fail(im, "input '%s': the shape given has a different rank than the model's%s",
+                        vi->name, "");
+        return true;
+    }
+    if (!sp) return fail(im, "input '%s' has no declared shape%s", vi->name, hint);
+    if (sp->n_dim > KILN_MAX_RANK)
+        return fail(im, "input '%s': unsupported: rank above 6%s", vi->name, "");
+    v->rank = (int)sp->n_dim;
+    for (int i = 0; i < v->rank; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
+        if (d->value_case != ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE ||
+            d->dim_value <= 0)
+            return fail(im, "input '%s' has a symbolic or unknown dim%s", vi->name, hint);
+        v->shape[i] = d->dim_value;
+    }
+    return true;
+}
+
+
+/* A specialized input. An int input becomes a constant: the shape
+ * arithmetic it feeds folds. Others keep computing at run time, and the
+ * value is read only where the import needs a constant. The kiln input
+ * stays either way, for callers that pass every input. */
+static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
+    int64_t n = ox_numel(v);
+    if (t->rank != v->rank || kiln_tensor_numel(t) != n || !t->data)
+        return fail(im, "input '%s': the value given does not have the input's shape%s", v->name,
+                    "");
+    double *d = arena_alloc(&im->arena, sizeof(double) * (size_t)n);
+    if (!d) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+    for (int64_t k = 0; k < n; k++) d[k] = ox_tensor_elem(t, k);
+    *(v->type == OT_INT32 || v->type == OT_INT64 ? &v->c : &v->spec) = d;
+    return true;
+}
+
+static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
+                      const kiln_onnx_input *shapes) {
+    const char *name = vi->name ? vi->name : "";
+    if (ox_find(im, name)) return true;   /* an initializer listed as input: a constant */
+    if (!vi->type || vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
+        !vi->type->tensor_type)
+        return fail(im, "input '%s': unsupported: not a tensor%s", name, "");
+    int type = vi->type->tensor_type->elem_type;
+    if (type != OT_FLOAT && type != OT_INT32 && type != OT_INT64 && type != OT_BOOL)
+        return fail(im, "input '%s': unsupported: element type %s (kiln computes in f32)", name,
+                    ox_type_name(type));
+    OxVal *v = ox_val(im, name);
+    if (!v) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+    v->type = type;
+    const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
+    if (!input_shape(im, vi, given, v)) return false;
+    if (ox_numel(v) == 0 && given && given->value && (type == OT_INT32 || type == OT_INT64))
+        return set_value(im, v, given->value);   /* empty axes: a constant only */
+    if (ox_numel(v) == 0)
+        return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name,
+                    "");
+    v->v = kiln_input(im->g, name, type == OT_BOOL ? KILN_BOOL : KILN_F32, v->rank, v->shape);
+    if (v->v < 0) return rewrap(im, "input '%s'", name);
+    return !given || !given->value || set_value(im, v, given->value);
+}
+
+/* Give a node's failure its place: file, node index, name and op. */
+static void place_error(OxImp *im, const Onnx__NodeProto *np, int index) {
+    char msg[1024];
+    kiln_status st = im->g->status;
+    util_fmt(msg, sizeof msg, "%s", kiln_error(im->g));
+    graph_clear_error(im->g);
+    if (!strncmp(msg, "unsupported op ", 15))
+        graph_fail(im->g, st, "%s: %s", im->path, msg);
+    else
+        graph_fail(im->g, st, "%s: node %d ('%s', %s): %s", im->path, index,
+                   np->name ? np->name : "", np->op_type ? np->op_type : "", msg);
+}
+
+static bool convert_node(OxImp *im, const Onnx__NodeProto *np, int index) {
+    OxNode n = {im, np, index, (int)np->n_input, NULL};
+    n.in = arena_alloc(&im->arena, sizeof(OxVal *) * (np->n_input + 1));
+    if (!n.in) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+    for (size_t i = 0; i < np->n_input; i++) {
+        if (!np->input[i][0]) continue;
+        if (!(n.in[i] = ox_find(im, np->input[i]))) {
+            graph_fail(im->g, KILN_ERR_INPUT, "input '%s' is not defined before this node",
+                       np->input[i]);
+            place_error(im, np, index);
+            return false;
+        }
+    }
+    bool ok = ox_convert(&n) && im->g->status == KILN_OK;
+    if (!ok) place_error(im, np, index);
+    return ok;
+}
+
+static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *types) {
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const char *name = gp->output[i]->name ? gp->output[i]->name : "";
+        OxVal *v = ox_find(im, name);
+        if (!v) return fail(im, "output '%s' is not computed by any node%s", name, "");
+        int kt = kiln_type(v->type);
+        if (kt < 0 || kt == KILN_F64)
+            return fail(im, "output '%s': unsupported: element type %s", name,
+                        ox_type_name(v->type));
+        types[i] = (kiln_dtype)kt;
+        OxNode n = {im, NULL, -1, 0, NULL};
+        kiln_value gv = ox_graph_output(&n, v);
+        if (gv < 0 || kiln_output(im->g, gv, name) != KILN_OK)
+            return rewrap(im, "output '%s'", name);
+    }
+    return true;
+}
+
+static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
+                         const kiln_onnx_input *shapes, kiln_onnx_io *io) {
+    const Onnx__GraphProto *gp = m->graph;
+    char ver[32];
+    if (!gp) return fail(im, "the model has no graph%s%s", "", "");
+    im->opset = find_opset(im, m);
+    util_fmt(ver, sizeof ver, "%d", im->opset);
+    if (im->opset < 1 || im->opset > 17)
+        return fail(im, "unsupported opset %s (kiln reads opsets 1 to 17)%s", ver, "");
+    if (!add_initializers(im, gp)) return false;
+    for (size_t i = 0; i < gp->n_input; i++)
+        if (!add_input(im, gp->input[i], nshapes, shapes)) return false;
+    for (size_t i = 0; i < gp->n_node; i++)
+        if (!convert_node(im, gp->node[i], (int)i)) return false;
+    kiln_dtype *types =
+        arena_alloc(&im->g->arena, sizeof(kiln_dtype) * (gp->n_input + gp->n_output + 1));
+    if (!types) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+    if (!mark_outputs(im, gp, types + gp->n_input)) return false;
+    int k = 0;
+    for (size_t i = 0; i < gp->n_input; i++) {
+        OxVal *v = ox_find(im, gp->input[i]->name ? gp->input[i]->name : "");
+        if (v && v->v >= 0 && graph_node(im->g, v->v)->op == OP_INPUT)
+            types[k++] = (kiln_dtype)kiln_type(v->type);
+    }
+    if (io) *io = (kiln_onnx_io){k, (int)gp->n_output, types, types + gp->n_input};
+    return true;
+}
+
+kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
+                                    const char *filename, int nshapes,
+                                    const kiln_onnx_input *shapes, kiln_onnx_io *io) {
+    if (g->status != KILN_OK) return g->status;
+    if (g->n)
+        return graph_fail(g, KILN_ERR_INPUT, "%s: import into a graph that is not empty", filename),
+               g->status;
+    bool oom = false;
+    ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, &oom};
+    Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, data);
+    if (!m && oom) return graph_fail(g, KILN_ERR_NOMEM, "%s: out of memory", filename), g->status;
+    if (!m) {
+        graph_fail(g, KILN_ERR_INPUT, "%s: not a valid ONNX model (the protobuf message is "
+                   "malformed or truncated)", filename);
+        return g->status;
+    }
+    OxImp im = {.g = g, .path = filename};
+    import_graph(&im, m, nshapes, shapes, io);
+    onnx__model_proto__free_unpacked(m, &pb_allocator);
+    arena_free(&im.arena);
+    kfree(im.tab);
+    return g->status;
+}
+
+kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
+                             const kiln_onnx_input *shapes, kiln_onnx_io *io) {
+    unsigned char *data;
+    size_t len;
+    char err[1024];
+    kiln_status st;
+    if (g->status != KILN_OK) return g->status;
+    if (!read_file(path, &data, &len, err, sizeof err, &st))
+        return graph_fail(g, st, "%s", err), g->status;
+    st = kiln_onnx_import_buffer(g, data, len, path, nshapes, shapes, io);
+    kfree(data);
+    return st;
+}
+
+/* ---- .pb tensors ------------------------------------------------------------ */
+
+kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t errlen) {
+    unsigned char *data;
+    size_t len;
+    kiln_status st;
+    memset(out, 0, sizeof *out);
+    if (!read_file(path, &data, &len, err, errlen, &st)) return st;
+    bool oom = false;
+    ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, &oom};
+    Onnx__TensorProto *t = onnx__tensor_proto__unpack(&pb_allocator, len, data);
+    kfree(data);
+    if (!t && oom) return util_fmt(err, errlen, "%s: out of memory", path), KILN_ERR_NOMEM;
+    if (!t) {
+        util_fmt(err, errlen, "%s: not a valid ONNX tensor (the protobuf message is malformed "
+                 "or truncated)", path);
+        return KILN_ERR_INPUT;
+    }
+    int64_t n = 0;
+    int kt = kiln_type(t->data_type);
+    const char *why = tensor_dims(t, &out->rank, out->shape, &n);
+    if (!why && kt < 0) why = "unsupported element type";
+    double *vals = why ? NULL : kmalloc(sizeof(double) * (size_t)(n ? n : 1));
+    if (!why && !vals) why = "out of memory";
+    if (!why) why = tensor_values(t, n, vals);
+    if (!why) {
+        out->dtype = (kiln_dtype)kt;
+        if (kiln_tensor_alloc(out) != KILN_OK) why = "out of memory";
+    }
+    for (int64_t k = 0; !why && k < n; k++) {
+        switch (out->dtype) {
+        case KILN_F32: ((float *)out->data)[k] = (float)vals[k]; break;
+        case KILN_F64: ((double *)out->data)[k] = vals[k]; break;
+        case KILN_I32: ((int32_t *)out->data)[k] = (int32_t)vals[k]; break;
+        case KILN_I64: ((int64_t *)out->data)[k] = (int64_t)vals[k]; break;
+        case KILN_BOOL: ((uint8_t *)out->data)[k] = vals[k] != 0; break;
+        }
+    }
+    if (why)
+        util_fmt(err, errlen, "%s: tensor of type %s: %s", path, ox_type_name(t->data_type), why);
+    if (why) kiln_tensor_free(out);
+    kfree(vals);
+    onnx__tensor_proto__free_unpacked(t, &pb_allocator);
+    return why ? (strcmp(why, "out of memory") ? KILN_ERR_INPUT : KILN_ERR_NOMEM) : KILN_OK;
+}
+
+static const int onnx_of_dtype[] = {[KILN_F32] = OT_FLOAT, [KILN_F64] = OT_DOUBLE,
+                                    [KILN_I32] = OT_INT32, [KILN_I64] = OT_INT64,
+                                    [KILN_BOOL] = OT_BOOL};
+
+kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name, char *err,
+                          size_t errlen) {
+    Onnx__TensorProto tp = ONNX__TENSOR_PROTO__INIT;
+    int64_t dims[KILN_MAX_RANK];
+    for (int i = 0; i < t->rank; i++) dims[i] = t->shape[i];
+    tp.n_dims = (size_t)t->rank;
+    tp.dims = dims;
+    tp.has_data_type = 1;
+    tp.data_type = onnx_of_dtype[t->dtype];
+    tp.name = (char *)(name ? name : "");
+    tp.has_raw_data = 1;
+    tp.raw_data.len = (size_t)kiln_tensor_numel(t) * kiln_dtype_size(t->dtype);
+    tp.raw_data.data = t->data;
+    size_t n = onnx__tensor_proto__get_packed_size(&tp);
+    uint8_t *buf = kmalloc(n ? n : 1);
+    if (!buf) return util_fmt(err, errlen, "%s: out of memory", path), KILN_ERR_NOMEM;
+    onnx__tensor_proto__pack(&tp, buf);
+    FILE *f = fopen(path, "wb");
+    bool ok = f && fwrite(buf, 1, n, f) == n;
+    if (f && fclose(f) != 0) ok = false;
+    kfree(buf);
+    if (!ok) util_fmt(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return ok ? KILN_OK : KILN_ERR_ENV;
+}
+
+/* ---- converting at the boundary ------------------------------------------- */
+
+double ox_tensor_elem(const kiln_tensor *t, int64_t k) {
+    switch (t->dtype) {
+    case KILN_F32: return ((const float *)t->data)[k];
+    case KILN_F64: return ((const double *)t->data)[k];
+    case KILN_I32: return ((const int32_t *)t->data)[k];
+    case KILN_I64: return (double)((const int64_t *)t->data)[k];
+    case KILN_BOOL: return ((const uint8_t *)t->data)[k];
+    }
+    return 0;
+}
+
+static void set_elem(kiln_tensor *t, int64_t k, double v) {
+    switch (t->dtype) {
+    case KILN_F32: ((float *)t->data)[k] = (float)v; break;
+    case KILN_F64: ((double *)t->data)[k] = v; break;
+    case KILN_I32: ((int32_t *)t->data)[k] = (int32_t)v; break;
+    case KILN_I64: ((int64_t *)t->data)[k] = (int64_t)v; break;
+    case KILN_BOOL: ((uint8_t *)t->data)[k] = v != 0; break;
+    }
+}
+
+static bool is_int(kiln_dtype d) { return d == KILN_I32 || d == KILN_I64; }
+
+kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst,
+                                char *err, size_t errlen) {
+    *dst = *src;
+    dst->dtype = to;
+    dst->data = NULL;
+    if (kiln_tensor_alloc(dst) != KILN_OK)
+        return util_fmt(err, errlen, "out of memory"), KILN_ERR_NOMEM;
+    bool exact = (is_int(src->dtype) && to == KILN_F32) || (src->dtype == KILN_F32 && is_int(to));
+    int64_t n = kiln_tensor_numel(src);
+    for (int64_t k = 0; k < n; k++) {
+        double v = ox_tensor_elem(src, k);
+        if (exact && (fabs(v) > 16777216.0 || v != floor(v))) {
+            util_fmt(err, errlen, "element %lld is %.17g: not an integer kiln's f32 holds "
+                     "exactly (|v| <= 2^24)", (long long)k, v);
+            kiln_tensor_free(dst);
+            return KILN_ERR_INPUT;
+        }
+        set_elem(dst, k, v);
+    }
+    return KILN_OK;
+}

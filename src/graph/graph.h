@@ -1,0 +1,190 @@
+/*
+ * graph.h -- the graph IR and the passes over it, above base/.
+ *
+ *   ops.def     the op table: one X(...) line per op
+ *   ops.c       op_info and op_lookup
+ *   graph.c     nodes, shape inference, errors, inspection
+ *   build.c     the public builders (kiln_add, kiln_matmul, ...)
+ *   rewrite.c   pattern rewrites applied while decomposing (Conv-BN folding)
+ *   decompose.c composite ops -> primitives, keeping each one's origin
+ *
+ * Names: graph_, rw_, dec_, op_ prefixes across files.
+ */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include "base/base.h"
+
+/* ===== op table (ops.def) ============================================= */
+
+typedef enum {
+    KIND_SOURCE,     /* input, weight, scalar constant */
+    KIND_POINTWISE,  /* elementwise with numpy broadcasting: fuses freely */
+    KIND_REDUCTION,  /* sum/amax/amin/prod over some dims */
+    KIND_VIEW,       /* permute/reshape/expand/slice: index arithmetic only */
+    KIND_EXTERN,     /* matmul/conv2d: a library call, a wall for loop fusion */
+    KIND_RANDOM,     /* rand: materialized once, never recomputed */
+    KIND_COMPOSITE,  /* rewritten into primitives by decompose.c */
+} OpKind;
+
+typedef enum {
+#define X(e, name, kind, arity, cform) OP_##e,
+#include "graph/ops.def"
+#undef X
+    OP_COUNT
+} Op;
+
+typedef struct {
+    const char *name;
+    OpKind kind;
+    int arity;
+    const char *cform;
+} OpInfo;
+
+extern const OpInfo op_info[OP_COUNT];
+/* The op with this name, or -1. */
+int op_lookup(const char *name);
+
+
+/* ===== graph.c ========================================================== */
+
+#define MAX_IN 5      /* most operands of any op (batch_norm) */
+#define MAX_ATTR 16
+
+/* Node flags. */
+enum {
+    NF_KEEPDIM = 1 << 0,   /* reductions: keep reduced dims as size 1 */
+    NF_HAS_MIN = 1 << 1,   /* clamp */
+    NF_HAS_MAX = 1 << 2,   /* clamp */
+    NF_TAP = 1 << 3,       /* a view made by a pool decomposition for a window
+                            * tap after the first: not counted as a user of
+                            * what it views (see lower.c, analyze) */
+    NF_CEIL = 1 << 4,      /* pools: ceil_mode */
+    NF_COUNT_PAD = 1 << 5, /* avg_pool: count_include_pad */
+};
+
+/*
+ * One operation. Attribute meaning by op:
+ *   reductions, softmax, log_softmax:  attr = dims (normalized, sorted)
+ *   PERMUTE: attr = perm;  RESHAPE, EXPAND: attr = output shape
+ *   SLICE:   attr = {dim, start, end, step} (normalized as Python's
+ *            slice.indices; step may be negative, then end may be -1)
+ *   PAD:     attr = {mode, before[rank], after[rank]}; f[0] = value.
+ *            Only KILN_PAD_CONSTANT reaches lowering and the interpreter;
+ *            decompose.c rewrites edge and reflect into slices and concats
+ *   CONCAT:  attr = {dim}; in = the parts (at most MAX_IN; the builder nests)
+ *   MAX_POOL, AVG_POOL: attr = {ns, kernel[ns], stride[ns], dilation[ns],
+ *            pad_begin[ns], pad_end[ns]}; flags NF_CEIL, NF_COUNT_PAD
+ *   LAYER_NORM: attr = normalized_shape; f[0] = eps; in = x [, w] [, b]
+ *               with flags bit 8 = has weight, bit 9 = has bias
+ *   BATCH_NORM: f[0] = eps; in = x, mean, var, w, b (w/b may be -1)
+ *   CONV2D:  attr = {sh, sw, ph, pw, dh, dw, groups}; in = x, w [, b]
+ *   GATHER:  attr = {axis} (normalized); in = data, indices
+ *   CONV_TRANSPOSE2D: attr = {sh, sw, ph, pw, oph, opw, dh, dw, groups}; in = x, w [, b]
+ *   CONST:   f[0] = value;  CLAMP: f[0] = min, f[1] = max
+ *   DROPOUT: f[0] = p;  RAND, DROPOUT: seed
+ */
+typedef struct {
+    Op op;
+    kiln_dtype dtype;            /* KILN_F32 or KILN_BOOL */
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    int nin;
+    int in[MAX_IN];              /* operand node ids; -1 for an absent optional */
+    int nattr;
+    int64_t attr[MAX_ATTR];
+    double f[2];
+    unsigned flags;
+    uint64_t seed;
+    const char *origin;          /* the user-level op this node came from */
+    const char *name;            /* input/weight/output name, or NULL */
+    float *data;                 /* WEIGHT: numel floats, arena-owned */
+} Node;
+
+enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
+
+/* One line on a rewrite dec_run applied or declined ("folded batch_norm %7
+ * into conv2d %6 ..."), kept in the rewritten graph for logs and explain. */
+typedef struct GraphNote GraphNote;
+struct GraphNote {
+    const char *text;            /* arena-owned */
+    GraphNote *next;
+};
+
+struct kiln_graph {
+    Arena arena;                 /* owns node names, weight data, arrays */
+    Node *nodes;                 /* kmalloc'd, grows */
+    int n, cap;
+    int *inputs;  int ninputs, capinputs;    /* INPUT node ids, declaration order */
+    int *outputs; int noutputs, capoutputs;  /* output node ids */
+    const char **outnames;                   /* parallel to outputs */
+    const char *origin;          /* when set, new nodes take this origin */
+    GraphNote *notes;            /* rewrites applied or declined, in order (arena) */
+    int nnotes;
+    char err[1024];
+    kiln_status status;          /* sticky: the first failure */
+};
+
+typedef kiln_graph Graph;
+
+/* Record a failure (only the first one is kept); returns KILN_NONE. */
+int graph_fail(Graph *g, kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Clear a recorded failure (the parser adds positions and continues). */
+void graph_clear_error(Graph *g);
+/* Append a node; shape must be set. Returns its id or KILN_NONE. */
+int graph_add(Graph *g, const Node *n);
+static inline const Node *graph_node(const Graph *g, int id) { return &g->nodes[id]; }
+static inline int64_t node_numel(const Node *n) { return util_numel(n->rank, n->shape); }
+/* Number of users of each node (outputs count as a user). kmalloc'd. */
+int *graph_use_counts(const Graph *g);
+/* "[2, 3]" */
+void graph_shape_str(char *buf, size_t len, int rank, const int64_t *shape);
+/* One node as a line of text (kiln_graph_dump). */
+void graph_dump_node(FILE *f, const Graph *g, int id);
+/* Does t match the declared dtype and shape of input i, with data? The
+ * interpreter and the compiled runtime check every run's inputs with it. */
+kiln_status graph_check_input(const Graph *g, int i, const kiln_tensor *t, char *err,
+                              size_t errlen);
+/* Copy a node into another graph with operands remapped by map[]. */
+int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map);
+
+/* Append a note (printf-style) to g->notes; false when out of memory. */
+bool graph_note(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ===== rewrite.c ======================================================== */
+
+/* Pattern rewrites, planned over the source graph and applied by dec_run
+ * while it copies nodes into the decomposed graph.
+ *
+ * Conv-BN folding: a BATCH_NORM whose input is a CONV2D that nothing else
+ * uses (not another op, not an output), where the conv's weight and bias and
+ * all of BN's parameters are WEIGHT nodes, becomes one conv with weight
+ * w * gamma/sqrt(var+eps) per output channel and bias
+ * (b - mean) * gamma/sqrt(var+eps) + beta. */
+typedef struct {
+    int *bn_conv;    /* per node: for a BATCH_NORM that folds, its conv; else -1 */
+    bool *drop;      /* per node: not copied (the folded conv, weights read only
+                      * by folded pairs) */
+    int nfolds;
+} RwPlan;
+
+/* Plan the rewrites of src; notes on declined folds go to notes_to (may be
+ * NULL). KILN_ERR_NOMEM or KILN_OK; free with rw_plan_free. */
+kiln_status rw_plan(const Graph *src, Graph *notes_to, RwPlan *plan);
+void rw_plan_free(RwPlan *plan);
+/* Emit the folded conv of BATCH_NORM node bn (plan->bn_conv[bn] >= 0) into
+ * dst, operands mapped by map[]; returns its id, or KILN_NONE with dst's
+ * error set. */
+int rw_fold_conv_bn(Graph *dst, const Graph *src, int bn, const int *map);
+
+/* ===== decompose.c ===================================================== */
+
+/* Rewrite composites into primitives: dst (new, empty) receives the
+ * primitive graph with the same inputs (same order) and outputs (same
+ * order and names). Each primitive's origin is the composite's name.
+ * The pattern rewrites of rewrite.c are applied first (they change no
+ * input or output), and dst->notes says which were applied or declined. */
+kiln_status dec_run(const Graph *src, Graph *dst);
+
+#endif

@@ -1,0 +1,622 @@
+/*
+ * runtime.c -- the compiled program.   requires: a graph; gives: an object
+ * that runs the graph's fused kernels, and the public kiln_compile /
+ * kiln_program_* API.
+ *
+ * rt_compile is the whole pipeline in order: plan_build (decompose, lower,
+ * schedule), cg_generate (C source), jit_compile (cc + dlopen, cached), then
+ * memory planning. A run hands the generated kiln_entry one pointer per
+ * buffer: inputs and outputs are the caller's arrays, weights the graph's
+ * data (the plan keeps its own copy of the graph), and every intermediate
+ * buffer a slice of one arena.
+ *
+ * Memory planning: a buffer lives from the call that writes it to the last
+ * call that reads it (inclusive: a kernel never reads and writes the same
+ * memory through two names, which keeps `restrict` true). Buffers are
+ * placed largest first, each at the lowest 64-byte aligned offset that
+ * overlaps no placed buffer live at the same time, so a dead buffer's
+ * memory is reused. The peak reported is inputs + outputs + arena; weights
+ * are constants of the program and not counted.
+ *
+ * Threads are process-wide: one libgomp pool shared by the kernels and
+ * OpenBLAS (see externs.c), sized by rt_set_threads.
+ *
+ * Large fresh memory (the arena; outputs kiln_program_run allocates and
+ * every other tensor through kiln_tensor_alloc) is advised MADV_HUGEPAGE
+ * (util_advise_huge): its pages fault in during the first kernel that
+ * writes them, and 2 MiB pages take 512 times fewer faults than 4 KiB
+ * ones (Linux with transparent huge pages on "madvise" or "always").
+ */
+#include "runtime/runtime.h"
+#include <math.h>
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define RT_ALIGN KILN_ALIGN
+
+struct RtProgram {
+    Plan *plan;               /* owns the decomposed graph (and weight data) */
+    CgOutput code;
+    JitLib *lib;              /* NULL when borrowed (rt_compile_many) or no calls */
+    KilnEntry entry;          /* NULL: nothing to call (outputs are copies) */
+    int nbufs;
+    int64_t *offset;          /* per buffer: arena offset, or -1 */
+    unsigned char *arena_raw; /* kmalloc'd; arena is it aligned */
+    unsigned char *arena;
+    float **bufs;             /* the pointer table of a run */
+    bool *direct;             /* per output: kiln_entry writes the caller's array */
+    RtStats stats;
+};
+
+static const KilnRT rt_externs = {ext_matmul_epi,       ext_conv2d_epi, ext_gather,
+                                  ext_conv_transpose2d, NULL,           0,
+                                  ext_conv2d_const_epi};
+static const KilnRT *rt_override;      /* rt_set_externs: a test's table */
+
+void rt_set_externs(const KilnRT *rt) { rt_override = rt; }
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int64_t buf_bytes(const Buffer *b) { return b->numel * (int64_t)sizeof(float); }
+
+static int64_t align_up(int64_t n) { return (n + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
+
+/* ===== threads ============================================================= */
+
+int rt_set_threads(int n) {
+    if (n <= 0) {
+        const char *env = getenv("KILN_NUM_THREADS");
+        n = env ? atoi(env) : 0;
+        if (n <= 0) n = omp_get_num_procs();
+    }
+    ext_set_threads(n);
+    return ext_get_threads();
+}
+
+/* ===== memory planning ====================================================== */
+
+typedef struct {
+    int buf;
+    int first, last;          /* calls */
+    int64_t size, offset;
+} Slot;
+
+static int slot_cmp(const void *a, const void *b) {
+    const Slot *x = a, *y = b;
+    if (x->size != y->size) return x->size > y->size ? -1 : 1;
+    return x->buf - y->buf;
+}
+
+/* The lowest offset where s fits beside the placed slots live with it. */
+static int64_t first_fit(const Slot *placed, int n, const Slot *s) {
+    int64_t off = 0;
+    for (bool moved = true; moved;) {
+        moved = false;
+        for (int i = 0; i < n; i++) {
+            const Slot *o = &placed[i];
+            bool live = o->first <= s->last && s->first <= o->last;
+            bool hits = off < o->offset + o->size && o->offset < off + s->size;
+            if (live && hits) {
+                off = align_up(o->offset + o->size);
+                moved = true;
+            }
+        }
+    }
+    return off;
+}
+
+/* First and last call touching each buffer. */
+static void live_ranges(const RtProgram *p, int *first, int *last) {
+    for (int b = 0; b < p->nbufs; b++) first[b] = last[b] = -1;
+    for (int c = 0; c < p->code.ncalls; c++) {
+        const CgCall *call = &p->code.calls[c];
+        for (int i = 0; i < call->nbufs; i++) {
+            int b = call->bufs[i];
+            if (first[b] < 0) first[b] = c;
+            last[b] = c;
+        }
+    }
+}
+
+static bool in_arena(const Buffer *b, int first) {
+    return buf_computed(b) && !b->is_output && first >= 0;
+}
+
+static kiln_status plan_memory(RtProgram *p, char *err, size_t errlen) {
+    const LoopProgram *lp = p->plan->prog;
+    int *first = kcalloc((size_t)p->nbufs + 1, sizeof(int));
+    int *last = kcalloc((size_t)p->nbufs + 1, sizeof(int));
+    Slot *slots = kcalloc((size_t)p->nbufs + 1, sizeof(Slot));
+    p->offset = kcalloc((size_t)p->nbufs + 1, sizeof(int64_t));
+    if (!first || !last || !slots || !p->offset) {
+        kfree(first), kfree(last), kfree(slots);
+        util_fmt(err, errlen, "out of memory");
+        return KILN_ERR_NOMEM;
+    }
+    live_ranges(p, first, last);
+    int n = 0;
+    for (int b = 0; b < p->nbufs; b++) {
+        p->offset[b] = -1;
+        if (!in_arena(lp->bufs[b], first[b])) continue;
+        slots[n++] = (Slot){b, first[b], last[b], align_up(buf_bytes(lp->bufs[b])), 0};
+        p->stats.intermediate_bytes += buf_bytes(lp->bufs[b]);
+    }
+    qsort(slots, (size_t)n, sizeof(Slot), slot_cmp);
+    for (int i = 0; i < n; i++) {
+        slots[i].offset = first_fit(slots, i, &slots[i]);
+        p->offset[slots[i].buf] = slots[i].offset;
+        if (slots[i].offset + slots[i].size > p->stats.arena_bytes)
+            p->stats.arena_bytes = slots[i].offset + slots[i].size;
+    }
+    kfree(first), kfree(last), kfree(slots);
+    return KILN_OK;
+}
+
+static void io_bytes(RtProgram *p) {
+    const LoopProgram *lp = p->plan->prog;
+    for (int i = 0; i < lp->ninputs; i++) p->stats.io_bytes += buf_bytes(lp->bufs[lp->inputs[i]]);
+    for (int i = 0; i < lp->noutputs; i++) p->stats.io_bytes += buf_bytes(lp->bufs[lp->outputs[i]]);
+    p->stats.peak_bytes = p->stats.io_bytes + p->stats.arena_bytes;
+}
+
+/* Outputs kiln_entry writes straight into the caller's array: computed, and
+ * the first output naming that buffer. The others are copied after a run. */
+static void mark_direct(RtProgram *p) {
+    const LoopProgram *lp = p->plan->prog;
+    for (int i = 0; i < lp->noutputs; i++) {
+        int b = lp->outputs[i];
+        p->direct[i] = buf_computed(lp->bufs[b]);
+        for (int j = 0; j < i; j++)
+            if (lp->outputs[j] == b) p->direct[i] = false;
+    }
+}
+
+static kiln_status alloc_run_state(RtProgram *p, char *err, size_t errlen) {
+    p->bufs = kcalloc((size_t)p->nbufs + 1, sizeof(float *));
+    p->direct = kcalloc((size_t)p->plan->prog->noutputs + 1, sizeof(bool));
+    if (p->stats.arena_bytes) p->arena_raw = kmalloc((size_t)p->stats.arena_bytes + RT_ALIGN);
+    if (!p->bufs || !p->direct || (p->stats.arena_bytes && !p->arena_raw)) {
+        util_fmt(err, errlen, "out of memory: %lld bytes of arena", (long long)p->stats.arena_bytes);
+        return KILN_ERR_NOMEM;
+    }
+    if (p->arena_raw) p->arena = util_on_line(p->arena_raw);
+    util_advise_huge(p->arena_raw, (size_t)p->stats.arena_bytes + RT_ALIGN);
+    mark_direct(p);
+    return KILN_OK;
+}
+
+/* ===== compiling ================================================================ */
+
+/* KILN_LOGS=output_code (or all) prints the generated source. */
+static bool log_output_code(void) {
+    const char *env = getenv("KILN_LOGS");
+    if (!env) return false;
+    for (const char *s = env; *s;) {
+        size_t n = strcspn(s, ",");
+        if ((n == 11 && !strncmp(s, "output_code", 11)) || (n == 3 && !strncmp(s, "all", 3)))
+            return true;
+        s += n + (s[n] == ',');
+    }
+    return false;
+}
+
+static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, const CgOptions *opt,
+                                     RtProgram **out, char *err, size_t errlen) {
+    RtProgram *p = kcalloc(1, sizeof *p);
+    *out = p;
+    if (!p) {
+        util_fmt(err, errlen, "out of memory");
+        return KILN_ERR_NOMEM;
+    }
+    Target t = cfg ? cfg->target : kiln_config_default().target;
+    util_fmt(p->stats.jit_flags, sizeof p->stats.jit_flags, "%s %s", CG_EXTRA_FLAGS, t.flags);
+    p->stats.target = t.name;
+    /* the library paths explain names follow the tier */
+    unsigned prev = ext_isa_enter(t.ext);
+    double t0 = now_ms();
+    kiln_status st = plan_build(g, cfg, &p->plan, err, errlen);
+    double t1 = now_ms();
+    if (st == KILN_OK) st = cg_generate_opts(p->plan->sched, opt, &p->code, err, errlen);
+    p->stats.plan_ms = t1 - t0;
+    p->stats.codegen_ms = now_ms() - t1;
+    ext_isa_leave(prev);
+    if (st != KILN_OK) return st;
+    p->nbufs = p->plan->prog->nbufs;
+    p->stats.ncalls = p->code.ncalls;
+    if (log_output_code()) {
+        FILE *f = cfg && cfg->log ? cfg->log : stderr;
+        fprintf(f, "%s", p->code.source);
+    }
+    return KILN_OK;
+}
+
+static kiln_status finish(RtProgram *p, char *err, size_t errlen) {
+    kiln_status st = plan_memory(p, err, errlen);
+    if (st == KILN_OK) st = alloc_run_state(p, err, errlen);
+    io_bytes(p);
+    return st;
+}
+
+static void set_jit_stats(RtProgram *p, const JitStats *js, double ms) {
+    p->stats.cache_hit = js->cache_hit;
+    p->stats.compile_ms = js->compile_ms;
+    p->stats.load_ms = ms;
+}
+
+static kiln_status load_entry(RtProgram *p, JitLib *lib, char *err, size_t errlen) {
+    p->entry = (KilnEntry)jit_sym(lib, p->code.entry);
+    if (p->entry) return KILN_OK;
+    util_fmt(err, errlen, "jit: %s not found in the compiled program", p->code.entry);
+    return KILN_ERR_ENV;
+}
+
+kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, char *err,
+                       size_t errlen) {
+    RtProgram *p;
+    *out = NULL;
+    kiln_status st = plan_and_generate(g, cfg, NULL, &p, err, errlen);
+    if (st == KILN_OK && p->code.ncalls > 0) {
+        JitStats js;
+        double t0 = now_ms();
+        st = jit_compile(p->code.source, p->stats.jit_flags, &p->lib, err, errlen, &js);
+        if (st == KILN_OK) set_jit_stats(p, &js, now_ms() - t0);
+        if (st == KILN_OK) st = load_entry(p, p->lib, err, errlen);
+    }
+    if (st == KILN_OK) st = finish(p, err, errlen);
+    if (st != KILN_OK) {
+        rt_free(p);
+        return st;
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+/* One source: the prelude once, then each program's kernels under its own
+ * prefix. */
+static kiln_status batch_source(RtProgram **ps, int n, char **src, char *err, size_t errlen) {
+    char *pre;
+    kiln_status st = cg_prelude(&pre, err, errlen);
+    if (st != KILN_OK) return st;
+    size_t len = strlen(pre) + 1;
+    for (int i = 0; i < n; i++) len += ps[i]->code.len + 1;
+    if (!(*src = kmalloc(len))) {
+        kfree(pre);
+        util_fmt(err, errlen, "out of memory");
+        return KILN_ERR_NOMEM;
+    }
+    size_t at = (size_t)snprintf(*src, len, "%s", pre);
+    for (int i = 0; i < n; i++) at += (size_t)snprintf(*src + at, len - at, "\n%s", ps[i]->code.source);
+    kfree(pre);
+    return KILN_OK;
+}
+
+static kiln_status compile_batch(RtProgram **ps, int n, JitLib **lib, char *err, size_t errlen) {
+    char *src;
+    kiln_status st0 = batch_source(ps, n, &src, err, errlen);
+    if (st0 != KILN_OK) return st0;
+    JitStats js;
+    double t0 = now_ms();
+    kiln_status st = jit_compile(src, ps[0]->stats.jit_flags, lib, err, errlen, &js);
+    double ms = now_ms() - t0;
+    kfree(src);
+    for (int i = 0; st == KILN_OK && i < n; i++) {
+        set_jit_stats(ps[i], &js, ms);
+        if (ps[i]->code.ncalls > 0) st = load_entry(ps[i], *lib, err, errlen);
+    }
+    return st;
+}
+
+kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg, RtProgram **out,
+                            JitLib **lib, char *err, size_t errlen) {
+    kiln_status st = KILN_OK;
+    *lib = NULL;
+    memset(out, 0, sizeof(RtProgram *) * (size_t)n);
+    for (int i = 0; st == KILN_OK && i < n; i++) {
+        char prefix[32];
+        util_fmt(prefix, sizeof prefix, "p%d_", i);
+        CgOptions opt = {prefix, true, false};
+        st = plan_and_generate(gs[i], cfg, &opt, &out[i], err, errlen);
+    }
+    if (st == KILN_OK) st = compile_batch(out, n, lib, err, errlen);
+    for (int i = 0; st == KILN_OK && i < n; i++) st = finish(out[i], err, errlen);
+    if (st == KILN_OK) return KILN_OK;
+    for (int i = 0; i < n; i++) {
+        rt_free(out[i]);
+        out[i] = NULL;
+    }
+    jit_close(*lib);
+    *lib = NULL;
+    return st;
+}
+
+/* The library's kept copies of this program's weights (conv2d_const) go
+ * with it: their addresses may next hold another program's weights. */
+static void forget_weights(const RtProgram *p) {
+    const LoopProgram *lp = p->plan ? p->plan->prog : NULL;
+    for (int b = 0; lp && b < lp->nbufs; b++)
+        if (lp->bufs[b]->body == BODY_WEIGHT && lp->bufs[b]->data)
+            ext_conv_forget_weights(lp->bufs[b]->data, (size_t)buf_bytes(lp->bufs[b]));
+}
+
+void rt_free(RtProgram *p) {
+    if (!p) return;
+    forget_weights(p);
+    jit_close(p->lib);
+    cg_free(&p->code);
+    plan_free(p->plan);
+    kfree(p->offset);
+    kfree(p->arena_raw);
+    kfree(p->bufs);
+    kfree(p->direct);
+    kfree(p);
+}
+
+/* ===== running ======================================================================= */
+
+static void bind_buffers(RtProgram *p, const float *const *inputs, float **outputs) {
+    const LoopProgram *lp = p->plan->prog;
+    for (int b = 0; b < p->nbufs; b++) {
+        const Buffer *B = lp->bufs[b];
+        p->bufs[b] = B->body == BODY_WEIGHT ? (float *)B->data
+                     : p->offset[b] >= 0    ? (float *)(p->arena + p->offset[b])
+                                            : NULL;
+    }
+    for (int i = 0; i < lp->ninputs; i++) p->bufs[lp->inputs[i]] = (float *)inputs[i];
+    for (int i = 0; i < lp->noutputs; i++)
+        if (p->direct[i]) p->bufs[lp->outputs[i]] = outputs[i];
+}
+
+/* Outputs that are inputs, weights, or a second name for another output. */
+static void copy_outputs(RtProgram *p, float **outputs) {
+    const LoopProgram *lp = p->plan->prog;
+    for (int i = 0; i < lp->noutputs; i++) {
+        if (p->direct[i]) continue;
+        const Buffer *b = lp->bufs[lp->outputs[i]];
+        if (b->numel > 0 && p->bufs[b->id]) memcpy(outputs[i], p->bufs[b->id], (size_t)buf_bytes(b));
+    }
+}
+
+kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, char *err,
+                   size_t errlen) {
+    if (errlen) err[0] = 0;
+    bind_buffers(p, inputs, outputs);
+    KilnRT rt = *(rt_override ? rt_override : &rt_externs);
+    if (!rt.gather) rt.gather = ext_gather;   /* a test's table may set only some */
+    if (!rt.conv_transpose2d) rt.conv_transpose2d = ext_conv_transpose2d;
+    if (!rt.conv2d_const) rt.conv2d_const = rt.conv2d;
+    rt.err = err;       /* a gather's index out of range is reported here */
+    rt.errlen = errlen;
+    unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);
+    int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
+    ext_isa_leave(prev);
+    if (rc == CG_ERR_INPUT) return KILN_ERR_INPUT;
+    if (rc != 0) {
+        util_fmt(err, errlen, "out of memory in a kernel or an extern kernel");
+        return KILN_ERR_NOMEM;
+    }
+    copy_outputs(p, outputs);
+    return KILN_OK;
+}
+
+const char *rt_source(const RtProgram *p) { return p->code.source; }
+const CgOutput *rt_code(const RtProgram *p) { return &p->code; }
+const RtStats *rt_stats(const RtProgram *p) { return &p->stats; }
+const Schedule *rt_schedule(const RtProgram *p) { return p->plan->sched; }
+const Graph *rt_graph(const RtProgram *p) { return p->plan->dec; }
+int64_t rt_buffer_offset(const RtProgram *p, int b) {
+    return b >= 0 && b < p->nbufs ? p->offset[b] : -1;
+}
+
+/* ===== the public API ================================================================== */
+
+struct kiln_program {
+    RtProgram *rt;
+    int threads;              /* resolved at compile time */
+    char err[1024];
+};
+
+kiln_options kiln_default_options(void) {
+    kiln_options o = {0, 1, 1, NULL};
+    return o;
+}
+
+kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out) {
+    kiln_options o = kiln_default_options();
+    o.threads = threads;
+    return kiln_compile_with(g, &o, out);
+}
+
+/* Unfused: every value materialized (no inlining) and no fusion rounds, so
+ * each op is its own kernel: the eager baseline, with the same codegen.
+ * extern_epilogue 0: externs are walls, as in Inductor. */
+KilnConfig rt_config(const kiln_options *o) {
+    KilnConfig cfg = kiln_config_default();
+    char err[256];
+    Target t;   /* a bad name keeps the default; kiln_compile_with reports it */
+    if (o->target && *o->target && tgt_resolve(o->target, &t, err, sizeof err) == KILN_OK)
+        cfg.target = t;
+    cfg.extern_epilogue = o->extern_epilogue != 0;
+    if (!o->fuse) {
+        cfg.max_inline_users = 0;
+        cfg.max_rounds = 0;
+    }
+    return cfg;
+}
+
+kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out) {
+    kiln_options o = opt ? *opt : kiln_default_options();
+    int threads = o.threads;
+    *out = NULL;
+    if (g->status != KILN_OK) return g->status;
+    KilnConfig cfg = rt_config(&o);
+    kiln_status st = tgt_resolve(o.target, &cfg.target, g->err, sizeof g->err);
+    if (st != KILN_OK) return st;   /* before anything compiles */
+    kiln_program *p = kcalloc(1, sizeof *p);
+    if (!p) {
+        util_fmt(g->err, sizeof g->err, "out of memory");
+        return KILN_ERR_NOMEM;
+    }
+    unsigned prev = ext_isa_enter(cfg.target.ext);   /* BLAS's first init sees the tier */
+    p->threads = rt_set_threads(threads);
+    st = rt_compile(g, &cfg, &p->rt, p->err, sizeof p->err);
+    ext_isa_leave(prev);
+    if (st != KILN_OK) {
+        /* the message, but not a sticky failure: the graph stays usable */
+        util_fmt(g->err, sizeof g->err, "%s", p->err);
+        kfree(p);
+        return st;
+    }
+    *out = p;
+    return KILN_OK;
+}
+
+static kiln_status prog_fail(kiln_program *p, kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static kiln_status prog_fail(kiln_program *p, kiln_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+static kiln_status check_input(kiln_program *p, int i, const kiln_tensor *t) {
+    return graph_check_input(rt_graph(p->rt), i, t, p->err, sizeof p->err);
+}
+
+/* The float views of a run's inputs and outputs, and what was allocated. */
+typedef struct {
+    int nin, nout;
+    const float **in;
+    float **out;
+    bool *in_owned, *out_owned;
+} Io;
+
+static void io_free(Io *io) {
+    for (int i = 0; io->in && io->in_owned && i < io->nin; i++)
+        if (io->in_owned[i]) kfree((void *)io->in[i]);
+    for (int i = 0; io->out && io->out_owned && i < io->nout; i++)
+        if (io->out_owned[i]) kfree(io->out[i]);
+    kfree(io->in), kfree(io->out), kfree(io->in_owned), kfree(io->out_owned);
+}
+
+static float *bool_to_float(const kiln_tensor *t) {
+    int64_t n = kiln_tensor_numel(t);
+    float *f = kmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    for (int64_t k = 0; f && k < n; k++) f[k] = ((const unsigned char *)t->data)[k] ? 1.0f : 0.0f;
+    return f;
+}
+
+static kiln_status io_inputs(Io *io, const kiln_tensor *inputs) {
+    for (int i = 0; i < io->nin; i++) {
+        if (inputs[i].dtype == KILN_F32) {
+            io->in[i] = inputs[i].data;
+            continue;
+        }
+        io->in_owned[i] = true;
+        if (!(io->in[i] = bool_to_float(&inputs[i]))) return KILN_ERR_NOMEM;
+    }
+    return KILN_OK;
+}
+
+/* caller: the outputs' memory is the caller's (kiln_program_run_into) */
+static kiln_status io_outputs(Io *io, const Graph *g, kiln_tensor *outputs, bool caller) {
+    for (int i = 0; i < io->nout; i++) {
+        if (!caller) outputs[i] = kiln_output_desc(g, i);
+        if (!caller && kiln_tensor_alloc(&outputs[i]) != KILN_OK) return KILN_ERR_NOMEM;
+        if (outputs[i].dtype == KILN_F32) {
+            io->out[i] = outputs[i].data;
+            continue;
+        }
+        int64_t n = kiln_tensor_numel(&outputs[i]);
+        io->out_owned[i] = true;
+        if (!(io->out[i] = kmalloc(sizeof(float) * (size_t)(n > 0 ? n : 1)))) return KILN_ERR_NOMEM;
+    }
+    return KILN_OK;
+}
+
+static void io_convert_outputs(Io *io, kiln_tensor *outputs) {
+    for (int i = 0; i < io->nout; i++) {
+        if (!io->out_owned[i]) continue;
+        int64_t n = kiln_tensor_numel(&outputs[i]);
+        for (int64_t k = 0; k < n; k++) ((unsigned char *)outputs[i].data)[k] = io->out[i][k] != 0.0f;
+    }
+}
+
+static kiln_status io_alloc(Io *io) {
+    io->in = kcalloc((size_t)io->nin + 1, sizeof(float *));
+    io->out = kcalloc((size_t)io->nout + 1, sizeof(float *));
+    io->in_owned = kcalloc((size_t)io->nin + 1, sizeof(bool));
+    io->out_owned = kcalloc((size_t)io->nout + 1, sizeof(bool));
+    return io->in && io->out && io->in_owned && io->out_owned ? KILN_OK : KILN_ERR_NOMEM;
+}
+
+static kiln_status run_io(kiln_program *p, Io *io, const kiln_tensor *inputs, kiln_tensor *outputs,
+                          bool caller) {
+    const Graph *g = rt_graph(p->rt);
+    kiln_status st = io_alloc(io);
+    if (st == KILN_OK) st = io_inputs(io, inputs);
+    if (st == KILN_OK) st = io_outputs(io, g, outputs, caller);
+    if (st != KILN_OK) return prog_fail(p, st, "out of memory: inputs and outputs of a run");
+    if (p->threads > 0 && ext_get_threads() != p->threads) ext_set_threads(p->threads);
+    st = rt_run(p->rt, io->in, io->out, p->err, sizeof p->err);
+    if (st == KILN_OK) io_convert_outputs(io, outputs);
+    return st;
+}
+
+kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs) {
+    const Graph *g = rt_graph(p->rt);
+    Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
+    p->err[0] = 0;
+    for (int i = 0; i < io.nin; i++)
+        if (check_input(p, i, &inputs[i]) != KILN_OK) return KILN_ERR_INPUT;
+    for (int i = 0; i < io.nout; i++) outputs[i] = (kiln_tensor){0};
+    kiln_status st = run_io(p, &io, inputs, outputs, false);
+    io_free(&io);
+    if (st != KILN_OK)
+        for (int i = 0; i < io.nout; i++) kiln_tensor_free(&outputs[i]);
+    return st;
+}
+
+/* Output i must be exactly the declared dtype and shape, with memory. */
+static kiln_status check_output(kiln_program *p, int i, const kiln_tensor *t) {
+    const Graph *g = rt_graph(p->rt);
+    kiln_tensor want = kiln_output_desc(g, i);
+    bool same = t->data && want.dtype == t->dtype && want.rank == t->rank;
+    for (int d = 0; same && d < t->rank; d++) same = want.shape[d] == t->shape[d];
+    if (same) return KILN_OK;
+    char a[160];
+    graph_shape_str(a, sizeof a, want.rank, want.shape);
+    return prog_fail(p, KILN_ERR_INPUT, "output '%s': expected memory for %s%s",
+                     kiln_output_name(g, i), kiln_dtype_name(want.dtype), a);
+}
+
+kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
+                                  kiln_tensor *outputs) {
+    const Graph *g = rt_graph(p->rt);
+    Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
+    p->err[0] = 0;
+    for (int i = 0; i < io.nin; i++)
+        if (check_input(p, i, &inputs[i]) != KILN_OK) return KILN_ERR_INPUT;
+    for (int i = 0; i < io.nout; i++)
+        if (check_output(p, i, &outputs[i]) != KILN_OK) return KILN_ERR_INPUT;
+    kiln_status st = run_io(p, &io, inputs, outputs, true);
+    io_free(&io);
+    return st;
+}
+
+const char *kiln_program_error(const kiln_program *p) { return p->err; }
+RtProgram *kiln_program_rt(kiln_program *p) { return p->rt; }
+const char *kiln_program_source(const kiln_program *p) { return rt_source(p->rt); }
+
+void kiln_program_free(kiln_program *p) {
+    if (!p) return;
+    rt_free(p->rt);
+    kfree(p);
+}

@@ -1,0 +1,141 @@
+/*
+ * runtime.h -- the top of the pipeline, below only the CLI.
+ *
+ *   plan.c     the pipeline driver: decompose -> lower -> schedule (Plan)
+ *   runtime.c  Plan -> codegen -> JIT -> memory plan -> a program that runs;
+ *              threads, the public kiln_compile / kiln_program_* API
+ *   jit.c      the C compiler as a JIT, with a content-addressed cache
+ */
+#ifndef KILN_RUNTIME_H
+#define KILN_RUNTIME_H
+
+#include "codegen/codegen.h"
+#include "ref/ref.h"
+
+/* ===== plan.c ============================================================ */
+
+/* The compile pipeline up to scheduling, owned as one object. */
+typedef struct {
+    Graph *dec;                /* the decomposed graph (owned) */
+    LoopProgram *prog;
+    Schedule *sched;
+} Plan;
+kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *err,
+                       size_t errlen);
+void plan_free(Plan *p);
+
+
+/* ===== jit.c ============================================================== */
+/*
+ * jit.h -- compile generated C into a shared object and load it (internal).
+ *
+ * jit_compile writes the source into a cache directory under a name derived
+ * from a hash of everything that decides the binary (source, flags, compiler
+ * command and version, CPU), runs the system C compiler once per new key
+ * and dlopens the result. A later compile of the same source, in this
+ * process or another, loads the cached object without running the compiler.
+ *
+ *   $CC (default "cc", may hold words: "ccache gcc")
+ *       -O3 -fopenmp -fno-math-errno -shared -fPIC -std=c11
+ *       <extra_flags> -o <dir>/<key>.so.tmp.<pid>.<n> <dir>/<key>.c -lm
+ *
+ * The runtime's extra flags hold the target tier's (target.h: -march=
+ * x86-64-v3 -mtune=native, ...); without them the object is baseline
+ * x86-64.
+ *
+ * -fno-math-errno lets GCC inline and vectorize sqrtf (kernels never read
+ * errno); everything else that must vectorize comes from vecmath.h. No
+ * -lmvec: GCC calls libmvec only under -ffast-math, which kiln avoids.
+ *   cache dir: $KILN_CACHE_DIR, else $XDG_CACHE_HOME/kiln, else
+ *              $HOME/.cache/kiln (created with parents, mode 0755)
+ *
+ * Entries appear only by rename(), so a reader never sees a partial file and
+ * concurrent compilers of one key all succeed (the last rename wins, with
+ * identical content). An entry that does not load (bad ELF magic, dlopen
+ * fails, or the marker symbol kiln_jit_marker_<key> is missing) is deleted
+ * and rebuilt once.
+ */
+typedef struct JitLib JitLib;   /* a loaded shared object */
+
+typedef struct {
+    int cache_hit;       /* 1: loaded from the cache, no compiler ran */
+    double compile_ms;   /* wall time of the compiler run; 0 on a hit */
+    char path[512];      /* the loaded .so */
+    char src_path[512];  /* the cached source, kept for error reports */
+} JitStats;
+
+/* Compile (or find in the cache) and load source. extra_flags (NULL or "")
+ * are appended to the standard flags, split at spaces. On failure returns
+ * KILN_ERR_ENV (no compiler, compile error with the compiler's stderr and
+ * the kept source path, cache directory unusable, dlopen failed) or
+ * KILN_ERR_NOMEM, with a message in err. stats may be NULL. */
+kiln_status jit_compile(const char *source, const char *extra_flags, JitLib **out,
+                        char *err, size_t errlen, JitStats *stats);
+/* The address of an exported symbol, or NULL. */
+void *jit_sym(JitLib *lib, const char *name);
+/* Unload (dlclose) and free; NULL is fine. Symbols must not be used after. */
+void jit_close(JitLib *lib);
+
+/* SHA-256 of data as 64 lowercase hex digits (the cache key uses the first
+ * 32). Exported for its test. */
+void jit_sha256_hex(const void *data, size_t n, char out[65]);
+
+/* ===== runtime.c =========================================================== */
+
+typedef struct RtProgram RtProgram;
+
+/* Where the time of a compile went and what memory a run needs. */
+typedef struct {
+    double plan_ms;        /* decompose + lower + schedule */
+    double codegen_ms;
+    double compile_ms;     /* the C compiler; 0 on a JIT cache hit */
+    double load_ms;        /* JIT total: cache lookup, compiler, dlopen */
+    int cache_hit;         /* 1: no compiler ran */
+    int ncalls;            /* kernels + extern calls */
+    int64_t arena_bytes;   /* one block holding every intermediate buffer */
+    int64_t io_bytes;      /* inputs + outputs (the caller's memory) */
+    int64_t peak_bytes;    /* io_bytes + arena_bytes; weights are not counted */
+    int64_t intermediate_bytes;  /* the intermediates' sizes summed (no reuse) */
+    const char *target;    /* the tier the kernels were compiled for: "v3" */
+    char jit_flags[256];   /* the flags beyond the JIT's own: CG_EXTRA_FLAGS, the tier's */
+} RtStats;
+
+/* Decompose, lower, schedule, generate, JIT-compile and plan memory. */
+kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, char *err,
+                       size_t errlen);
+/* Compile n graphs with one compiler run (tests: many small programs).
+ * out[i] receives program i; they share the loaded object *lib, which the
+ * caller closes (jit_close) after freeing the programs. */
+kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg,
+                            RtProgram **out, JitLib **lib, char *err, size_t errlen);
+/* Run: inputs[i] is input i as numel floats (bools 0/1), outputs[i] a dense
+ * float array of output i's numel; none may alias another. Not reentrant
+ * for one program (its arena is shared by runs). */
+kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, char *err,
+                   size_t errlen);
+void rt_free(RtProgram *p);
+const char *rt_source(const RtProgram *p);
+/* The generated code and its calls (tests, reports). */
+const CgOutput *rt_code(const RtProgram *p);
+const RtStats *rt_stats(const RtProgram *p);
+const Schedule *rt_schedule(const RtProgram *p);
+/* The decomposed graph the program runs (inputs, outputs, their types). */
+const Graph *rt_graph(const RtProgram *p);
+/* Threads for kernels and BLAS: n <= 0 means $KILN_NUM_THREADS, else every
+ * core. Process-wide (one OpenMP pool). Returns the count now in effect. */
+int rt_set_threads(int n);
+/* Arena offset of buffer b, or -1 when it does not live in the arena. */
+int64_t rt_buffer_offset(const RtProgram *p, int b);
+/* Tests: the extern kernels every run calls (process-wide; NULL: the
+ * library's, ext_matmul_epi and ext_conv2d_epi), e.g. to hand epilogues
+ * ranges the library never would. */
+void rt_set_externs(const KilnRT *rt);
+
+/* The lowering and scheduling configuration for public options (fuse 0:
+ * nothing inlined, no fusion rounds: one kernel per op). */
+KilnConfig rt_config(const kiln_options *o);
+
+/* The runtime object behind a public kiln_program (CLI: stats, schedule). */
+RtProgram *kiln_program_rt(kiln_program *p);
+
+#endif
