@@ -51,12 +51,18 @@ $(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h tests/testutil.h $(HD
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c $< -o $@
 
-# vecmath.h as a C string literal, pasted into every generated source so a
-# cached or installed kiln needs no source tree ('?' escaped: trigraphs).
+# The headers the prelude of every generated source pastes, vecmath.h and
+# kiln_rt.h (the interface the generated code shares with the runtime), as
+# C string literals, so a cached or installed kiln needs no source tree
+# ('?' escaped: trigraphs).
+EMBED = sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/'
 $(BUILD)/gen/vecmath_src.inc: src/codegen/vecmath.h
 	@mkdir -p $(dir $@)
-	sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/?/\\?/g' -e 's/^/"/' -e 's/$$/\\n"/' $< > $@
-$(BUILD)/obj/codegen/codegen.o: $(BUILD)/gen/vecmath_src.inc
+	$(EMBED) $< > $@
+$(BUILD)/gen/kiln_rt_src.inc: src/base/kiln_rt.h
+	@mkdir -p $(dir $@)
+	$(EMBED) $< > $@
+$(BUILD)/obj/codegen/codegen.o: $(BUILD)/gen/vecmath_src.inc $(BUILD)/gen/kiln_rt_src.inc
 
 # ONNX (issue 8): the protobuf-c reader of onnx.proto is generated at build
 # time from the copy Debian's libonnx-dev ships; no hand-written decoder.

@@ -15,12 +15,15 @@
 #define KILN_BASE_H
 
 #include "kiln.h"
+#include "base/kiln_rt.h"
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+
+_Static_assert(KILN_RT_MAX_RANK == KILN_MAX_RANK, "kiln_rt.h's views hold every rank kiln.h allows");
 
 /* Tensor data, weights and the runtime's arena start on a cache line. */
 #define KILN_ALIGN 64
@@ -56,7 +59,6 @@ void util_fmt(char *buf, size_t len, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Philox-4x32-10: four 32-bit random words for (seed, counter). */
-void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]);
 /* Element i of the uniform [0,1) / standard normal stream of a seed. */
 float util_rand_uniform(uint64_t seed, uint64_t i);
 float util_rand_normal(uint64_t seed, uint64_t i);

@@ -300,35 +300,14 @@ void kiln_tensor_free(kiln_tensor *t) {
 
 /* ---- Philox-4x32-10 ---------------------------------------------------- */
 
-void philox4x32(uint64_t seed, uint64_t counter, uint32_t out[4]) {
-    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c1 = (uint32_t)p1;
-        c3 = (uint32_t)p0;
-        c0 = n0;
-        c2 = n2;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
-}
-
-/* 24 random bits -> a float in [0, 1) with every value exactly representable. */
-static float u24(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
-
 float util_rand_uniform(uint64_t seed, uint64_t i) {
-    uint32_t w[4];
-    philox4x32(seed, i, w);
-    return u24(w[0]);
+    return kiln_rand(seed, i);   /* the generated kernels' kiln_rand, kiln_rt.h */
 }
 
 /* Box-Muller on two words of the element's own counter. */
 float util_rand_normal(uint64_t seed, uint64_t i) {
     uint32_t w[4];
-    philox4x32(seed, i, w);
+    kiln_philox4x32(seed, i, w);
     double u1 = ((double)(w[0] >> 8) + 1.0) / 16777217.0; /* (0, 1]: log is finite */
     double u2 = (double)(w[1] >> 8) / 16777216.0;
     return (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));

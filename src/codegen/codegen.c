@@ -118,33 +118,51 @@
 
 /* ===== vecmath.h's text ===================================================== */
 
-/* The Makefile turns src/codegen/vecmath.h into a C string literal (vecmath_src.inc,
- * in the build's include path) so an installed kiln needs no source tree.
- * Without it, the header is read at run time from the source tree. */
+/* The Makefile turns the two headers the prelude pastes, src/codegen/vecmath.h
+ * and src/base/kiln_rt.h, into C string literals (vecmath_src.inc and
+ * kiln_rt_src.inc, in the build's include path) so an installed kiln needs
+ * no source tree. Without them, the headers are read at run time from the
+ * source tree ($KILN_VECMATH_H and $KILN_RT_H override the paths). */
 #if defined(__has_include)
-#if __has_include("vecmath_src.inc")
-#define CG_VECMATH_EMBEDDED 1
+#if __has_include("vecmath_src.inc") && __has_include("kiln_rt_src.inc")
+#define CG_HEADERS_EMBEDDED 1
 static const char vecmath_text[] =
 #include "vecmath_src.inc"
+    ;
+static const char kiln_rt_text[] =
+#include "kiln_rt_src.inc"
     ;
 #endif
 #endif
 
-#ifndef CG_VECMATH_EMBEDDED
-/* src/codegen/vecmath.h next to this file, as the compiler saw it, into *text
+/* A header the prelude pastes: its path from this file's folder, the
+ * variable that overrides it, and the embedded text. */
+typedef struct {
+    const char *rel, *env;
+    const char *text;
+} PreludeHeader;
+
+#ifdef CG_HEADERS_EMBEDDED
+static const PreludeHeader hdr_vecmath = {"vecmath.h", "KILN_VECMATH_H", vecmath_text};
+static const PreludeHeader hdr_kiln_rt = {"../base/kiln_rt.h", "KILN_RT_H", kiln_rt_text};
+#else
+static const PreludeHeader hdr_vecmath = {"vecmath.h", "KILN_VECMATH_H", NULL};
+static const PreludeHeader hdr_kiln_rt = {"../base/kiln_rt.h", "KILN_RT_H", NULL};
+
+/* h's file in the source tree, as the compiler saw it, into *text
  * (kmalloc'd). */
-static kiln_status read_vecmath(char **text, char *err, size_t errlen) {
+static kiln_status read_header(const PreludeHeader *h, char **text, char *err, size_t errlen) {
     char path[1024];
-    const char *env = getenv("KILN_VECMATH_H");
+    const char *env = getenv(h->env);
     const char *file = __FILE__, *slash = strrchr(file, '/');
     if (env) util_fmt(path, sizeof path, "%s", env);
-    else util_fmt(path, sizeof path, "%.*svecmath.h", slash ? (int)(slash - file + 1) : 0, file);
+    else util_fmt(path, sizeof path, "%.*s%s", slash ? (int)(slash - file + 1) : 0, file, h->rel);
     FILE *f = fopen(path, "rb");
     long n = -1;
     if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
     if (n < 0 || fseek(f, 0, SEEK_SET) != 0) {
         if (f) fclose(f);
-        util_fmt(err, errlen, "codegen: cannot read %s (build with the Makefile's vecmath_src.inc)",
+        util_fmt(err, errlen, "codegen: cannot read %s (build with the Makefile's *_src.inc)",
                  path);
         return KILN_ERR_ENV;
     }
@@ -160,19 +178,39 @@ static kiln_status read_vecmath(char **text, char *err, size_t errlen) {
 }
 #endif
 
-/* vecmath.h's text: the embedded copy, or read from the source tree into
+/* A header's text: the embedded copy, or read from the source tree into
  * *owned (the caller kfrees it). */
-static kiln_status vecmath_source(const char **text, char **owned, char *err, size_t errlen) {
+static kiln_status header_source(const PreludeHeader *h, const char **text, char **owned,
+                                 char *err, size_t errlen) {
     *owned = NULL;
-#ifdef CG_VECMATH_EMBEDDED
+#ifdef CG_HEADERS_EMBEDDED
     (void)err, (void)errlen;
-    *text = vecmath_text;
+    *text = h->text;
     return KILN_OK;
 #else
-    kiln_status st = read_vecmath(owned, err, errlen);
+    kiln_status st = read_header(h, owned, err, errlen);
     *text = *owned;
     return st;
 #endif
+}
+
+/* The text the prelude pastes after its head: vecmath.h, then kiln_rt.h,
+ * into *out (kmalloc'd; the caller kfrees it). */
+static kiln_status pasted_headers(char **out, char *err, size_t errlen) {
+    const char *vm, *rt;
+    char *own_vm, *own_rt = NULL;
+    *out = NULL;
+    kiln_status st = header_source(&hdr_vecmath, &vm, &own_vm, err, errlen);
+    if (st == KILN_OK) st = header_source(&hdr_kiln_rt, &rt, &own_rt, err, errlen);
+    if (st == KILN_OK) {
+        static const char sep[] = "\n/* ===== kiln_rt.h: the interface with the runtime ===== */\n";
+        size_t n = strlen(vm) + strlen(sep) + strlen(rt) + 1;
+        if ((*out = kmalloc(n))) util_fmt(*out, n, "%s%s%s", vm, sep, rt);
+        else util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
+    }
+    kfree(own_vm);
+    kfree(own_rt);
+    return st;
 }
 
 /* ===== the prelude ============================================================ */
@@ -195,7 +233,7 @@ static const char prelude_head[] =
     "#pragma omp declare simd notinbranch\n"                                    \
     "__attribute__((noinline, unused)) static float kiln_" #f "_v(float x) { return kiln_" #f "(x); }\n"
 
-/* Mirrors KilnRT and ExtView in codegen.h / externs.h. */
+/* After vecmath.h and kiln_rt.h. */
 static const char prelude_tail[] =
     "\n/* ===== vector functions =====\n"
     " * The expensive functions out of line, with OpenMP SIMD clones: GCC\n"
@@ -205,62 +243,7 @@ static const char prelude_tail[] =
     " * cost nothing. */\n"
     KILN_SIMD_FN(expf) KILN_SIMD_FN(logf) KILN_SIMD_FN(sinf) KILN_SIMD_FN(cosf)
     KILN_SIMD_FN(tanhf) KILN_SIMD_FN(erff) KILN_SIMD_FN(sigmoid) KILN_SIMD_FN(gelu)
-    "\n/* ===== the runtime interface ===== */\n"
-    "\n"
-    "/* A strided view: element (i0..ik) at data[offset + sum i_d*stride_d]. */\n"
-    "typedef struct {\n"
-    "    int rank;\n"
-    "    int64_t shape[KILN_RT_MAX_RANK];\n"
-    "    int64_t stride[KILN_RT_MAX_RANK];\n"
-    "    int64_t offset;\n"
-    "} KilnView;\n"
-    "\n"
-    "/* An extern's epilogue: the fused pointwise ops on the flat output\n"
-    " * elements [start, start + count) of c (the whole output), called by the\n"
-    " * library on each block right after computing it. */\n"
-    "typedef void (*KilnEpilogue)(void *ctx, float *c, int64_t start, int64_t count);\n"
-    "\n"
-    "/* Extern kernels, passed in by the runtime: generated code links only libm. */\n"
-    "typedef struct {\n"
-    "    int (*mm)(const float *a, const KilnView *av, const float *b, const KilnView *bv,\n"
-    "              float *c, int crank, const int64_t *cshape, KilnEpilogue epi, void *ctx);\n"
-    "    int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],\n"
-    "                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],\n"
-    "                  KilnEpilogue epi, void *ctx);\n"
-    "    int (*gather)(const float *data, const KilnView *dv, const float *idx, const KilnView *iv,\n"
-    "                  int axis, float *out, KilnEpilogue epi, void *ctx, char *err, size_t errlen);\n"
-    "    int (*conv_transpose2d)(const float *x, const int64_t xs[4], const float *w,\n"
-    "                            const int64_t ws[4], const float *bias, float *y,\n"
-    "                            const int64_t ys[4], const int64_t attr[9], KilnEpilogue epi,\n"
-    "                            void *ctx);\n"
-    "    char *err;      /* where an extern that finds bad input says why */\n"
-    "    size_t errlen;\n"
-    "    int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w,\n"
-    "                        const int64_t ws[4], const float *bias, float *y,\n"
-    "                        const int64_t ys[4], const int64_t attr[7], KilnEpilogue epi,\n"
-    "                        void *ctx);   /* conv2d of a constant weight */\n"
-    "} KilnRT;\n"
-    "\n"
-    "/* ===== helpers ===== */\n"
-    "\n"
-    "/* Philox-4x32-10, word 0, as 24 bits in [0, 1): the same values as\n"
-    " * util_rand_uniform (src/util.c), so fused and interpreted random agree. */\n"
-    "static inline float kiln_rand(uint64_t seed, uint64_t counter) {\n"
-    "    uint32_t c0 = (uint32_t)counter, c1 = (uint32_t)(counter >> 32), c2 = 0, c3 = 0;\n"
-    "    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);\n"
-    "    for (int r = 0; r < 10; r++) {\n"
-    "        uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;\n"
-    "        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;\n"
-    "        c1 = (uint32_t)p1;\n"
-    "        c3 = (uint32_t)p0;\n"
-    "        c0 = n0;\n"
-    "        c2 = n2;\n"
-    "        k0 += 0x9E3779B9u;\n"
-    "        k1 += 0xBB67AE85u;\n"
-    "    }\n"
-    "    (void)c1; (void)c3;\n"
-    "    return (float)(c0 >> 8) * (1.0f / 16777216.0f);\n"
-    "}\n"
+    "\n/* ===== helpers ===== */\n"
     "\n"
     "/* pow(x, n) for an integer constant n: multiplication in double, rounded\n"
     " * once (unrolled and vectorized once n is known). */\n"
@@ -358,16 +341,14 @@ static const char prelude_tail[] =
     "}\n";
 
 kiln_status cg_prelude(char **out, char *err, size_t errlen) {
-    const char *vm;
-    char *owned, rank[64];
+    char *hdrs;
     *out = NULL;
-    kiln_status st = vecmath_source(&vm, &owned, err, errlen);
+    kiln_status st = pasted_headers(&hdrs, err, errlen);
     if (st != KILN_OK) return st;
-    util_fmt(rank, sizeof rank, "\n#define KILN_RT_MAX_RANK %d\n", KILN_MAX_RANK);
-    size_t n = strlen(prelude_head) + strlen(vm) + strlen(rank) + strlen(prelude_tail) + 1;
-    if ((*out = kmalloc(n))) util_fmt(*out, n, "%s%s%s%s", prelude_head, vm, rank, prelude_tail);
+    size_t n = strlen(prelude_head) + strlen(hdrs) + strlen(prelude_tail) + 1;
+    if ((*out = kmalloc(n))) util_fmt(*out, n, "%s%s%s", prelude_head, hdrs, prelude_tail);
     else util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
-    kfree(owned);
+    kfree(hdrs);
     return st;
 }
 
@@ -396,7 +377,7 @@ typedef struct {
     const Schedule *s;
     const LoopProgram *p;
     kiln_status status;       /* of a failure other than the pool's (cg_fail: INPUT) */
-    char *owned_vm;           /* vecmath.h's text while it is read from a file */
+    char *owned_vm;           /* the pasted headers' text (pasted_headers) */
     const char *prefix;
     bool no_prelude;
     bool double_acc;
@@ -2282,13 +2263,13 @@ static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char
 }
 
 /* A gather's index can be out of range: its message goes to rt->err and
- * the entry returns CG_ERR_INPUT. */
+ * the entry returns KILN_RT_ERR_INPUT. */
 static void gather_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     view_text(g, o, "d", &b->opnd[0]);
     view_text(g, o, "ix", &b->opnd[1]);
     str_putf(o, "        int rc = rt->gather(bufs[%d], &d, bufs[%d], &ix, %d, %s, %s, rt->err, "
              "rt->errlen);\n", b->opnd[0].buf, b->opnd[1].buf, (int)b->attr[0], out, epi);
-    str_putf(o, "        if (rc) return rc == %d ? %d : 1;\n", EXT_ERR_INPUT, CG_ERR_INPUT);
+    str_putf(o, "        if (rc) return rc == %d ? %d : 1;\n", EXT_ERR_INPUT, KILN_RT_ERR_INPUT);
 }
 
 /* The library call of extern kernel kidx; with an epilogue it writes the
@@ -2350,19 +2331,19 @@ static void entry_text(Gen *g, const bool *returns_int) {
  * of a cold compile); one without exp or tanh (tanh calls kiln_expf)
  * leaves out exp's AVX-512 variants (30 ms), one without gelu gelu's. */
 static void prepend_prelude(Gen *g) {
-    const char *vm, *body = str_get(&g->out);
-    if ((g->status = vecmath_source(&vm, &g->owned_vm, g->err, g->errlen)) != KILN_OK)
+    const char *body = str_get(&g->out);
+    if ((g->status = pasted_headers(&g->owned_vm, g->err, g->errlen)) != KILN_OK)
         longjmp(g->jb, 2);
     bool trig = strstr(body, "kiln_sinf_v(") || strstr(body, "kiln_cosf_v(");
     bool exp = strstr(body, "kiln_expf_v(") || strstr(body, "kiln_tanhf_v(");
     bool gelu = strstr(body, "kiln_gelu_v(");
     Str o;
     str_init(&o, g->pool);
-    str_putf(&o, "%s%s%s%s%s\n#define KILN_RT_MAX_RANK %d\n%s\n%s", prelude_head,
+    str_putf(&o, "%s%s%s%s%s\n%s\n%s", prelude_head,
              trig ? "" : "#define KILN_VM_NO_TRIG_DISPATCH 1 /* no sin or cos here */\n",
              exp ? "" : "#define KILN_VM_NO_EXP_DISPATCH 1 /* no exp or tanh here */\n",
-             gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n", vm,
-             KILN_MAX_RANK, prelude_tail, body);
+             gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n",
+             g->owned_vm, prelude_tail, body);
     g->out = o;
     kfree(g->owned_vm);
     g->owned_vm = NULL;

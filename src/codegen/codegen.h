@@ -31,40 +31,12 @@
  * match the compiler's vectorization report to the loops it must cover. */
 #define CG_INNER_MARK "/* inner loop */"
 
-/* Extern kernels as the generated code calls them. codegen.c prints the same
- * struct into every source (with ExtView spelled KilnView, ExtEpilogue
- * KilnEpilogue); keep the two in step. An extern call with fused pointwise
- * consumers passes its epilogue, `epi_<k>_cb` with kiln_entry's bufs as
- * ctx, and the library calls it on each output block it completes; without
- * one it passes NULL, NULL. */
-typedef struct {
-    int (*mm)(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
-              int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
-    int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
-                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
-                  ExtEpilogue epi, void *ctx);
-    int (*gather)(const float *data, const ExtView *dv, const float *idx, const ExtView *iv,
-                  int axis, float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen);
-    int (*conv_transpose2d)(const float *x, const int64_t xs[4], const float *w,
-                            const int64_t ws[4], const float *bias, float *y,
-                            const int64_t ys[4], const int64_t attr[9], ExtEpilogue epi,
-                            void *ctx);
-    char *err;            /* a run's message buffer: an extern that finds bad input */
-    size_t errlen;        /* (EXT_ERR_INPUT) says why there */
-    /* conv2d whose weight operand is a compile-time constant (a weight
-     * buffer, dense): the library may keep its reordered copy across calls
-     * (ext_conv2d_const_epi). Last, so a test's table may leave it NULL:
-     * rt_run then uses conv2d. */
-    int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
-                        const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
-                        ExtEpilogue epi, void *ctx);
-} KilnRT;
-
 /* The generated entry point: bufs[i] holds buffer i of the loop program
- * (NULL for buffers that never exist in memory). Returns 0; CG_ERR_INPUT
- * when an extern kernel found bad input (rt->err says why); another nonzero
- * value when an extern kernel or a scratch allocation failed. */
-#define CG_ERR_INPUT 2
+ * (NULL for buffers that never exist in memory), rt the extern kernels
+ * (KilnRT, base/kiln_rt.h: the one definition both sides compile).
+ * Returns 0; KILN_RT_ERR_INPUT when an extern kernel found bad input
+ * (rt->err says why); another nonzero value when an extern kernel or a
+ * scratch allocation failed. */
 typedef int (*KilnEntry)(float *const *bufs, const KilnRT *rt);
 
 /* ===== codegen.c ========================================================== */

@@ -8,21 +8,15 @@
 #include "graph/graph.h"
 #include <pthread.h>
 
-/* A strided view: element (i0..ik) lives at data[offset + sum i_d*stride_d].
- * A broadcast dim has stride 0. */
-typedef struct {
-    int rank;
-    int64_t shape[KILN_MAX_RANK];
-    int64_t stride[KILN_MAX_RANK];
-    int64_t offset;
-} ExtView;
+/* A strided view (base/kiln_rt.h's KilnView, the generated code's name):
+ * element (i0..ik) lives at data[offset + sum i_d*stride_d]. */
+typedef KilnView ExtView;
 
-/* An extern's epilogue (generated code): the pointwise ops fused into the
- * call, applied to the flat output elements [start, start + count) of c,
- * the whole output. The library calls it on each block of the output right
- * after computing it, from one thread or from several on disjoint ranges;
- * it must not start threads itself. */
-typedef void (*ExtEpilogue)(void *ctx, float *c, int64_t start, int64_t count);
+/* An extern's epilogue (kiln_rt.h's KilnEpilogue): the pointwise ops fused
+ * into the call, applied to the flat output elements [start, start +
+ * count) of c, the whole output, on each block right after the library
+ * computed it. */
+typedef KilnEpilogue ExtEpilogue;
 
 /* c[..., M, N] = a[..., M, K] @ b[..., K, N]; batch dims of a and b
  * broadcast against c's (crank - 2) batch dims; c is dense. */

@@ -395,7 +395,7 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);
     int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
     ext_isa_leave(prev);
-    if (rc == CG_ERR_INPUT) return KILN_ERR_INPUT;
+    if (rc == KILN_RT_ERR_INPUT) return KILN_ERR_INPUT;
     if (rc != 0) {
         util_fmt(err, errlen, "out of memory in a kernel or an extern kernel");
         return KILN_ERR_NOMEM;
