@@ -36,6 +36,12 @@ LIBSRC  = $(filter-out src/cli/%,$(wildcard src/*/*.c))
 CLISRC  = $(wildcard src/cli/*.c)
 CLIOBJ  = $(CLISRC:src/%.c=$(BUILD)/obj/%.o)
 LIBOBJ  = $(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/onnx.pb-c.o
+# The test build: the files that hold test hooks (src/testing.h) compiled
+# again with -DKILN_TESTING, in place of their objects, into
+# libkiln_testing.a; libkiln.a and kiln have no hooks.
+HOOKSRC = $(shell grep -l 'ifdef KILN_TESTING' $(LIBSRC))
+HOOKOBJ = $(HOOKSRC:src/%.c=$(BUILD)/hobj/%.o)
+TLIBOBJ = $(filter-out $(HOOKSRC:src/%.c=$(BUILD)/obj/%.o),$(LIBOBJ)) $(HOOKOBJ)
 TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/graph/ops.def $(wildcard src/*/*.h)
@@ -47,9 +53,13 @@ $(BUILD)/obj/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -c $< -o $@
 
-$(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h tests/testutil.h $(HDRS)
+$(BUILD)/hobj/%.o: src/%.c $(HDRS) src/testing.h
 	@mkdir -p $(dir $@)
-	$(CC) $(KCFLAGS) -c $< -o $@
+	$(CC) $(KCFLAGS) -DKILN_TESTING -c $< -o $@
+
+$(BUILD)/tobj/%.o: tests/%.c tests/test.h tests/randprog.h tests/testutil.h $(HDRS) src/testing.h
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) -DKILN_TESTING -c $< -o $@
 
 # The headers the prelude of every generated source pastes, vecmath.h and
 # kiln_rt.h (the interface the generated code shares with the runtime), as
@@ -77,9 +87,14 @@ ONNX_PROTO ?= /usr/include/onnx/onnx.proto
 $(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -w -c $< -o $@
-$(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(TESTOBJ) $(CLIOBJ): $(BUILD)/gen/onnx.pb-c.h
+$(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(HOOKOBJ) $(TESTOBJ) $(CLIOBJ): $(BUILD)/gen/onnx.pb-c.h
+$(BUILD)/hobj/codegen/codegen.o: $(BUILD)/gen/vecmath_src.inc $(BUILD)/gen/kiln_rt_src.inc
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/libkiln_testing.a: $(TLIBOBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -87,7 +102,7 @@ $(BUILD)/kiln: $(CLIOBJ) $(BUILD)/libkiln.a
 	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
 
 # The tests also run the conformance runner (src/cli/onnx_test.c).
-$(BUILD)/test_kiln: $(TESTOBJ) $(BUILD)/obj/cli/onnx_test.o $(BUILD)/libkiln.a
+$(BUILD)/test_kiln: $(TESTOBJ) $(BUILD)/obj/cli/onnx_test.o $(BUILD)/libkiln_testing.a
 	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
 
 # Random programs, fused vs interpreter, fresh seeds until stopped (Ctrl-C);
@@ -95,7 +110,7 @@ $(BUILD)/test_kiln: $(TESTOBJ) $(BUILD)/obj/cli/onnx_test.o $(BUILD)/libkiln.a
 fuzz-diff: $(BUILD)/fuzz_diff
 	$(BUILD)/fuzz_diff -o fuzz-out
 
-$(BUILD)/fuzz_diff: $(BUILD)/tobj/fuzz_diff.o $(BUILD)/tobj/randprog.o $(BUILD)/libkiln.a
+$(BUILD)/fuzz_diff: $(BUILD)/tobj/fuzz_diff.o $(BUILD)/tobj/randprog.o $(BUILD)/libkiln_testing.a
 	$(CC) $(KCFLAGS) -o $@ $^ $(LDLIBS)
 
 deps:
@@ -185,9 +200,9 @@ fuzz-npy: $(FUZZ_DIR)/fuzz_npy
 # beside them. BENCH_ARGS is passed on, e.g.
 # make bench-conv BENCH_ARGS="--batch 1 --threads 1 --only layer1"
 .PHONY: bench-conv
-$(BUILD)/bench/conv_bench: bench/conv_bench.c $(BUILD)/libkiln.a $(HDRS)
+$(BUILD)/bench/conv_bench: bench/conv_bench.c $(BUILD)/libkiln_testing.a $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(KCFLAGS) -DKILN_BENCH_DNNL -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)
+	$(CC) $(KCFLAGS) -DKILN_TESTING -DKILN_BENCH_DNNL -o $@ $< $(BUILD)/libkiln_testing.a $(LDLIBS)
 
 bench-conv: $(BUILD)/bench/conv_bench
 	$(BUILD)/bench/conv_bench $(BENCH_ARGS)

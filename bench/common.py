@@ -44,19 +44,22 @@ def build_ktime(tmp, kiln, march=("-march=native",), suffix=""):
     return build_api_tool(tmp, kiln, "ktime", "the outputs-reused column is left out", march, suffix)
 
 
-def build_api_tool(tmp, kiln, name, missing, march=("-march=native",), suffix=""):
+def build_api_tool(tmp, kiln, name, missing, march=("-march=native",), suffix="", testing=False):
     """bench/NAME.c, a program on kiln's API, against the libkiln.a next to
-    the kiln binary; None (and a note saying `missing`) when it does not
-    build."""
-    lib = os.path.join(os.path.dirname(kiln), "libkiln.a")
+    the kiln binary (testing: libkiln_testing.a, the library with the test
+    hooks of src/testing.h); None (and a note saying `missing`) when it does
+    not build."""
+    libname = "libkiln_testing.a" if testing else "libkiln.a"
+    lib = os.path.join(os.path.dirname(kiln), libname)
     exe = os.path.join(tmp, name + suffix)
     if not os.path.exists(lib) and os.path.dirname(kiln) == os.path.join(ROOT, BUILD):
-        subprocess.run(["make", "--no-print-directory", "BUILD=" + BUILD, BUILD + "/libkiln.a"],
+        subprocess.run(["make", "--no-print-directory", "BUILD=" + BUILD, BUILD + "/" + libname],
                        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     arch = subprocess.run(["cc", "-print-multiarch"], stdout=subprocess.PIPE, text=True).stdout.strip() \
         or "x86_64-linux-gnu"
     blas = "/usr/lib/%s/openblas-openmp" % arch
-    r = subprocess.run(["cc", "-O3", *march, "-std=c11", "-D_GNU_SOURCE", "-fopenmp", "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "src"),
+    r = subprocess.run(["cc", "-O3", *march, "-std=c11", "-D_GNU_SOURCE", "-fopenmp",
+                        *(["-DKILN_TESTING"] if testing else []), "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "src"),
                         os.path.join(BENCH, name + ".c"), lib, "-L" + blas, "-Wl,-rpath," + blas,
                         "-lopenblas", "-ldnnl", "-lm", "-ldl", "-o", exe],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -6,7 +6,7 @@
  * every call; but 1x1 stride-1 convolutions through src/externs/conv1x1.c (with
  * AVX-512; weights packed on every call here) and depthwise ones with
  * output planes of 100 or more as direct loops, both on NCHW) and im2col
- * (src/externs/externs.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
+ * (src/externs/conv.c: im2col + OpenBLAS sgemm, a straight sgemm for 1x1
  * stride-1 convolutions, direct loops for every depthwise one), on the
  * convolution layers of ResNet-18 at batch 1 and 8, plus 1x1 and depthwise
  * shapes (MobileNetV2's) that reach the other paths, at 1 and 2 threads, and prints milliseconds and GFLOP/s (2 * N * O * OH * OW *
@@ -27,6 +27,7 @@
  *   conv_bench [--threads 1,2] [--batch 1,8] [--reps 3] [--min-ms 200] [--only NAME]
  */
 #include "externs/externs.h"
+#include "testing.h"   /* test hooks */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -51,7 +51,8 @@
  * time of the bare run of the same round: both summed over the threads).
  */
 #include "kiln.h"
-#include "runtime/runtime.h"   /* KilnRT, rt_set_externs and the library kernels: the timed epilogue */
+#include "runtime/runtime.h"   /* KilnRT and the library kernels: the timed epilogue */
+#include "testing.h"           /* rt_set_externs */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

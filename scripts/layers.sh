@@ -7,7 +7,9 @@
 # (docs/design.md says what each holds.) Every #include "dir/x.h" in
 # src/*/ is checked against that order; with BUILD, so are the objects:
 # a symbol an object in one folder uses must be defined in that folder or
-# one below. Prints each crossing upward and exits 1 if there is one.
+# one below; and libkiln.a holds none of the test hooks src/testing.h
+# declares (they are built into libkiln_testing.a only). Prints each
+# crossing upward and exits 1 if there is one.
 LAYERS="base graph ref front loop externs sched codegen runtime cli"
 cd "$(dirname "$0")/.." || exit 2
 rank() { i=0; for l in $LAYERS; do [ "$l" = "$1" ] && { echo $i; return; }; i=$((i + 1)); done; echo -1; }
@@ -42,6 +44,12 @@ if [ -n "$1" ]; then
             [ "$(rank "$sd")" -le "$r" ] && continue
             echo "layers: $o ($dir/) uses $s from $(echo "$line" | cut -d' ' -f3) ($sd/)"; bad=1
         done
+    done
+    for h in $(sed -n 's/^[a-z].* \**\([a-z_0-9]*\)(.*/\1/p' src/testing.h); do
+        if nm -g --defined-only "$1/libkiln.a" 2>/dev/null | grep -q " T $h\$"; then
+            echo "layers: libkiln.a defines the test hook $h (src/testing.h): only the test build may"
+            bad=1
+        fi
     done
 fi
 [ $bad -eq 0 ] && echo "layers: every include and call in src/ points down (${LAYERS})"

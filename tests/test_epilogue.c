@@ -27,6 +27,7 @@
 #include "test.h"
 #include "testutil.h"
 #include "runtime/runtime.h"
+#include "testing.h"   /* test hooks */
 
 typedef TestProg Prog;
 

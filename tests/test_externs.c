@@ -7,6 +7,7 @@
  */
 #include "test.h"
 #include "testutil.h"
+#include "testing.h"   /* ext_set_conv_backend */
 #include <cblas.h>
 #include <strings.h>
 
@@ -373,7 +374,7 @@ TEST(externs_conv2d_dnnl_split) {
     float *x = randbuf(nx, 41), *w = randbuf(nw, 42), *b = randbuf(ws[0], 43);
     float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
     naive_conv(x, xs, w, ws, b, ref, ys, at_);
-    int kept = ext_conv_kept_weights(NULL);
+    int kept = ext_kept_count_all(NULL);
     for (int round = 0; round < 3; round++) {
         bool wconst = round > 0;
         Seen seen = {calloc((size_t)ny, 1), ny, 0};
@@ -388,12 +389,12 @@ TEST(externs_conv2d_dnnl_split) {
             }
         }
         EXPECT(!seen.bad, "round %d: an epilogue range out of bounds", round);
-        EXPECT(ext_conv_kept_weights(NULL) == kept + wconst, "round %d: %d copies kept, %d before",
-               round, ext_conv_kept_weights(NULL), kept);
+        EXPECT(ext_kept_count_all(NULL) == kept + wconst, "round %d: %d copies kept, %d before",
+               round, ext_kept_count_all(NULL), kept);
         free(seen.seen);
     }
-    ext_conv_forget_weights(w, sizeof(float) * (size_t)nw);
-    EXPECT(ext_conv_kept_weights(NULL) == kept, "not forgotten");
+    ext_kept_forget_all(w, sizeof(float) * (size_t)nw);
+    EXPECT(ext_kept_count_all(NULL) == kept, "not forgotten");
     ext_set_threads(threads);
     free(x); free(w); free(b); free(y); free(ref);
 }

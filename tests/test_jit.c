@@ -9,6 +9,7 @@
  */
 #include "test.h"
 #include "runtime/runtime.h"
+#include "testing.h"   /* test hooks */
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>

@@ -4,7 +4,7 @@
  * (conv1x1.c) once and the copy used on later calls; a runtime weight
  * never is. Against naive loops and the interpreter:
  * - through the library: a kept copy is used (an in-place change of the
- *   weights is not seen until ext_conv_forget_weights), and forgetting
+ *   weights is not seen until ext_kept_forget_all), and forgetting
  *   brings the new weights in;
  * - through programs: a kiln_input weight is never kept and two runs with
  *   different weight data both match the interpreter; a kiln_weight is kept
@@ -12,6 +12,7 @@
  */
 #include "test.h"
 #include "testutil.h"
+#include "testing.h"   /* ext_set_conv_backend */
 
 /* A 3x3 conv oneDNN takes (and reorders the weights for): 16 -> 32 channels. */
 static const int64_t XS[4] = {2, 16, 9, 9}, WS[4] = {32, 16, 3, 3}, YS[4] = {2, 32, 9, 9};
@@ -55,30 +56,30 @@ TEST(wcache_const_conv_keeps_weights) {
     ext_set_conv_backend(EXT_CONV_DNNL);
     float *x = randbuf(numel4(XS), 1), *w = randbuf(numel4(WS), 2);
     float *y = malloc(sizeof(float) * (size_t)numel4(YS)), *ref = malloc(sizeof(float) * (size_t)numel4(YS));
-    int before = ext_conv_kept_weights(NULL);
+    int before = ext_kept_count_all(NULL);
     naive(x, w, ref);
     EXPECT(ext_conv2d_const_epi(x, XS, w, WS, NULL, y, YS, ATTR, NULL, NULL) == 0, "first call");
     EXPECT(max_err(y, ref) < 1e-3, "first call: error %g", max_err(y, ref));
-    EXPECT(ext_conv_kept_weights(NULL) == before + 1, "kept %d, before %d",
-           ext_conv_kept_weights(NULL), before);
+    EXPECT(ext_kept_count_all(NULL) == before + 1, "kept %d, before %d",
+           ext_kept_count_all(NULL), before);
     /* The same address with other data: the kept copy is what runs. */
     for (int64_t i = 0; i < numel4(WS); i++) w[i] = -w[i];
     EXPECT(ext_conv2d_const_epi(x, XS, w, WS, NULL, y, YS, ATTR, NULL, NULL) == 0, "second call");
     EXPECT(max_err(y, ref) < 1e-3, "kept copy not used: error %g", max_err(y, ref));
-    EXPECT(ext_conv_kept_weights(NULL) == before + 1, "a second copy was kept");
+    EXPECT(ext_kept_count_all(NULL) == before + 1, "a second copy was kept");
     /* Forgotten: the new data comes in. */
-    ext_conv_forget_weights(w, sizeof(float) * (size_t)numel4(WS));
-    EXPECT(ext_conv_kept_weights(NULL) == before, "not forgotten");
+    ext_kept_forget_all(w, sizeof(float) * (size_t)numel4(WS));
+    EXPECT(ext_kept_count_all(NULL) == before, "not forgotten");
     naive(x, w, ref);
     EXPECT(ext_conv2d_const_epi(x, XS, w, WS, NULL, y, YS, ATTR, NULL, NULL) == 0, "third call");
     EXPECT(max_err(y, ref) < 1e-3, "after forgetting: error %g", max_err(y, ref));
     /* A runtime weight (ext_conv2d_epi) is never kept, and sees new data. */
-    ext_conv_forget_weights(w, sizeof(float) * (size_t)numel4(WS));
+    ext_kept_forget_all(w, sizeof(float) * (size_t)numel4(WS));
     for (int64_t i = 0; i < numel4(WS); i++) w[i] *= 0.5f;
     naive(x, w, ref);
     EXPECT(ext_conv2d_epi(x, XS, w, WS, NULL, y, YS, ATTR, NULL, NULL) == 0, "runtime call");
     EXPECT(max_err(y, ref) < 1e-3, "runtime weight: error %g", max_err(y, ref));
-    EXPECT(ext_conv_kept_weights(NULL) == before, "a runtime weight was kept");
+    EXPECT(ext_kept_count_all(NULL) == before, "a runtime weight was kept");
     free(x), free(w), free(y), free(ref);
 }
 
@@ -125,7 +126,7 @@ TEST(wcache_runtime_weight_never_kept) {
     float *x = randbuf(numel4(XS), 3), *w = randbuf(numel4(WS), 4);
     kiln_tensor in[2] = {{KILN_F32, 4, {XS[0], XS[1], XS[2], XS[3]}, x},
                          {KILN_F32, 4, {WS[0], WS[1], WS[2], WS[3]}, w}};
-    int before = ext_conv_kept_weights(NULL);
+    int before = ext_kept_count_all(NULL);
     double e1 = run_vs_interp(g, p, in);
     /* The same buffer with other data, then other data elsewhere. */
     for (int64_t i = 0; i < numel4(WS); i++) w[i] = 2.0f - w[i];
@@ -136,7 +137,7 @@ TEST(wcache_runtime_weight_never_kept) {
     EXPECT(e1 >= 0 && e1 < 1e-3, "run 1: error %g", e1);
     EXPECT(e2 >= 0 && e2 < 1e-3, "run 2 (new data, same address): error %g", e2);
     EXPECT(e3 >= 0 && e3 < 1e-3, "run 3 (new data, new address): error %g", e3);
-    EXPECT(ext_conv_kept_weights(NULL) == before, "a runtime weight was kept");
+    EXPECT(ext_kept_count_all(NULL) == before, "a runtime weight was kept");
     kiln_program_free(p);
     kiln_graph_free(g);
     free(x), free(w), free(w2);
@@ -155,24 +156,24 @@ TEST(wcache_constant_weight_kept_while_program_lives) {
     }
     EXPECT(strstr(kiln_program_source(p), "rt->conv2d_const(") != NULL, "not called as a constant");
     kiln_tensor in = {KILN_F32, 4, {XS[0], XS[1], XS[2], XS[3]}, x};
-    int before = ext_conv_kept_weights(NULL);
+    int before = ext_kept_count_all(NULL);
     double e1 = run_vs_interp(g, p, &in);
-    int during = ext_conv_kept_weights(NULL);
+    int during = ext_kept_count_all(NULL);
     for (int64_t i = 0; i < numel4(XS); i++) x[i] = -x[i];
     double e2 = run_vs_interp(g, p, &in);
     EXPECT(e1 >= 0 && e1 < 1e-3, "run 1: error %g", e1);
     EXPECT(e2 >= 0 && e2 < 1e-3, "run 2: error %g", e2);
     EXPECT(during == before + 1, "kept %d, before %d", during, before);
-    EXPECT(ext_conv_kept_weights(NULL) == during, "run 2 kept another copy");
+    EXPECT(ext_kept_count_all(NULL) == during, "run 2 kept another copy");
     kiln_program_free(p);
-    EXPECT(ext_conv_kept_weights(NULL) == before, "not dropped with the program");
+    EXPECT(ext_kept_count_all(NULL) == before, "not dropped with the program");
     kiln_graph_free(g);
     free(x), free(w);
 }
 
 /* A 1x1 convolution's constant weights (conv1x1.c, on a CPU with AVX-512):
  * packed once and kept, the packed copy used on later calls (an in-place
- * change is not seen until forgotten), dropped by ext_conv_forget_weights;
+ * change is not seen until forgotten), dropped by ext_kept_forget_all;
  * runtime weights are packed per call. Without AVX-512 the sgemm runs and
  * nothing is kept. Two images of 20 channels, 5x7, to 9 channels. */
 enum { C1_N = 2, C1_C = 20, C1_P = 35, C1_O = 9 };
@@ -202,29 +203,29 @@ TEST(wcache_conv1x1_keeps_packed_weights) {
     float *x = randbuf(numel4(xs), 8), *w = randbuf(numel4(ws), 9), *b = randbuf(C1_O, 10);
     float *y = malloc(sizeof(float) * (size_t)numel4(ys)), *ref = malloc(sizeof(float) * (size_t)numel4(ys));
     size_t wbytes = sizeof(float) * (size_t)numel4(ws);
-    int packs = (ext_cpu_features() & EXT_CPU_AVX512) != 0, before = ext_conv_kept_weights(NULL);
+    int packs = (ext_cpu_features() & EXT_CPU_AVX512) != 0, before = ext_kept_count_all(NULL);
     c1_naive(x, w, b, ref);
     EXPECT(ext_conv2d_const_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "first call");
     EXPECT(c1_err(y, ref) < 1e-4, "first call: error %g", c1_err(y, ref));
-    EXPECT(ext_conv_kept_weights(NULL) == before + packs, "kept %d, before %d, AVX-512 %d",
-           ext_conv_kept_weights(NULL), before, packs);
+    EXPECT(ext_kept_count_all(NULL) == before + packs, "kept %d, before %d, AVX-512 %d",
+           ext_kept_count_all(NULL), before, packs);
     /* The same address with other data: the packed copy is what runs. */
     for (int64_t i = 0; i < numel4(ws); i++) w[i] = -w[i];
     EXPECT(ext_conv2d_const_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "second call");
     EXPECT(!packs || c1_err(y, ref) < 1e-4, "the packed copy not used: error %g", c1_err(y, ref));
-    EXPECT(ext_conv_kept_weights(NULL) == before + packs, "a second copy was kept");
+    EXPECT(ext_kept_count_all(NULL) == before + packs, "a second copy was kept");
     /* Forgotten: the new data comes in. */
-    ext_conv_forget_weights(w, wbytes);
-    EXPECT(ext_conv_kept_weights(NULL) == before, "not forgotten");
+    ext_kept_forget_all(w, wbytes);
+    EXPECT(ext_kept_count_all(NULL) == before, "not forgotten");
     c1_naive(x, w, b, ref);
     EXPECT(ext_conv2d_const_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "third call");
     EXPECT(c1_err(y, ref) < 1e-4, "after forgetting: error %g", c1_err(y, ref));
     /* A runtime weight is packed per call, never kept. */
-    ext_conv_forget_weights(w, wbytes);
+    ext_kept_forget_all(w, wbytes);
     for (int64_t i = 0; i < numel4(ws); i++) w[i] *= 0.5f;
     c1_naive(x, w, b, ref);
     EXPECT(ext_conv2d_epi(x, xs, w, ws, b, y, ys, attr, NULL, NULL) == 0, "runtime call");
     EXPECT(c1_err(y, ref) < 1e-4, "runtime weight: error %g", c1_err(y, ref));
-    EXPECT(ext_conv_kept_weights(NULL) == before, "a runtime weight was kept");
+    EXPECT(ext_kept_count_all(NULL) == before, "a runtime weight was kept");
     free(x), free(w), free(b), free(y), free(ref);
 }

@@ -93,7 +93,7 @@ int64_t util_numel(int rank, const int64_t *shape);
  * The tier also bounds the library kernels (Target.ext): kiln's own
  * AVX-512 code (the 1x1 GEMM, the depthwise rows) runs only under v4 or
  * native, and OpenBLAS's core and oneDNN's ISA are capped to the tier of
- * the first program that calls them in the process (see externs.c).
+ * the first program that calls them in the process (see externs/matmul.c).
  */
 
 /* What library kernels may use (Target.ext, ext_cpu_features). */

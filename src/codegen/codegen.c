@@ -48,7 +48,7 @@
  * scheduler's extern epilogue) becomes a library call plus a static
  * function `epi_<k>(out, start, count, buffers...)` that applies the members
  * to the flat output elements [start, start + count), and a callback
- * `epi_<k>_cb(ctx, c, start, count)` that the library (externs.c) calls on
+ * `epi_<k>_cb(ctx, c, start, count)` that the library (src/externs/) calls on
  * each output block right after computing it. The members are generated as
  * a pointwise kernel of their own, reading the library's output as `out`,
  * over at most two loops: the innermost group of dims that merge (the

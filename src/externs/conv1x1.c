@@ -31,7 +31,7 @@
  * faster), 0.85-1.34x and 0.85-2.47x with them constant (packed and kept;
  * 16 and 18 of 19). Single shapes move by 10-20% between runs on the shared
  * machine; the whole model is the steadier figure (MobileNetV2 at one
- * thread: 11.7 -> 8.5 ms, with the depthwise rows in externs.c). Before
+ * thread: 11.7 -> 8.5 ms, with the depthwise rows in conv.c). Before
  * the shapes were settled, a standalone kernel with MR = 6, NV = 4 beat
  * 8 x 3, 12 x 2 and 4 x 4 by 7-24% in total, and the chunk size mattered
  * little (64 KiB to 1 MiB within 3%).
@@ -91,22 +91,22 @@ typedef struct {
  * as they are (as runtime ones). */
 #define C1_KEPT_MAX ((size_t)256 << 20)
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-ExtKeptList ext_c1_kept = {.lock = &lock};     /* of C1Kept entries */
+static ExtKeptList c1_kept = {.lock = &lock};     /* of C1Kept entries */
 
 /* w packed, kept for later calls (packed now on a miss); NULL when it cannot
  * be kept (over C1_KEPT_MAX, out of memory). */
 static const float *kept_packed(const float *w, int64_t O, int64_t K) {
     pthread_mutex_lock(&lock);
     C1Kept *k = NULL;
-    for (ExtKept *e = ext_c1_kept.head; e && !k; e = e->next)
+    for (ExtKept *e = c1_kept.head; e && !k; e = e->next)
         if (e->w == w && ((C1Kept *)e)->o == O && ((C1Kept *)e)->k == K) k = (C1Kept *)e;
     size_t bytes = packed_bytes(O, K);
-    if (!k && ext_c1_kept.bytes + bytes <= C1_KEPT_MAX && (k = kmalloc(sizeof *k))) {
+    if (!k && c1_kept.bytes + bytes <= C1_KEPT_MAX && (k = kmalloc(sizeof *k))) {
         *k = (C1Kept){.base = {.w = w, .bytes = bytes}, .o = O, .k = K};
         if ((k->base.raw = kmalloc(bytes + KILN_ALIGN - 1))) {
             k->packed = util_on_line(k->base.raw);
             pack_weights(w, O, K, k->packed);
-            ext_kept_add(&ext_c1_kept, &k->base);
+            ext_kept_add(&c1_kept, &k->base);
         } else {
             ext_kept_free(&k->base);
             k = NULL;

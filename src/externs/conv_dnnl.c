@@ -43,7 +43,7 @@
  * plain weights' address, shape and the layout the primitive wants, and
  * later calls use it as it is (ResNet-18: 47 MB of reorders per inference
  * saved). The runtime drops a program's copies when it frees the program
- * (ext_conv_forget_weights), since the address may next hold other data.
+ * (ext_kept_forget_all), since the address may next hold other data.
  *
  * A shape oneDNN declines (ext_conv2d_dnnl returns 1) goes to im2col.
  */
@@ -405,10 +405,10 @@ typedef struct {
  * reordered per call as a runtime one (models far larger than ResNet-50's
  * 100 MB of weights, many programs alive at once). */
 #define KEPT_MAX ((size_t)1 << 30)
-ExtKeptList ext_dnnl_kept = {.lock = &lock};   /* of Kept entries */
+static ExtKeptList dnnl_kept = {.lock = &lock};   /* of Kept entries */
 
 static Kept *kept_find(const DnnlConv *d, const float *w) {
-    for (ExtKept *e = ext_dnnl_kept.head; e; e = e->next) {
+    for (ExtKept *e = dnnl_kept.head; e; e = e->next) {
         Kept *k = (Kept *)e;
         if (e->w == w && !memcmp(k->ws, d->key + K_WS, sizeof k->ws) &&
             k->groups == d->key[K_GROUPS] && dnnl_memory_desc_equal(&k->md, &d->wei_md))
@@ -431,7 +431,7 @@ static dnnl_status_t reorder_weights(DnnlConv *d, const float *w, void *to) {
 static void *kept_weights(DnnlConv *d, const float *w) {
     Kept *k = kept_find(d, w);
     if (k) return k->data;
-    if (ext_dnnl_kept.bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
+    if (dnnl_kept.bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
     *k = (Kept){.base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS],
                 .md = d->wei_md};
     memcpy(k->ws, d->key + K_WS, sizeof k->ws);
@@ -444,7 +444,7 @@ static void *kept_weights(DnnlConv *d, const float *w) {
         ext_kept_free(&k->base);
         return NULL;
     }
-    ext_kept_add(&ext_dnnl_kept, &k->base);
+    ext_kept_add(&dnnl_kept, &k->base);
     return k->data;
 }
 

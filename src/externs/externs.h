@@ -23,7 +23,7 @@ typedef KilnEpilogue ExtEpilogue;
 int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                int crank, const int64_t *cshape);
 /* Does ext_matmul run this batched product as one GEMM (B shared by every
- * batch, A's rows evenly spaced: "batch folding" in externs.c)? Depends on
+ * batch, A's rows evenly spaced: "batch folding" in matmul.c)? Depends on
  * the views and shapes only, so the scheduler can name the call. */
 bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
 /* What runs such a product, for reports: "OpenBLAS sgemm" or "OpenBLAS
@@ -44,7 +44,7 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
 /* The same for a weight w that is a compile-time constant at a fixed
  * address (a kiln_weight, an ONNX initializer, folded Conv-BN weights):
  * oneDNN's reordered copy of it is kept across calls (conv_dnnl.c) until
- * ext_conv_forget_weights drops it. Never for weights that can change
+ * ext_kept_forget_all drops it. Never for weights that can change
  * between calls (a runtime input, a computed or packed buffer). */
 int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
                          const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
@@ -55,11 +55,10 @@ int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
  * im2col all the same. */
 const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
                           const int64_t attr[7]);
-/* conv2d's backend (process-wide, for tests and benchmarks): oneDNN
- * (conv_dnnl.c, the default; a shape it declines goes to im2col) or
- * kiln's own im2col + sgemm, direct 1x1 and depthwise loops. */
+/* conv2d's backend: oneDNN (conv_dnnl.c, the default; a shape it declines
+ * goes to im2col) or kiln's own im2col + sgemm, direct 1x1 and depthwise
+ * loops (chosen by a test hook, src/testing.h). */
 typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
-void ext_set_conv_backend(ExtConvBackend b);
 /* conv_dnnl.c: ext_conv2d_epi through oneDNN; 0, -1 (out of memory or a
  * oneDNN failure) or 1 when oneDNN declines the shape. wconst: w is a
  * constant (see ext_conv2d_const_epi) whose reordered copy may be kept. */
@@ -70,12 +69,7 @@ int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const i
  * output shape ys (each thread its own images, oneDNN single-threaded in
  * each), or 0: each call of a few images runs on all the threads. */
 int ext_conv_dnnl_split(const int64_t ys[4], int threads);
-/* Drop the kept reordered (oneDNN) and packed (1x1) copies of constant
- * weights stored within [data, data + bytes) (a program's weights, when it
- * is freed: the address may next hold other data). */
-void ext_conv_forget_weights(const void *data, size_t bytes);
-/* Tests: how many reordered or packed weight copies are kept, and their bytes. */
-int ext_conv_kept_weights(size_t *bytes);
+/* ---- common.c: kept copies of constant weights ---- */
 /* A kept copy of a constant weight: the first member of conv_dnnl.c's and
  * conv1x1.c's entries, each module's list under its own lock. raw is the
  * copy's kmalloc'd block. */
@@ -88,12 +82,15 @@ typedef struct ExtKept {
 /* One module's kept copies: the list, their bytes, and the module's mutex
  * (conv_dnnl.c's also guards its primitive cache), which the module holds
  * while it adds and finds and ext_kept_forget / ext_kept_stats take. */
-typedef struct {
+typedef struct ExtKeptList {
     ExtKept *head;
     size_t bytes;
     pthread_mutex_t *lock;
+    struct ExtKeptList *next_list;  /* common.c's registry of every list */
+    bool registered;
 } ExtKeptList;
-/* Add e (its raw set) to l; the caller holds l->lock. */
+/* Add e (its raw set) to l; the caller holds l->lock. The first add
+ * registers l, so ext_kept_forget_all reaches it. */
 void ext_kept_add(ExtKeptList *l, ExtKept *e);
 /* Free one entry that is in no list (raw may be NULL). */
 void ext_kept_free(ExtKept *e);
@@ -102,9 +99,12 @@ void ext_kept_free(ExtKept *e);
 void ext_kept_forget(ExtKeptList *l, const void *data, size_t bytes);
 /* Under l->lock: the number of copies, and their bytes in *bytes. */
 int ext_kept_stats(ExtKeptList *l, size_t *bytes);
-/* The two kinds of copy that ext_conv_forget_weights and
- * ext_conv_kept_weights cover: conv_dnnl.c's, conv1x1.c's. */
-extern ExtKeptList ext_dnnl_kept, ext_c1_kept;
+/* Drop every kept copy, in every backend's list, of constant weights
+ * stored within [data, data + bytes) (a program's weights, when it is
+ * freed: the address may next hold other data). */
+void ext_kept_forget_all(const void *data, size_t bytes);
+/* How many copies all the lists hold, and their bytes in *bytes. */
+int ext_kept_count_all(size_t *bytes);
 /* conv1x1.c: a 1x1 stride-1 convolution with one group, y[n] = w @ x[n] +
  * bias (x: N images of [K, P], w: [O, K], y: N images of [O, P]; bias may
  * be NULL), epi run on each unit's rows as it is done; wconst as for
@@ -112,6 +112,13 @@ extern ExtKeptList ext_dnnl_kept, ext_c1_kept;
  * 1 when this CPU lacks AVX-512: the caller runs the sgemm. */
 int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
                 const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx);
+/* ---- common.c: epilogues ---- */
+/* Epilogue work goes to every thread from this many elements on (an
+ * OpenMP fork costs microseconds, what a core needs for ~32K floats), in
+ * pieces of whole rows or planes of at least EXT_EPI_PIECE elements (16
+ * KiB of floats stay in L1/L2 for the epilogue). */
+#define EXT_EPI_PARALLEL_MIN 32768
+#define EXT_EPI_PIECE 4096
 /* Run epi over elements [start, start + count) of c, whose rows (or planes)
  * are `unit` elements long, on every thread when it is large; call outside
  * any parallel region. */
@@ -121,12 +128,9 @@ void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64
  * groups), each range within one slab. */
 void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64_t nslabs,
                             int64_t slab, int64_t unit);
-/* Tests: rows per matmul block when there is an epilogue, so small
- * matrices still cross block boundaries (process-wide; 0: the policy). */
-void ext_set_epilogue_rows(int64_t rows);
 void ext_set_threads(int n);
 int ext_get_threads(void);
-/* ---- externs_more.c ---- */
+/* ---- gather.c, conv_transpose.c ---- */
 
 /* What a kernel returns when its input is wrong at run time (a gather
  * index out of range): the message is in the caller's err buffer. */
@@ -147,7 +151,7 @@ int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
                          const int64_t attr[9], ExtEpilogue epi, void *ctx);
 
 /* OpenBLAS's kernels: once per process, replace its Prescott fallback on a
- * CPU it does not know by the kernels the CPU can run (see externs.c);
+ * CPU it does not know by the kernels the CPU can run (see matmul.c);
  * every extern and ext_set_threads call it first. */
 void ext_blas_init(void);
 /* The EXT_CPU_* features (target.h) library kernels may use on this
@@ -163,6 +167,8 @@ int ext_isa_level(unsigned features);
  * oneDNN's ISA to the cap in force then (they choose once per process). */
 unsigned ext_isa_enter(unsigned cap);
 void ext_isa_leave(unsigned prev);
+/* The cap in force on this thread (~0u outside a run). */
+unsigned ext_isa_cap(void);
 /* The core to force, or NULL to keep OpenBLAS's: user is OPENBLAS_CORETYPE
  * (set: the user's choice wins, unless it needs more than cap allows),
  * current the core OpenBLAS chose, cpu the EXT_CPU_* bits the CPU has and

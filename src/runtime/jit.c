@@ -131,12 +131,17 @@ static void sha_final_hex(Sha256 *s, char out[65]) {
     for (int i = 0; i < 8; i++) snprintf(out + 8 * i, 9, "%08x", (unsigned)s->h[i]);
 }
 
-void jit_sha256_hex(const void *data, size_t n, char out[65]) {
+static void sha256_hex(const void *data, size_t n, char out[65]) {
     Sha256 s;
     sha_init(&s);
     sha_update(&s, data, n);
     sha_final_hex(&s, out);
 }
+
+#ifdef KILN_TESTING
+#include "testing.h"
+void jit_sha256_hex(const void *data, size_t n, char out[65]) { sha256_hex(data, n, out); }
+#endif
 
 /* ===== small helpers ===================================================== */
 
@@ -299,7 +304,7 @@ static void query_cpu(char out[65]) {
     char line[8192];
     while (fgets(line, sizeof line, f))
         if (strncmp(line, "flags", 5) == 0 || strncmp(line, "Features", 8) == 0) {
-            jit_sha256_hex(line, strlen(line), out);
+            sha256_hex(line, strlen(line), out);
             break;
         }
     fclose(f);
@@ -345,7 +350,7 @@ static bool version_file(const char *cc, const char *dir, char *path, size_t len
                   (unsigned long long)st.st_dev, (unsigned long long)st.st_ino,
                   (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec))
         return false;
-    jit_sha256_hex(id, strlen(id), hex);
+    sha256_hex(id, strlen(id), hex);
     return fmt_fits(path, len, "%s/compiler-%.32s.version", dir, hex);
 }
 

@@ -19,7 +19,7 @@
  * are constants of the program and not counted.
  *
  * Threads are process-wide: one libgomp pool shared by the kernels and
- * OpenBLAS (see externs.c), sized by rt_set_threads.
+ * OpenBLAS (see externs/matmul.c), sized by rt_set_threads.
  *
  * Large fresh memory (the arena; outputs kiln_program_run allocates and
  * every other tensor through kiln_tensor_alloc) is advised MADV_HUGEPAGE
@@ -53,9 +53,23 @@ struct RtProgram {
 static const KilnRT rt_externs = {ext_matmul_epi,       ext_conv2d_epi, ext_gather,
                                   ext_conv_transpose2d, NULL,           0,
                                   ext_conv2d_const_epi};
-static const KilnRT *rt_override;      /* rt_set_externs: a test's table */
+#ifdef KILN_TESTING
+#include "testing.h"
+static KilnRT rt_test_table;           /* rt_set_externs: a test's table */
+static bool rt_test_set;
 
-void rt_set_externs(const KilnRT *rt) { rt_override = rt; }
+void rt_set_externs(const KilnRT *rt) {
+    rt_test_set = rt != NULL;
+    if (!rt) return;
+    rt_test_table = *rt;
+    KilnRT *t = &rt_test_table;
+    if (!t->mm) t->mm = rt_externs.mm;
+    if (!t->conv2d) t->conv2d = rt_externs.conv2d;
+    if (!t->gather) t->gather = rt_externs.gather;
+    if (!t->conv_transpose2d) t->conv_transpose2d = rt_externs.conv_transpose2d;
+    if (!t->conv2d_const) t->conv2d_const = t->conv2d;
+}
+#endif
 
 static double now_ms(void) {
     struct timespec ts;
@@ -341,7 +355,7 @@ static void forget_weights(const RtProgram *p) {
     const LoopProgram *lp = p->plan ? p->plan->prog : NULL;
     for (int b = 0; lp && b < lp->nbufs; b++)
         if (lp->bufs[b]->body == BODY_WEIGHT && lp->bufs[b]->data)
-            ext_conv_forget_weights(lp->bufs[b]->data, (size_t)buf_bytes(lp->bufs[b]));
+            ext_kept_forget_all(lp->bufs[b]->data, (size_t)buf_bytes(lp->bufs[b]));
 }
 
 void rt_free(RtProgram *p) {
@@ -386,10 +400,10 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
                    size_t errlen) {
     if (errlen) err[0] = 0;
     bind_buffers(p, inputs, outputs);
-    KilnRT rt = *(rt_override ? rt_override : &rt_externs);
-    if (!rt.gather) rt.gather = ext_gather;   /* a test's table may set only some */
-    if (!rt.conv_transpose2d) rt.conv_transpose2d = ext_conv_transpose2d;
-    if (!rt.conv2d_const) rt.conv2d_const = rt.conv2d;
+    KilnRT rt = rt_externs;
+#ifdef KILN_TESTING
+    if (rt_test_set) rt = rt_test_table;
+#endif
     rt.err = err;       /* a gather's index out of range is reported here */
     rt.errlen = errlen;
     unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);

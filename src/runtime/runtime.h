@@ -76,10 +76,6 @@ void *jit_sym(JitLib *lib, const char *name);
 /* Unload (dlclose) and free; NULL is fine. Symbols must not be used after. */
 void jit_close(JitLib *lib);
 
-/* SHA-256 of data as 64 lowercase hex digits (the cache key uses the first
- * 32). Exported for its test. */
-void jit_sha256_hex(const void *data, size_t n, char out[65]);
-
 /* ===== runtime.c =========================================================== */
 
 typedef struct RtProgram RtProgram;
@@ -126,10 +122,6 @@ const Graph *rt_graph(const RtProgram *p);
 int rt_set_threads(int n);
 /* Arena offset of buffer b, or -1 when it does not live in the arena. */
 int64_t rt_buffer_offset(const RtProgram *p, int b);
-/* Tests: the extern kernels every run calls (process-wide; NULL: the
- * library's, ext_matmul_epi and ext_conv2d_epi), e.g. to hand epilogues
- * ranges the library never would. */
-void rt_set_externs(const KilnRT *rt);
 
 /* The lowering and scheduling configuration for public options (fuse 0:
  * nothing inlined, no fusion rounds: one kernel per op). */

@@ -125,7 +125,7 @@ const char *sched_why_not(Schedule *s, const char *a, const char *b);
  * throughout, every other stored buffer from its kernel to its last reader. */
 int64_t sched_peak_memory(const Schedule *s);
 int sched_node_index(const Schedule *s, const char *name);   /* -1 if none */
-/* What the library runs for an extern buffer (externs.c's choice by shape,
+/* What the library runs for an extern buffer (externs/'s choice by shape,
  * backend and CPU: "oneDNN (...)", "OpenBLAS sgemm", ...), for reports. */
 const char *sched_extern_path(const Buffer *b, char *buf, size_t n);
 /* One line of the fusion log, as KILN_LOGS=fusion prints it. */

@@ -1,0 +1,377 @@
+/*
+ * conv.c -- conv2d: the dispatch among its backends and kiln's own paths.
+ * oneDNN (conv_dnnl.c) runs most shapes; 1x1 stride-1 convolutions are
+ * kiln's own GEMM (conv1x1.c; one sgemm per image without AVX-512), and
+ * depthwise ones with large planes run direct loops (below); im2col +
+ * sgemm takes what oneDNN declines, or everything with the im2col backend
+ * (a test hook, src/testing.h). The epilogue runs on each (image, group)
+ * slab, or each output plane of a depthwise convolution, as it is done.
+ */
+#include "externs/externs.h"
+#include <cblas.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---- conv2d ---------------------------------------------------------------- */
+
+typedef struct {
+    int64_t n, c, h, w;         /* input */
+    int64_t o, kh, kw;          /* weight: o x (c/groups) x kh x kw */
+    int64_t oh, ow;             /* output spatial */
+    int64_t sh, sw, ph, pw, dh, dw, groups;
+} ConvShape;
+
+static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                            const int64_t attr[7]) {
+    ConvShape s = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3],
+                   attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6]};
+    return s;
+}
+
+/* Depthwise (one input and one output channel per group): direct loops
+ * on kiln's NCHW planes, no reorder. Each thread copies a plane into a
+ * zero-padded buffer of its own (pad_plane), so that every filter tap is a
+ * plain load without bounds tests; a 3x3 filter (MobileNet's) then computes
+ * each output row in one vectorized pass with its nine taps in registers,
+ * other sizes in one pass per tap. The thread that computed a plane runs
+ * the epilogue on it while it is in cache. */
+typedef struct {
+    int64_t ph, pw;            /* rows and columns of the padded plane */
+} PadDims;
+
+static PadDims pad_dims(const ConvShape *s) {
+    PadDims d = {(s->oh - 1) * s->sh + (s->kh - 1) * s->dh + 1,
+                 (s->ow - 1) * s->sw + (s->kw - 1) * s->dw + 1};
+    /* room for every input element (some past the last tap, unread) */
+    if (d.ph < s->h + s->ph) d.ph = s->h + s->ph;
+    if (d.pw < s->w + s->pw) d.pw = s->w + s->pw;
+    return d;
+}
+
+/* The plane xp into the interior of P (d.ph x d.pw), shifted by the
+ * padding; the border of P is zero from its allocation and never written. */
+static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) {
+    for (int64_t ih = 0; ih < s->h; ih++) {
+        float *restrict pr = P + (ih + s->ph) * d.pw + s->pw;
+        const float *restrict xr = xp + ih * s->w;
+        #pragma omp simd
+        for (int64_t iw = 0; iw < s->w; iw++) pr[iw] = xr[iw];
+    }
+}
+
+/* The library is built for any x86-64 (SSE2); these loops also get AVX2
+ * and AVX-512 versions (4-wide SSE ran MobileNet's depthwise layers at
+ * 3-17 GFLOP/s), and the caller picks one by the features the program's
+ * target tier allows (ext_cpu_features: level 2 AVX-512, 1 AVX2 + FMA, 0
+ * SSE), not by the CPU alone as GCC's target_clones would: no AVX-512
+ * instruction runs under a v3 target. The three bodies are the same C
+ * (not contracted to FMAs under -std=c11), so they give the same bits. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DW_ISA2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
+#define DW_ISA1 __attribute__((target("avx2,fma")))
+/* name##_l2, _l1 and _l0 from one body, and name(level, ...) picking one */
+#define DW_VERSIONS(name, params, args)                                                        DW_ISA2 static void name##_l2 params DW_BODY_##name                                        DW_ISA1 static void name##_l1 params DW_BODY_##name                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) {                                                if (level >= 2) name##_l2 args;                                                            else if (level == 1) name##_l1 args;                                                       else name##_l0 args;                                                                   }
+#else
+#define DW_VERSIONS(name, params, args)                                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) { (void)level; name##_l0 args; }
+#endif
+
+/* One output row of a 3x3 filter: the nine taps of each output in one
+ * expression, the output row written once. The column stride is a
+ * constant in each instance (1 and 2 get their own, so the loads are
+ * contiguous or a shuffle of two; a runtime stride would make gathers). */
+#define DW_ROW3_BODY(SW)                                                                       {                                                                                              float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6],               k7 = k[7], k8 = k[8];                                                                int64_t e2 = 2 * e1;                                                                       (void)sw;                                                                                  _Pragma("omp simd")                                                                        for (int64_t o = 0; o < ow; o++) {                                                             int64_t i = o * (SW);                                                                      yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +                          k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +                         k8 * r2[i + e2];                                                               }                                                                                      }
+#define DW_ROW3_PARAMS const float *r0, const float *r1, const float *r2, const float *k, \
+                       float b, int64_t e1, int64_t ow, int64_t sw, float *restrict yr
+#define DW_ROW3_ARGS (r0, r1, r2, k, b, e1, ow, sw, yr)
+#define DW_BODY_dw_row3_s1 DW_ROW3_BODY(1)
+#define DW_BODY_dw_row3_s2 DW_ROW3_BODY(2)
+#define DW_BODY_dw_row3_sn DW_ROW3_BODY(sw)
+#define DW_PARAMS_dw_row3_s1 DW_ROW3_PARAMS
+#define DW_PARAMS_dw_row3_s2 DW_ROW3_PARAMS
+#define DW_PARAMS_dw_row3_sn DW_ROW3_PARAMS
+DW_VERSIONS(dw_row3_s1, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
+DW_VERSIONS(dw_row3_s2, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
+DW_VERSIONS(dw_row3_sn, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
+
+/* With AVX-512, column strides 1 and 2 run these instead: vectors of 16
+ * outputs with the last one's store masked, where the loops above, with
+ * GCC's scalar remainder, ran MobileNetV2's rows of 7, 14, 28 and 56
+ * outputs mostly or wholly in scalar code. The loads of the last vector
+ * may run up to 16 * stride floats past its row: the padded plane has
+ * DW_SLACK floats more than its rows, zeroed. */
+#define DW_SLACK 64
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define DW_AVX512 1
+#define DW_TARGET __attribute__((target("avx512f")))
+
+/* 16 floats p[0], p[sw], ..., p[15 sw], for sw 1 or 2 (the even elements
+ * of 32, picked by a permute). */
+static inline __attribute__((always_inline)) DW_TARGET __m512 dw_load(const float *p, int sw) {
+    if (sw == 1) return _mm512_loadu_ps(p);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
+}
+
+/* One output row of a 3x3 filter, sw a constant; three accumulators (one
+ * per filter column) to shorten the chain of dependent FMAs. */
+static inline __attribute__((always_inline)) DW_TARGET void
+dw_row3_v(const int sw, const float *r0, const float *r1, const float *r2, const float *k,
+          float b, int64_t e1, int64_t ow, float *yr) {
+    __m512 k0 = _mm512_set1_ps(k[0]), k1 = _mm512_set1_ps(k[1]), k2 = _mm512_set1_ps(k[2]);
+    __m512 k3 = _mm512_set1_ps(k[3]), k4 = _mm512_set1_ps(k[4]), k5 = _mm512_set1_ps(k[5]);
+    __m512 k6 = _mm512_set1_ps(k[6]), k7 = _mm512_set1_ps(k[7]), k8 = _mm512_set1_ps(k[8]);
+    __m512 bv = _mm512_set1_ps(b);
+    for (int64_t o = 0; o < ow; o += 16) {
+        int64_t i = o * sw;
+        __m512 a0 = _mm512_fmadd_ps(k0, dw_load(r0 + i, sw), bv);
+        __m512 a1 = _mm512_mul_ps(k1, dw_load(r0 + i + e1, sw));
+        __m512 a2 = _mm512_mul_ps(k2, dw_load(r0 + i + 2 * e1, sw));
+        a0 = _mm512_fmadd_ps(k3, dw_load(r1 + i, sw), a0);
+        a1 = _mm512_fmadd_ps(k4, dw_load(r1 + i + e1, sw), a1);
+        a2 = _mm512_fmadd_ps(k5, dw_load(r1 + i + 2 * e1, sw), a2);
+        a0 = _mm512_fmadd_ps(k6, dw_load(r2 + i, sw), a0);
+        a1 = _mm512_fmadd_ps(k7, dw_load(r2 + i + e1, sw), a1);
+        a2 = _mm512_fmadd_ps(k8, dw_load(r2 + i + 2 * e1, sw), a2);
+        __m512 acc = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
+        if (ow - o >= 16) _mm512_storeu_ps(yr + o, acc);
+        else _mm512_mask_storeu_ps(yr + o, (__mmask16)((1u << (ow - o)) - 1u), acc);
+    }
+}
+
+static DW_TARGET void dw_row3_v1(const float *r0, const float *r1, const float *r2,
+                                 const float *k, float b, int64_t e1, int64_t ow, float *yr) {
+    dw_row3_v(1, r0, r1, r2, k, b, e1, ow, yr);
+}
+static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *r2,
+                                 const float *k, float b, int64_t e1, int64_t ow, float *yr) {
+    dw_row3_v(2, r0, r1, r2, k, b, e1, ow, yr);
+}
+#else
+#define DW_AVX512 0
+#endif
+
+static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
+                    int64_t oh, int level, float *restrict yr) {
+    const float *r0 = P + oh * s->sh * d.pw, *r1 = r0 + s->dh * d.pw, *r2 = r1 + s->dh * d.pw;
+#if DW_AVX512
+    if (level >= 2 && (s->sw == 1 || s->sw == 2)) {
+        (s->sw == 1 ? dw_row3_v1 : dw_row3_v2)(r0, r1, r2, k, b, s->dw, s->ow, yr);
+        return;
+    }
+#endif
+    if (s->sw == 1) dw_row3_s1(level, r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
+    else if (s->sw == 2) dw_row3_s2(level, r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
+    else dw_row3_sn(level, r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
+}
+
+/* One output row of any filter: a pass per tap. */
+#define DW_ROW_PARAMS const ConvShape *s, PadDims d, const float *P, const float *k, float b, \
+                      int64_t oh, float *restrict yr
+#define DW_PARAMS_dw_row DW_ROW_PARAMS
+#define DW_BODY_dw_row                                                                     \
+    {                                                                                      \
+        for (int64_t o = 0; o < s->ow; o++) yr[o] = b;                                     \
+        for (int64_t i = 0; i < s->kh; i++) {                                              \
+            const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;                         \
+            for (int64_t j = 0; j < s->kw; j++) {                                          \
+                float kv = k[i * s->kw + j];                                               \
+                const float *pc = pr + j * s->dw;                                          \
+                int64_t sw = s->sw;                                                        \
+                _Pragma("omp simd")                                                        \
+                for (int64_t o = 0; o < s->ow; o++) yr[o] += kv * pc[o * sw];              \
+            }                                                                              \
+        }                                                                                  \
+    }
+DW_VERSIONS(dw_row, (DW_ROW_PARAMS), (s, d, P, k, b, oh, yr))
+
+const char *ext_path_isa(const char *path) {
+    static _Thread_local char buf[96];
+    static const char *const own[] = {"SSE", "AVX2 + FMA", "AVX-512 (16-wide rows)"};
+    if (strstr(path, "oneDNN")) util_fmt(buf, sizeof buf, "oneDNN's %s kernels", ext_dnnl_isa());
+    else if (strstr(path, "OpenBLAS")) util_fmt(buf, sizeof buf, "OpenBLAS's %s kernels", ext_blas_core());
+    else if (strstr(path, "1x1 GEMM")) util_fmt(buf, sizeof buf, "AVX-512");
+    else util_fmt(buf, sizeof buf, "%s", own[ext_isa_level(ext_cpu_features())]);
+    return buf;
+}
+
+/* 0, or -1 when a thread's padded plane cannot be allocated. */
+static int conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
+                          float *y, ExtEpilogue epi, void *ctx) {
+    PadDims d = pad_dims(s);
+    int level = ext_isa_level(ext_cpu_features());
+    int failed = 0;
+    #pragma omp parallel
+    {
+        float *P = kcalloc((size_t)(d.ph * d.pw + DW_SLACK), sizeof(float));
+        if (!P) {
+            #pragma omp atomic write
+            failed = 1;
+        }
+        #pragma omp for collapse(2) schedule(static)
+        for (int64_t n = 0; n < s->n; n++)
+            for (int64_t c = 0; c < s->c; c++) {
+                if (!P) continue;
+                const float *k = w + c * s->kh * s->kw;
+                float b = bias ? bias[c] : 0.0f, *yp = y + (n * s->c + c) * s->oh * s->ow;
+                pad_plane(s, d, x + (n * s->c + c) * s->h * s->w, P);
+                for (int64_t oh = 0; oh < s->oh; oh++) {
+                    if (s->kh == 3 && s->kw == 3)
+                        dw_row3(s, d, P, k, b, oh, level, yp + oh * s->ow);
+                    else dw_row(level, s, d, P, k, b, oh, yp + oh * s->ow);
+                }
+                if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
+            }
+        kfree(P);
+    }
+    return failed ? -1 : 0;
+}
+
+/* col[(c*kh*kw + i*kw + j), (oh*ow)] = padded input patch element */
+static void im2col(const ConvShape *s, const float *x, int64_t cg, float *col) {
+    int64_t plane = s->oh * s->ow;
+    #pragma omp parallel for schedule(static)
+    for (int64_t r = 0; r < cg * s->kh * s->kw; r++) {
+        int64_t c = r / (s->kh * s->kw), i = r / s->kw % s->kh, j = r % s->kw;
+        const float *xp = x + c * s->h * s->w;
+        float *cp = col + r * plane;
+        for (int64_t oh = 0; oh < s->oh; oh++) {
+            int64_t ih = oh * s->sh - s->ph + i * s->dh;
+            for (int64_t ow = 0; ow < s->ow; ow++) {
+                int64_t iw = ow * s->sw - s->pw + j * s->dw;
+                bool in = ih >= 0 && ih < s->h && iw >= 0 && iw < s->w;
+                cp[oh * s->ow + ow] = in ? xp[ih * s->w + iw] : 0.0f;
+            }
+        }
+    }
+}
+
+/* y[o][k] = bias[o] for no planes of plane elements. */
+static void fill_bias(const float *bias, float *y, int64_t no, int64_t plane) {
+    #pragma omp parallel for schedule(static) if (no * plane >= EXT_EPI_PARALLEL_MIN)
+    for (int64_t o = 0; o < no; o++) {
+        float *yp = y + o * plane, bo = bias[o];
+        #pragma omp simd
+        for (int64_t k = 0; k < plane; k++) yp[k] = bo;
+    }
+}
+
+static ExtConvBackend conv_backend = EXT_CONV_DNNL;
+/* Depthwise convolutions with output planes of at least this many elements
+ * run the direct loops even on the oneDNN backend (see conv2d). */
+#define DW_DIRECT_PLANE 100
+
+#ifdef KILN_TESTING
+#include "testing.h"
+void ext_set_conv_backend(ExtConvBackend b) { conv_backend = b; }
+#endif
+
+/* conv2d's paths, chosen by shape, backend and CPU (see conv2d). */
+typedef enum { PATH_DNNL, PATH_C1, PATH_DEPTHWISE, PATH_SGEMM, PATH_IM2COL } ConvPath;
+
+/* 1x1, stride 1, no padding: an sgemm (or conv1x1.c) on NCHW as it is. */
+static bool conv_is_direct(const ConvShape *s) {
+    return s->kh == 1 && s->kw == 1 && s->sh == 1 && s->sw == 1 && s->ph == 0 && s->pw == 0;
+}
+
+/* One input and one output channel per group. */
+static bool conv_is_depthwise(const ConvShape *s) { return s->groups == s->c && s->o == s->c; }
+
+static ConvPath conv_path(const ConvShape *s) {
+    bool direct = conv_is_direct(s), depthwise = conv_is_depthwise(s);
+    /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
+     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md),
+     * and with one group kiln's own GEMM where the CPU has AVX-512
+     * (conv1x1.c: weights packed once, bias and epilogue as the output is
+     * written; faster than that sgemm on 16 to 18 of MobileNetV2's 19
+     * shapes). A depthwise one with output planes of DW_DIRECT_PLANE or
+     * more runs the direct loops on NCHW: oneDNN's depthwise kernel wants
+     * NHWC, and the two reorders cost more than the loops (MobileNetV2's
+     * layers: the loops 1.1-2.3x oneDNN with its reorders from 14x14 up,
+     * 0.6-0.9x on the 7x7 planes; make bench-conv). */
+    bool dw_direct = depthwise && s->oh * s->ow >= DW_DIRECT_PLANE;
+    bool dnnl = conv_backend == EXT_CONV_DNNL;
+    if (dnnl && direct && s->groups == 1 && (ext_cpu_features() & EXT_CPU_AVX512)) return PATH_C1;
+    if (dnnl && !direct && !dw_direct) return PATH_DNNL;
+    if (depthwise) return PATH_DEPTHWISE;
+    return direct ? PATH_SGEMM : PATH_IM2COL;
+}
+
+const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                          const int64_t attr[7]) {
+    ConvShape s = conv_shape(xs, ws, ys, attr);
+    switch (conv_path(&s)) {
+    case PATH_DNNL:
+        return ext_conv_dnnl_split(ys, ext_get_threads())
+                   ? "oneDNN, the images split among the threads (NCHW reordered to its blocked layout and back)"
+                   : "oneDNN (NCHW reordered to its blocked layout and back)";
+    case PATH_C1: return "kiln's 1x1 GEMM (AVX-512, conv1x1.c)";
+    case PATH_DEPTHWISE: return "kiln's depthwise loops on NCHW";
+    case PATH_SGEMM: return "OpenBLAS sgemm per image and group";
+    case PATH_IM2COL: break;
+    }
+    return "im2col + OpenBLAS sgemm";
+}
+
+static int conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                  bool wconst, ExtEpilogue epi, void *ctx) {
+    ext_blas_init();
+    ConvShape s = conv_shape(xs, ws, ys, attr);
+    bool direct = conv_is_direct(&s), depthwise = conv_is_depthwise(&s);
+    ConvPath path = conv_path(&s);
+    if (path == PATH_C1) {
+        int r = ext_conv1x1(x, s.n, s.c, s.oh * s.ow, w, s.o, bias, y, wconst, epi, ctx);
+        if (r <= 0) return r;
+    }
+    if (path == PATH_DNNL) {
+        int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
+        if (r <= 0) return r;   /* else oneDNN declined it: im2col */
+    }
+    if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
+    /* (Without AVX-512, or on the im2col backend:) the bias goes into the
+     * output before the sgemm, which then adds to it
+     * (beta 1): OpenBLAS clears the output first when beta is 0 (a memset
+     * pass), so the fill costs what that pass cost, and the separate bias
+     * pass after the call goes (MobileNetV2, 1 thread: the bias pass was 7%
+     * of the run and the memset 4.5%). The epilogue runs on each image's
+     * group right after its sgemm, in pieces of whole planes. */
+    int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
+    int64_t kdim = cg * s.kh * s.kw;
+    float *col = direct ? NULL : kmalloc(sizeof(float) * (size_t)(kdim * plane));
+    if (!direct && !col) return -1;
+    for (int64_t n = 0; n < s.n; n++)
+        for (int64_t g = 0; g < s.groups; g++) {
+            const float *xg = x + (n * s.c + g * cg) * s.h * s.w;
+            if (!direct) im2col(&s, xg, cg, col);
+            if (bias) fill_bias(bias + g * og, y + (n * s.o + g * og) * plane, og, plane);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)plane,
+                        (int)kdim, 1.0f, w + g * og * kdim, (int)kdim, direct ? xg : col,
+                        (int)plane, bias ? 1.0f : 0.0f, y + (n * s.o + g * og) * plane, (int)plane);
+            ext_run_epilogue(epi, ctx, y, (n * s.o + g * og) * plane, og * plane, plane);
+        }
+    kfree(col);
+    return 0;
+}
+
+int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                   ExtEpilogue epi, void *ctx) {
+    return conv2d(x, xs, w, ws, bias, y, ys, attr, false, epi, ctx);
+}
+
+int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
+                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                         const int64_t attr[7], ExtEpilogue epi, void *ctx) {
+    return conv2d(x, xs, w, ws, bias, y, ys, attr, true, epi, ctx);
+}
+
+int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+               const float *bias, float *y, const int64_t ys[4], const int64_t attr[7]) {
+    return ext_conv2d_epi(x, xs, w, ws, bias, y, ys, attr, NULL, NULL);
+}
