@@ -891,33 +891,6 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
     return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
 }
 
-/* vecmath.h's vectorizable versions of ops.def's libm forms, through the
- * prelude's SIMD-clone wrappers. */
-static const char *op_form(Op op) {
-    switch (op) {
-    case OP_EXP: return "kiln_expf_v(%s)";
-    case OP_LOG: return "kiln_logf_v(%s)";
-    case OP_SIN: return "kiln_sinf_v(%s)";
-    case OP_COS: return "kiln_cosf_v(%s)";
-    case OP_TANH: return "kiln_tanhf_v(%s)";
-    case OP_ERF: return "kiln_erff_v(%s)";
-    case OP_GELU: return "kiln_gelu_v(%s)";
-    case OP_SIGMOID: return "kiln_sigmoid_v(%s)";
-    /* comparisons and selects as vecmath's blends: GCC turns `(float)(a < b)`
-     * and `?:` into branches at some tiers (x86-64-v2: dropout's loop was
-     * "control flow in loop", not vectorized) */
-    case OP_LT: return "kiln_lt(%s, %s)";
-    case OP_LE: return "kiln_le(%s, %s)";
-    case OP_GT: return "kiln_gt(%s, %s)";
-    case OP_GE: return "kiln_ge(%s, %s)";
-    case OP_EQ: return "kiln_eq(%s, %s)";
-    case OP_NE: return "kiln_ne(%s, %s)";
-    case OP_LOGICAL_NOT: return "kiln_not(%s)";
-    case OP_WHERE: return "kiln_wheref(%s, %s, %s)";
-    default: return op_info[op].cform;
-    }
-}
-
 /* A C form with each %s replaced by the next operand. */
 static const char *apply_form(Pool *p, const char *form, const Val *args, int nargs) {
     Str o;
@@ -970,7 +943,7 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
         args[i] = emit_expr(K, e->args[i], nvars);
         if (args[i].level > level) level = args[i].level;
     }
-    const char *form = op_form(e->op), *rhs;
+    const char *form = op_info[e->op].cform, *rhs;
     if (!form || !*form) cg_fail(K->g, "codegen: %s is not a pointwise op", op_info[e->op].name);
     if (e->op == OP_DIV && e->args[1]->kind != EX_CONST && args[1].level < args[0].level)
         return temp(K, level, div_by_invariant(K, args[0], args[1]));

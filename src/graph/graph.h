@@ -28,7 +28,7 @@ typedef enum {
 } OpKind;
 
 typedef enum {
-#define X(e, name, kind, arity, cform) OP_##e,
+#define X(e, name, kind, arity, expensive, cform) OP_##e,
 #include "graph/ops.def"
 #undef X
     OP_COUNT
@@ -38,7 +38,8 @@ typedef struct {
     const char *name;
     OpKind kind;
     int arity;
-    const char *cform;
+    bool expensive;       /* tens of instructions per element (ops.def) */
+    const char *cform;    /* its form in generated kernels */
 } OpInfo;
 
 extern const OpInfo op_info[OP_COUNT];

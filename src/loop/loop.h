@@ -112,9 +112,8 @@ Expr *ex_select(Pool *p, Index *index, int64_t lo, int64_t hi, Expr *a, Expr *b,
 /* A copy with every load index substituted by map and simplified over ranges. */
 Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64_t *ranges);
 int ex_nops(const Expr *e);            /* number of EX_OP nodes */
-/* The first expensive op (exp log sin cos tanh erf pow sigmoid) or -1. */
+/* The first expensive op (op_info[].expensive, ops.def) or -1. */
 int ex_expensive(const Expr *e);
-bool op_is_expensive(Op op);
 /* Sethi-Ullman number: registers needed to evaluate e without spilling. */
 int ex_regs(const Expr *e);
 /* Call fn for every load (in evaluation order). */

@@ -560,19 +560,9 @@ int ex_nops(const Expr *e) {
 
 /* Transcendental ops: tens of instructions each, worth a buffer when the
  * value is used twice (Inductor realizes softmax's exp for the same reason). */
-bool op_is_expensive(Op op) {
-    switch (op) {
-    case OP_EXP: case OP_LOG: case OP_SIN: case OP_COS: case OP_TANH:
-    case OP_ERF: case OP_GELU: case OP_POW: case OP_SIGMOID:
-        return true;
-    default:
-        return false;
-    }
-}
-
 int ex_expensive(const Expr *e) {
     if (e->kind < EX_OP) return -1;
-    if (e->kind == EX_OP && op_is_expensive(e->op)) return (int)e->op;
+    if (e->kind == EX_OP && op_info[e->op].expensive) return (int)e->op;
     for (int i = 0; i < e->nargs; i++) {
         int r = ex_expensive(e->args[i]);
         if (r >= 0) return r;
