@@ -2,6 +2,7 @@
  * front.h -- the front ends, above graph/: each turns a file into a graph
  * (or tensors) through the public builders.
  *
+ *   lex.c       the .kiln tokenizer
  *   parse.c     the .kiln text format (public: kiln_parse, kiln_parse_file)
  *   npy.c       numpy .npy files <-> kiln_tensor (public: kiln_npy_read,
  *               kiln_npy_write)
@@ -24,6 +25,36 @@
 #define KILN_FRONT_H
 
 #include "graph/graph.h"
+
+/* ===== lex.c: the .kiln tokenizer ======================================== */
+
+typedef enum { T_EOF, T_NEWLINE, T_NAME, T_NUMBER, T_STRING, T_PUNCT, T_ERROR } TokKind;
+
+typedef struct {
+    TokKind kind;
+    int pos, len;        /* the bytes of the source it covers */
+    int line, col;       /* 1-based position of its first byte */
+    bool is_int;         /* T_NUMBER written without '.' or exponent */
+    int64_t ival;        /* T_NUMBER with is_int */
+    double num;          /* T_NUMBER */
+} Token;
+
+/* The longest name, in bytes (input, weight and output names are copied). */
+#define LEX_MAX_NAME 127
+
+/* The tokenizer's input and output. */
+typedef struct {
+    const char *src;     /* the source; need not be NUL-terminated */
+    int len;
+    Token *toks;         /* kmalloc'd; ends with T_EOF, or at a T_ERROR */
+    int ntoks, cap;
+    char lexmsg[128];    /* the message of the T_ERROR token, if any */
+} Lexer;
+
+/* Tokenize lx->src. False only when out of memory (toks may then hold a
+ * partial array, which the caller kfrees all the same). */
+bool lex_run(Lexer *lx);
+
 #include "onnx.pb-c.h"
 
 /* ONNX element types kiln knows by name (TensorProto.DataType). */
@@ -82,5 +113,58 @@ bool ox_convert(OxNode *n);
 kiln_value ox_graph(OxNode *n, OxVal *v);
 /* The same for a model output (a constant is always a weight). */
 kiln_value ox_graph_output(OxNode *n, OxVal *v);
+
+/* ---- the op handlers (onnx_ops.c dispatches, onnx_*.c convert) ---- */
+
+/* One ONNX op's converter: reads the node's inputs and attributes, sets
+ * its outputs; false with the failure recorded (ox_nfail). */
+typedef bool (*OxHandlerFn)(OxNode *n);
+typedef struct {
+    const char *name;     /* the ONNX op type */
+    OxHandlerFn fn;
+} OxHandler;
+/* Each file's handlers, searched by onnx_ops.c. */
+extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[];
+extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops;
+/* onnx_elementwise.c: the handler of a unary or binary elementwise op
+ * (Add, Sqrt, ...: its tables), or NULL. */
+OxHandlerFn ox_elementwise_fn(const char *op);
+
+/* onnx_node.c: a constant evaluator: a, b, c the operands (unused ones 0),
+ * type the ONNX type of a. */
+typedef double (*EvalFn)(double a, double b, double c, int type);
+bool ox_all_const(const OxNode *n);
+const Onnx__AttributeProto *ox_attr(const OxNode *n, const char *name);
+double ox_attr_f(const OxNode *n, const char *name, double def);
+int64_t ox_attr_i(const OxNode *n, const char *name, int64_t def);
+int ox_attr_ints(OxNode *n, const char *name, int64_t *out, int max);
+bool ox_attr_is(const OxNode *n, const char *name, const char *s, bool def);
+int64_t ox_bcast_offset(const OxVal *v, int rank, const int64_t *idx);
+bool ox_bcast_shape(OxNode *n, int nv, OxVal **v, int *rank, int64_t *shape);
+int ox_const_ints(OxNode *n, int k, int64_t *out, int max, const char *what);
+bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype);
+int ox_get_axes(OxNode *n, int since, int k, int64_t *axes, int max);
+kiln_value ox_gin(OxNode *n, int k);
+OxVal *ox_in(const OxNode *n, int k);
+bool ox_is_int_type(int t);
+const double *ox_known(const OxVal *v);
+kiln_value ox_materialize(OxNode *n, OxVal *v);
+bool ox_need_in(OxNode *n, int k);
+void ox_next_index(int rank, const int64_t *shape, int64_t *idx);
+bool ox_nfail(OxNode *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+bool ox_nomem(OxNode *n);
+bool ox_norm_axis(OxNode *n, int64_t *a, int rank);
+const char *ox_opname(const OxNode *n);
+OxVal *ox_out_slot(OxNode *n, int k);
+OxVal *ox_set_const(OxNode *n, int k, int type, int rank, const int64_t *shape);
+bool ox_set_graph(OxNode *n, int k, kiln_value v, int type);
+int64_t ox_to_i64(double d);
+const char *ox_unnamed(OxImp *im, char *buf, size_t len);
+/* onnx_elementwise.c, onnx_nn.c: what other handlers share (ox_e_div:
+ * ONNX Div on constants, integer division truncating). */
+double ox_e_div(double a, double b, double c, int t);
+kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps, kiln_value *mean_out, kiln_value *rstd_out);
+kiln_value ox_per_channel(Graph *g, kiln_value p, int r);
+kiln_value ox_sc(Graph *g, double v);
 
 #endif

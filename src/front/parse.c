@@ -1,13 +1,11 @@
 /*
  * parse.c -- the .kiln text format -> graph, through the public builders.
  *
- * A hand-written tokenizer and a recursive-descent parser, in the manner of
- * chibicc. The tokenizer turns the whole source into an array of tokens up
- * front; newlines end statements, except inside () or [] where they are
- * skipped, so a call may span lines. A bad character does not stop the
- * tokenizer with an error of its own: it ends the array with an ERROR token
- * whose message is reported when the parser reaches it, so errors always come
- * out in source order and only the first is reported.
+ * A recursive-descent parser, in the manner of chibicc, over the array of
+ * tokens lex.c makes of the whole source up front (a bad character ends
+ * that array with an ERROR token whose message is reported when the
+ * parser reaches it, so errors always come out in source order and only
+ * the first is reported).
  *
  * The parser evaluates as it goes: every expression becomes a Value, which is
  * a graph value built with kiln_* calls, or a literal (number, true/false,
@@ -34,25 +32,11 @@
 #include <string.h>
 
 enum {
-    MAX_NAME = 127,   /* longest name (input, weight and output names are copied) */
     MAX_LIST = 8,     /* longest [list] literal: shapes, dims, strides */
     MAX_ARGS = 16,    /* most arguments in one call */
     MAX_PARAMS = 8,   /* most parameters of any signature */
     MAX_DEPTH = 200,  /* deepest expression nesting, to bound the C stack */
 };
-
-/* ===== tokens ============================================================ */
-
-typedef enum { T_EOF, T_NEWLINE, T_NAME, T_NUMBER, T_STRING, T_PUNCT, T_ERROR } TokKind;
-
-typedef struct {
-    TokKind kind;
-    int pos, len;        /* the bytes of the source it covers */
-    int line, col;       /* 1-based position of its first byte */
-    bool is_int;         /* T_NUMBER written without '.' or exponent */
-    int64_t ival;        /* T_NUMBER with is_int */
-    double num;          /* T_NUMBER */
-} Token;
 
 typedef struct {
     const char *name;    /* points into the source; NULL: empty slot */
@@ -63,13 +47,14 @@ typedef struct {
 
 typedef struct {
     Graph *g;
-    const char *src;
+    const char *src;     /* lx.src and lx.len, the names the parser uses */
     int len;
     const char *file;    /* for messages */
-    Token *toks;
-    int ntoks, cap;
+    Lexer lx;            /* the tokens (lex.c) */
+    const Token *toks;   /* lx.toks once lexed */
+    int ntoks;
     int cur;             /* the current token */
-    char lexmsg[128];    /* the message of the T_ERROR token, if any */
+    const char *lexmsg;  /* lx.lexmsg: the message of the T_ERROR token, if any */
     Sym *syms;           /* open-addressing hash table, cap a power of 2 */
     int nsyms, symcap;
     int depth;           /* expression nesting */
@@ -157,220 +142,6 @@ static bool built(Parser *p, kiln_value v, const Token *at)
     return v != KILN_NONE || reposition(p, at);
 }
 
-/* ===== tokenizer ========================================================= */
-
-static bool is_alpha(int c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-static bool is_digit(int c) { return c >= '0' && c <= '9'; }
-static bool is_alnum(int c) { return is_alpha(c) || is_digit(c); }
-
-/* The byte at i, or 0 past the end (sources need not be NUL-terminated). */
-static int at_byte(const Parser *p, int i) { return i < p->len ? (unsigned char)p->src[i] : 0; }
-
-static Token *push(Parser *p, TokKind kind, int pos, int len, int line, int col)
-{
-    if (p->ntoks == p->cap) {
-        int cap = p->cap ? 2 * p->cap : 256;
-        Token *t = krealloc(p->toks, (size_t)cap * sizeof *t);
-        if (!t) return NULL;
-        p->toks = t;
-        p->cap = cap;
-    }
-    Token *t = &p->toks[p->ntoks++];
-    *t = (Token){.kind = kind, .pos = pos, .len = len, .line = line, .col = col};
-    return t;
-}
-
-/* Length of the number at i; sets *is_int. 0 when the bytes after it make it
- * a bad literal ("1abc", "1.2.3", "0x10"). */
-static int number_len(const Parser *p, int i, bool *is_int)
-{
-    int j = i;
-    *is_int = true;
-    while (is_digit(at_byte(p, j))) j++;
-    if (at_byte(p, j) == '.') {
-        *is_int = false;
-        for (j++; is_digit(at_byte(p, j)); j++) {}
-    }
-    int e = j + 1;
-    if ((at_byte(p, j) == 'e' || at_byte(p, j) == 'E')) {
-        if (at_byte(p, e) == '+' || at_byte(p, e) == '-') e++;
-        if (is_digit(at_byte(p, e))) {
-            *is_int = false;
-            for (j = e; is_digit(at_byte(p, j)); j++) {}
-        }
-    }
-    return is_alnum(at_byte(p, j)) || at_byte(p, j) == '.' ? 0 : j - i;
-}
-
-/* strtod in the "C" locale: .kiln numbers use '.', whatever locale the
- * embedding program set (strtod follows LC_NUMERIC). */
-static double c_strtod(char *buf)
-{
-    const char *dp = localeconv()->decimal_point;
-    char *dot = strchr(buf, '.');
-    if (dot && dp[0] && !dp[1]) *dot = dp[0];
-    double v = strtod(buf, NULL);
-    if (dot) *dot = '.';
-    return v;
-}
-
-/* Fill a number token's value; false (with p->lexmsg) on a bad literal. */
-static bool number_value(Parser *p, Token *t)
-{
-    char buf[64];
-    if (t->len >= (int)sizeof buf) {
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "number literal too long");
-        return false;
-    }
-    memcpy(buf, p->src + t->pos, (size_t)t->len);
-    buf[t->len] = '\0';
-    t->num = c_strtod(buf);
-    if (isinf(t->num)) {
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "number '%s' is out of range", buf);
-        return false;
-    }
-    if (!t->is_int) return true;
-    errno = 0;
-    t->ival = strtoll(buf, NULL, 10);
-    if (errno == ERANGE) {
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "integer literal '%s' is too large", buf);
-        return false;
-    }
-    return true;
-}
-
-/* Length of the string literal at i (quotes included), 0 if unterminated. */
-static int string_len(const Parser *p, int i)
-{
-    int q = at_byte(p, i), j = i + 1;
-    while (j < p->len && at_byte(p, j) != q && at_byte(p, j) != '\n')
-        j += at_byte(p, j) == '\\' && at_byte(p, j + 1) != '\n' && j + 1 < p->len ? 2 : 1;
-    return at_byte(p, j) == q && j < p->len ? j + 1 - i : 0;
-}
-
-static int punct_len(const Parser *p, int i)
-{
-    static const char *const two[] = {"==", "!=", "<=", ">="};
-    for (size_t k = 0; k < sizeof two / sizeof two[0]; k++)
-        if (i + 1 < p->len && !memcmp(p->src + i, two[k], 2)) return 2;
-    int c = at_byte(p, i);
-    return c && strchr("()[],:=+-*/@<>", c) ? 1 : 0;
-}
-
-static void bad_char_message(Parser *p, int c)
-{
-    if (c > ' ' && c < 127)
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "unexpected character '%c'", c);
-    else
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "unexpected character '\\x%02x'", c);
-}
-
-/* Scan one token at i (not a blank, comment or newline). Returns its kind
- * and length; T_ERROR with p->lexmsg set for a bad one. */
-static TokKind scan(Parser *p, int i, int *len, bool *is_int)
-{
-    int c = at_byte(p, i);
-    if (is_alpha(c)) {
-        for (*len = 1; is_alnum(at_byte(p, i + *len)); (*len)++) {}
-        if (*len <= MAX_NAME) return T_NAME;
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "name too long (at most %d characters)", MAX_NAME);
-        return T_ERROR;
-    }
-    if (is_digit(c) || (c == '.' && is_digit(at_byte(p, i + 1)))) {
-        if ((*len = number_len(p, i, is_int)) > 0) return T_NUMBER;
-        int j = i;
-        while (is_alnum(at_byte(p, j)) || at_byte(p, j) == '.') j++;
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "invalid number '%.*s'", j - i, p->src + i);
-        return T_ERROR;
-    }
-    if (c == '"' || c == '\'') {
-        if ((*len = string_len(p, i)) > 0) return T_STRING;
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "unterminated string");
-        return T_ERROR;
-    }
-    if ((*len = punct_len(p, i)) > 0) return T_PUNCT;
-    bad_char_message(p, c);
-    return T_ERROR;
-}
-
-/* Where the end of the input is reported: just after the last real token. */
-static bool push_eof(Parser *p)
-{
-    int k = p->ntoks - 1;
-    while (k >= 0 && p->toks[k].kind == T_NEWLINE) k--;
-    if (k < 0) return push(p, T_EOF, 0, 0, 1, 1) != NULL;
-    Token last = p->toks[k];
-    return push(p, T_EOF, last.pos + last.len, 0, last.line, last.col + last.len) != NULL;
-}
-
-/* The tokenizer's place in the source. */
-typedef struct {
-    int i;            /* the next byte */
-    int line, bol;    /* the current line and the offset where it begins */
-    int depth;        /* () [] nesting: newlines inside do not end a statement */
-    int comment;      /* where a comment on this line starts, or -1 */
-} Cursor;
-
-static void track_depth(const Parser *p, const Token *t, int *depth)
-{
-    if (t->kind != T_PUNCT) return;
-    char c = p->src[t->pos];
-    if (c == '(' || c == '[') (*depth)++;
-    else if ((c == ')' || c == ']') && *depth > 0) (*depth)--;
-}
-
-/* A newline ends a statement outside () and []. Its token sits at the
- * comment before it, if any, so "expected expression" points there. */
-static bool newline(Parser *p, Cursor *c)
-{
-    int at = c->comment >= 0 ? c->comment : c->i;
-    if (c->depth == 0 && !push(p, T_NEWLINE, at, 1, c->line, at - c->bol + 1)) return nomem(p);
-    c->line++;
-    c->bol = ++c->i;
-    c->comment = -1;
-    return true;
-}
-
-/* Skip blanks, comments and newlines (pushing T_NEWLINE tokens). */
-static bool skip_space(Parser *p, Cursor *c)
-{
-    while (c->i < p->len) {
-        int ch = at_byte(p, c->i);
-        if (ch == '#') {
-            c->comment = c->i;
-            while (c->i < p->len && p->src[c->i] != '\n') c->i++;
-        } else if (ch == '\n') {
-            if (!newline(p, c)) return false;
-        } else if (ch == ' ' || ch == '\t' || ch == '\r') {
-            c->i++;
-        } else {
-            break;
-        }
-    }
-    return true;
-}
-
-/* Tokenize the whole source. Fails only when out of memory. */
-static bool tokenize(Parser *p)
-{
-    Cursor c = {.line = 1, .comment = -1};
-    for (;;) {
-        if (!skip_space(p, &c)) return false;
-        if (c.i >= p->len) break;
-        int len = 1;
-        bool is_int = false;
-        TokKind kind = scan(p, c.i, &len, &is_int);
-        Token *t = push(p, kind, c.i, len, c.line, c.i - c.bol + 1);
-        if (!t) return nomem(p);
-        t->is_int = is_int;
-        if (kind == T_NUMBER && !number_value(p, t)) t->kind = kind = T_ERROR;
-        if (kind == T_ERROR) break;
-        track_depth(p, t, &c.depth);
-        c.i += len;
-    }
-    return push_eof(p) || nomem(p);
-}
-
 /* ===== token helpers ===================================================== */
 
 static const Token *peek(const Parser *p) { return &p->toks[p->cur]; }
@@ -408,8 +179,8 @@ static bool expect(Parser *p, const char *s, const char *msg)
     return accept(p, s) || error_at(p, peek(p), "%s", msg);
 }
 
-/* A name token as a C string (names are at most MAX_NAME bytes). */
-static void tok_name(const Parser *p, const Token *t, char buf[MAX_NAME + 1])
+/* A name token as a C string (names are at most LEX_MAX_NAME bytes). */
+static void tok_name(const Parser *p, const Token *t, char buf[LEX_MAX_NAME + 1])
 {
     memcpy(buf, p->src + t->pos, (size_t)t->len);
     buf[t->len] = '\0';
@@ -1458,7 +1229,7 @@ static bool parse_input(Parser *p)
     if (!expect_name(p, "expected a name after 'input'", &name) || !check_new_name(p, name) ||
         !expect(p, ":", "expected ':' after the input name") || !parse_type(p, &ty))
         return false;
-    char buf[MAX_NAME + 1];
+    char buf[LEX_MAX_NAME + 1];
     tok_name(p, name, buf);
     return define(p, name, kiln_input(p->g, buf, ty.dtype, ty.rank, ty.shape));
 }
@@ -1475,7 +1246,7 @@ static bool parse_weight(Parser *p)
     if (ty.dtype != KILN_F32)
         return error_at(p, ty.dtok, "weights must be f32, got %s", kiln_dtype_name(ty.dtype));
     if (!expect(p, "=", "expected '=' and an initializer after the weight type")) return false;
-    char buf[MAX_NAME + 1];
+    char buf[LEX_MAX_NAME + 1];
     tok_name(p, name, buf);
     kiln_tensor data = {.dtype = KILN_F32};
     bool ok = parse_init(p, &ty, buf, &data);
@@ -1499,7 +1270,7 @@ static bool parse_output(Parser *p)
     do {
         const Token *name = NULL;
         kiln_value v = KILN_NONE;
-        char buf[MAX_NAME + 1];
+        char buf[LEX_MAX_NAME + 1];
         if (!expect_name(p, msg, &name) || !lookup(p, name, &v)) return false;
         tok_name(p, name, buf);
         if (is_output(p, buf)) return error_at(p, name, "'%s' is already an output", buf);
@@ -1567,8 +1338,15 @@ static kiln_status parse_source(Graph *g, const char *src, size_t len, const cha
     if (len >= INT_MAX / 2)
         return graph_fail(g, KILN_ERR_INPUT, "%s: error: program too large", p.file), g->status;
     p.len = (int)len;
-    if (tokenize(&p)) parse_program(&p);
-    kfree(p.toks);
+    p.lx = (Lexer){.src = src, .len = p.len};
+    p.lexmsg = p.lx.lexmsg;
+    if (!lex_run(&p.lx)) nomem(&p);
+    else {
+        p.toks = p.lx.toks;
+        p.ntoks = p.lx.ntoks;
+        parse_program(&p);
+    }
+    kfree(p.lx.toks);
     kfree(p.syms);
     if (!p.failed) return KILN_OK;
     return g->status != KILN_OK ? g->status : KILN_ERR_INPUT;

@@ -3,8 +3,9 @@
  *
  *   ops.def     the op table: one X(...) line per op
  *   ops.c       op_info and op_lookup
- *   graph.c     nodes, shape inference, errors, inspection
- *   build.c     the public builders (kiln_add, kiln_matmul, ...)
+ *   graph.c     graphs, errors, outputs, inspection
+ *   build.c     the public builders (kiln_input ... kiln_conv2d): operand
+ *               checks and shape inference
  *   rewrite.c   pattern rewrites applied while decomposing (Conv-BN folding)
  *   decompose.c composite ops -> primitives, keeping each one's origin
  *
@@ -133,6 +134,13 @@ int graph_fail(Graph *g, kiln_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Clear a recorded failure (the parser adds positions and continues). */
 void graph_clear_error(Graph *g);
+/* Record "out of memory"; returns KILN_NONE. */
+int graph_nomem(Graph *g);
+/* A usable operand of builder op: a value of this graph, and no earlier
+ * failure (else the failure is recorded, naming op). */
+bool graph_ok_value(Graph *g, kiln_value v, const char *op);
+/* Grow an int array by one slot; false when out of memory. */
+bool graph_push_int(int **arr, int *n, int *cap, int v);
 /* Append a node; shape must be set. Returns its id or KILN_NONE. */
 int graph_add(Graph *g, const Node *n);
 static inline const Node *graph_node(const Graph *g, int id) { return &g->nodes[id]; }

@@ -1,0 +1,461 @@
+/*
+ * onnx_elementwise.c -- elementwise ONNX ops and activations: the unary and binary
+ * tables (a kiln op and a constant evaluator each), and the activations
+ * kiln decomposes (LeakyRelu = where(x < 0, a*x, x), Elu, Selu, HardSwish,
+ * Softplus, Clip, ...).
+ */
+#include "front/front.h"
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---- constant evaluators ------------------------------------------------- */
+
+static double trunc_int(double r, int type) { return ox_is_int_type(type) ? trunc(r) : r; }
+/* An evaluator: a, b, c the operands (unused ones 0), t the type of a. */
+#define EVAL(name, expr) \
+    static double name(double a, double b, double c, int t) { \
+        (void)a, (void)b, (void)c, (void)t; \
+        return (expr); \
+    }
+EVAL(e_add, a + b)
+EVAL(e_sub, a - b)
+EVAL(e_mul, a * b)
+double ox_e_div(double a, double b, double c, int t) {
+    (void)c;
+    if (ox_is_int_type(t) && b == 0) return 0;
+    return trunc_int(a / b, t);
+}
+EVAL(e_pow, trunc_int(pow(a, b), t))
+EVAL(e_max, a > b || isnan(a) ? a : b)
+EVAL(e_min, a < b || isnan(a) ? a : b)
+EVAL(e_eq, a == b)
+EVAL(e_lt, a < b)
+EVAL(e_gt, a > b)
+EVAL(e_le, a <= b)
+EVAL(e_ge, a >= b)
+EVAL(e_where, a != 0 ? b : c)
+EVAL(e_copy, a)
+EVAL(e_neg, -a)
+EVAL(e_abs, fabs(a))
+EVAL(e_not, a == 0)
+EVAL(e_sqrt, trunc_int(sqrt(a), t))
+EVAL(e_floor, floor(a))
+EVAL(e_ceil, ceil(a))
+EVAL(e_relu, a > 0 ? a : 0)
+EVAL(e_exp, exp(a))
+EVAL(e_log, log(a))
+EVAL(e_recip, 1 / a)
+
+/* ---- elementwise ops ------------------------------------------------------ */
+
+/* name: the ONNX op; kop: kiln's op; f: the constant evaluator (or NULL). */
+typedef struct {
+    const char *name, *kop;
+    EvalFn f;
+} Elementwise;
+
+static const Elementwise unary_ops[] = {
+    {"Sqrt", "sqrt", e_sqrt},     {"Exp", "exp", e_exp},         {"Log", "log", e_log},
+    {"Tanh", "tanh", NULL},       {"Sigmoid", "sigmoid", NULL},  {"Relu", "relu", e_relu},
+    {"Erf", "erf", NULL},         {"Abs", "abs", e_abs},         {"Neg", "neg", e_neg},
+    {"Reciprocal", "reciprocal", e_recip}, {"Floor", "floor", e_floor}, {"Ceil", "ceil", e_ceil},
+    {"Not", "logical_not", e_not}, {"Sin", "sin", NULL},         {"Cos", "cos", NULL},
+};
+
+static const Elementwise binary_ops[] = {
+    {"Add", "add", e_add},   {"Sub", "sub", e_sub},       {"Mul", "mul", e_mul},
+    {"Div", "div", ox_e_div},   {"Pow", "pow", e_pow},       {"Equal", "eq", e_eq},
+    {"Less", "lt", e_lt},    {"Greater", "gt", e_gt},     {"LessOrEqual", "le", e_le},
+    {"GreaterOrEqual", "ge", e_ge}, {"Max", "maximum", e_max}, {"Min", "minimum", e_min},
+    {"Sum", "add", e_add},   {"Mean", "add", e_add},
+};
+
+static const Elementwise *find_elementwise(const Elementwise *t, size_t len, const char *name) {
+    for (size_t i = 0; i < len; i++)
+        if (!strcmp(t[i].name, name)) return &t[i];
+    return NULL;
+}
+
+static bool is_cmp(const char *kop) {
+    return !strcmp(kop, "eq") || !strcmp(kop, "lt") || !strcmp(kop, "gt") || !strcmp(kop, "le") ||
+           !strcmp(kop, "ge");
+}
+
+/* Integer division truncates toward zero: floor for q >= 0, ceil below. */
+static kiln_value trunc_graph(Graph *g, kiln_value q) {
+    return kiln_where(g, kiln_binary(g, "lt", q, kiln_scalar(g, 0)), kiln_unary(g, "ceil", q),
+                      kiln_unary(g, "floor", q));
+}
+
+static bool op_unary(OxNode *n, const Elementwise *e) {
+    if (!ox_need_in(n, 0)) return false;
+    OxVal *x = ox_in(n, 0);
+    int type = x->type;
+    if (ox_all_const(n) && e->f) return ox_eval_const(n, 1, &x, e->f, type);
+    kiln_value v = kiln_unary(n->im->g, e->kop, ox_gin(n, 0));
+    if (ox_is_int_type(type) && !strcmp(e->kop, "sqrt")) v = trunc_graph(n->im->g, v);
+    return ox_set_graph(n, 0, v, type);
+}
+
+/* Before opset 7, B of a binary op with attribute axis lines up with A's
+ * dims from that axis (not from the end): B gets trailing dims of 1. */
+static bool legacy_broadcast(OxNode *n) {
+    OxVal *a = ox_in(n, 0), *b = ox_in(n, 1);
+    const Onnx__AttributeProto *ax = ox_attr(n, "axis");
+    if (n->im->opset >= 7 || n->nin != 2 || !a || !b || !ax || !ox_attr_i(n, "broadcast", 0))
+        return true;
+    int64_t axis = ax->i;
+    if (axis < 0) axis += a->rank;
+    if (axis < 0 || axis + b->rank > a->rank) return ox_nfail(n, "broadcast axis is out of range");
+    OxVal *nb = arena_alloc(&n->im->arena, sizeof *nb);
+    if (!nb) return ox_nomem(n);
+    *nb = *b;
+    nb->rank = a->rank - (int)axis;
+    for (int i = b->rank; i < nb->rank; i++) nb->shape[i] = 1;
+    if (!b->c) nb->v = kiln_reshape(n->im->g, ox_graph(n, b), nb->rank, nb->shape);
+    n->in[1] = nb;
+    return nb->v >= 0 || nb->c;
+}
+
+/* Binary ops, and the variadic Max, Min, Sum, Mean folded left to right. */
+static bool op_binary(OxNode *n, const Elementwise *e) {
+    Graph *g = n->im->g;
+    if (!ox_need_in(n, 0) || !legacy_broadcast(n)) return false;
+    int type = ox_in(n, 0)->type, outtype = is_cmp(e->kop) ? OT_BOOL : type;
+    bool mean = !strcmp(e->name, "Mean");
+    if (n->nin == 2 && ox_all_const(n) && e->f && ox_in(n, 1))
+        return ox_eval_const(n, 2, n->in, e->f, outtype);
+    kiln_value acc = ox_gin(n, 0);
+    if (n->nin == 1 && !mean) acc = kiln_unary(g, "contiguous", acc);
+    for (int k = 1; k < n->nin && acc >= 0; k++) acc = kiln_binary(g, e->kop, acc, ox_gin(n, k));
+    if (mean && n->nin > 1) acc = kiln_binary(g, "div", acc, kiln_scalar(g, n->nin));
+    if (!strcmp(e->kop, "div") && ox_is_int_type(type)) acc = trunc_graph(g, acc);
+    if (!strcmp(e->kop, "pow") && ox_is_int_type(type)) acc = trunc_graph(g, acc);
+    return ox_set_graph(n, 0, acc, outtype);
+}
+
+static bool op_where(OxNode *n) {
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1) || !ox_need_in(n, 2)) return false;
+    int type = ox_in(n, 1)->type;
+    if (ox_all_const(n)) return ox_eval_const(n, 3, n->in, e_where, type);
+    return ox_set_graph(n, 0, kiln_where(n->im->g, ox_gin(n, 0), ox_gin(n, 1), ox_gin(n, 2)), type);
+}
+
+EVAL(e_and, a != 0 && b != 0)
+EVAL(e_or, a != 0 || b != 0)
+EVAL(e_xor, (a != 0) != (b != 0))
+
+/* And, Or, Xor on bools: where(a, b, a), where(a, a, b), a != b. */
+static bool op_logical(OxNode *n) {
+    Graph *g = n->im->g;
+    const char *op = ox_opname(n);
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1) || !legacy_broadcast(n)) return false;
+    EvalFn f = !strcmp(op, "And") ? e_and : !strcmp(op, "Or") ? e_or : e_xor;
+    if (ox_all_const(n)) return ox_eval_const(n, 2, n->in, f, OT_BOOL);
+    kiln_value a = ox_gin(n, 0), b = ox_gin(n, 1), y;
+    if (f == e_and) y = kiln_where(g, a, b, kiln_binary(g, "ne", a, a));
+    else if (f == e_or) y = kiln_where(g, a, kiln_binary(g, "eq", a, a), b);
+    else y = kiln_binary(g, "ne", a, b);
+    return ox_set_graph(n, 0, y, OT_BOOL);
+}
+
+static bool op_identity(OxNode *n) {
+    OxVal *x = ox_in(n, 0), *o = ox_out_slot(n, 0);
+    if (!ox_need_in(n, 0)) return false;
+    if (o) {
+        const char *name = o->name;
+        *o = *x;
+        o->name = name;
+    }
+    return true;
+}
+
+/* Dropout in inference is the identity; its mask output is all true. */
+static bool op_dropout(OxNode *n) {
+    OxVal *t = ox_in(n, 2), *ratio = ox_in(n, 1);
+    bool zero = ratio && ox_known(ratio) && ox_numel(ratio) == 1 && ox_known(ratio)[0] == 0;
+    if (t && (!ox_known(t) || ox_known(t)[0] != 0) && !zero)   /* training, ratio 0: drops nothing */
+        return ox_nfail(n, "unsupported: dropout in training mode (random)");
+    if (!op_identity(n)) return false;
+    OxVal *x = ox_in(n, 0), *mask = ox_out_slot(n, 1);
+    if (!mask) return true;
+    OxVal *m = ox_set_const(n, 1, OT_BOOL, x->rank, x->shape);
+    if (!m) return ox_nomem(n);
+    for (int64_t k = 0; k < ox_numel(m); k++) m->c[k] = 1;
+    return true;
+}
+
+EVAL(e_cast_int, trunc(a))
+EVAL(e_cast_bool, a != 0)
+
+static bool cast_to(OxNode *n, int to) {
+    Graph *g = n->im->g;
+    OxVal *x = ox_in(n, 0);
+    if (!x) return ox_need_in(n, 0);
+    if (to != OT_FLOAT && to != OT_BOOL && !ox_is_int_type(to) && !(to == OT_DOUBLE && x->c))
+        return ox_nfail(n, "unsupported: cast to %s", ox_type_name(to));
+    EvalFn f = to == OT_BOOL ? e_cast_bool : ox_is_int_type(to) ? e_cast_int : e_copy;
+    if (x->c) return ox_eval_const(n, 1, &x, f, to);
+    kiln_value v = ox_gin(n, 0);
+    if (to == OT_BOOL && x->type != OT_BOOL) v = kiln_binary(g, "ne", v, kiln_scalar(g, 0));
+    else if (to != OT_BOOL && x->type == OT_BOOL) v = kiln_binary(g, "add", v, kiln_scalar(g, 0));
+    else if (ox_is_int_type(to) && !ox_is_int_type(x->type)) v = trunc_graph(g, v);
+    return ox_set_graph(n, 0, v, to);
+}
+
+static bool op_cast(OxNode *n) { return cast_to(n, (int)ox_attr_i(n, "to", OT_FLOAT)); }
+static bool op_cast_like(OxNode *n) { return ox_need_in(n, 1) && cast_to(n, ox_in(n, 1)->type); }
+
+
+/* ---- activations (decomposed) --------------------------------------------- */
+
+static bool op_leaky_relu(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    double a = ox_attr_f(n, "alpha", 0.01);
+    kiln_value neg = kiln_binary(g, "lt", x, kiln_scalar(g, 0));
+    return ox_set_graph(n, 0, kiln_where(g, neg, kiln_binary(g, "mul", x, kiln_scalar(g, a)), x),
+                     OT_FLOAT);
+}
+
+/* Before opset 7 a 1-D slope holds one value per channel (dim 1). */
+static bool op_prelu(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0), slope = ox_gin(n, 1);
+    OxVal *sv = ox_in(n, 1);
+    if (n->im->opset < 7 && x >= 0 && sv && sv->rank == 1 && kiln_value_rank(g, x) > 2 &&
+        sv->shape[0] == kiln_value_shape(g, x)[1] && sv->shape[0] > 1)
+        slope = ox_per_channel(g, slope, kiln_value_rank(g, x));
+    kiln_value neg = kiln_binary(g, "lt", x, kiln_scalar(g, 0));
+    return ox_set_graph(n, 0, kiln_where(g, neg, kiln_binary(g, "mul", x, slope), x), OT_FLOAT);
+}
+
+/* alpha * (exp(x) - 1) where x < 0 (<= 0 for Selu), else x; times gamma. */
+static kiln_value elu(Graph *g, kiln_value x, double alpha, double gamma, const char *cmp) {
+    kiln_value em1 = kiln_binary(g, "sub", kiln_unary(g, "exp", x), kiln_scalar(g, 1));
+    kiln_value neg = kiln_binary(g, "mul", em1, kiln_scalar(g, alpha));
+    kiln_value y = kiln_where(g, kiln_binary(g, cmp, x, kiln_scalar(g, 0)), neg, x);
+    return gamma == 1 ? y : kiln_binary(g, "mul", y, kiln_scalar(g, gamma));
+}
+
+static bool op_elu(OxNode *n) {
+    return ox_set_graph(n, 0, elu(n->im->g, ox_gin(n, 0), ox_attr_f(n, "alpha", 1.0), 1, "lt"), OT_FLOAT);
+}
+
+static bool op_selu(OxNode *n) {
+    double a = ox_attr_f(n, "alpha", 1.67326319217681884765625);
+    double gm = ox_attr_f(n, "gamma", 1.05070102214813232421875);
+    return ox_set_graph(n, 0, elu(n->im->g, ox_gin(n, 0), a, gm, "le"), OT_FLOAT);
+}
+
+static kiln_value hard_sigmoid(Graph *g, kiln_value x, double alpha, double beta) {
+    kiln_value t = kiln_binary(g, "add", kiln_binary(g, "mul", x, kiln_scalar(g, alpha)),
+                               kiln_scalar(g, beta));
+    return kiln_clamp(g, t, 1, 0, 1, 1);
+}
+
+static bool op_hard_sigmoid(OxNode *n) {
+    kiln_value y =
+        hard_sigmoid(n->im->g, ox_gin(n, 0), ox_attr_f(n, "alpha", 0.2), ox_attr_f(n, "beta", 0.5));
+    return ox_set_graph(n, 0, y, OT_FLOAT);
+}
+
+static bool op_hard_swish(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    return ox_set_graph(n, 0, kiln_binary(g, "mul", x, hard_sigmoid(g, x, 1.0 / 6, 0.5)), OT_FLOAT);
+}
+
+/* ---- more activations and elementwise math (beyond the list) ---- */
+
+kiln_value ox_sc(Graph *g, double v) { return kiln_scalar(g, v); }
+
+static bool op_sign(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    kiln_value neg = kiln_where(g, kiln_binary(g, "lt", x, ox_sc(g, 0)), ox_sc(g, -1), ox_sc(g, 0));
+    return ox_set_graph(n, 0, kiln_where(g, kiln_binary(g, "gt", x, ox_sc(g, 0)), ox_sc(g, 1), neg),
+                     ox_in(n, 0)->type);
+}
+
+static bool op_thresholded_relu(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    kiln_value keep = kiln_binary(g, "gt", x, ox_sc(g, ox_attr_f(n, "alpha", 1.0)));
+    return ox_set_graph(n, 0, kiln_where(g, keep, x, ox_sc(g, 0)), OT_FLOAT);
+}
+
+static bool op_softsign(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    kiln_value d = kiln_binary(g, "add", kiln_unary(g, "abs", x), ox_sc(g, 1));
+    return ox_set_graph(n, 0, kiln_binary(g, "div", x, d), OT_FLOAT);
+}
+
+/* IsNaN: x != x. IsInf: beyond the largest finite f32, by sign. */
+static bool op_isnan(OxNode *n) {
+    kiln_value x = ox_gin(n, 0);
+    return ox_set_graph(n, 0, kiln_binary(n->im->g, "ne", x, x), OT_BOOL);
+}
+
+static bool op_isinf(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    bool pos = ox_attr_i(n, "detect_positive", 1) != 0, neg = ox_attr_i(n, "detect_negative", 1) != 0;
+    kiln_value y = pos && neg ? kiln_binary(g, "gt", kiln_unary(g, "abs", x), ox_sc(g, FLT_MAX))
+                 : pos ? kiln_binary(g, "gt", x, ox_sc(g, FLT_MAX))
+                 : neg ? kiln_binary(g, "lt", x, ox_sc(g, -FLT_MAX))
+                       : kiln_binary(g, "lt", x, x);   /* neither: all false */
+    return ox_set_graph(n, 0, y, OT_BOOL);
+}
+
+static bool op_celu(OxNode *n) {
+    Graph *g = n->im->g;
+    double a = ox_attr_f(n, "alpha", 1.0);
+    kiln_value x = ox_gin(n, 0);
+    kiln_value e = kiln_unary(g, "exp", kiln_binary(g, "div", x, ox_sc(g, a)));
+    kiln_value neg = kiln_binary(g, "mul", kiln_binary(g, "sub", e, ox_sc(g, 1)), ox_sc(g, a));
+    kiln_value y = kiln_binary(g, "add", kiln_binary(g, "maximum", x, ox_sc(g, 0)),
+                               kiln_binary(g, "minimum", neg, ox_sc(g, 0)));
+    return ox_set_graph(n, 0, y, OT_FLOAT);
+}
+
+static bool op_shrink(OxNode *n) {
+    Graph *g = n->im->g;
+    double l = ox_attr_f(n, "lambd", 0.5), b = ox_attr_f(n, "bias", 0);
+    kiln_value x = ox_gin(n, 0);
+    kiln_value hi = kiln_where(g, kiln_binary(g, "gt", x, ox_sc(g, l)),
+                               kiln_binary(g, "sub", x, ox_sc(g, b)), ox_sc(g, 0));
+    kiln_value y = kiln_where(g, kiln_binary(g, "lt", x, ox_sc(g, -l)),
+                              kiln_binary(g, "add", x, ox_sc(g, b)), hi);
+    return ox_set_graph(n, 0, y, ox_in(n, 0)->type);
+}
+
+/* Tan, Sinh, Cosh, Asinh, Acosh, Atanh from sin, cos, exp, log, sqrt. */
+static bool op_trig(OxNode *n) {
+    Graph *g = n->im->g;
+    const char *op = ox_opname(n);
+    kiln_value x = ox_gin(n, 0), y;
+    kiln_value ep = kiln_unary(g, "exp", x), em = kiln_unary(g, "exp", kiln_unary(g, "neg", x));
+    kiln_value xx = kiln_binary(g, "mul", x, x);
+    if (!strcmp(op, "Tan"))
+        y = kiln_binary(g, "div", kiln_unary(g, "sin", x), kiln_unary(g, "cos", x));
+    else if (!strcmp(op, "Sinh"))
+        y = kiln_binary(g, "mul", kiln_binary(g, "sub", ep, em), ox_sc(g, 0.5));
+    else if (!strcmp(op, "Cosh"))
+        y = kiln_binary(g, "mul", kiln_binary(g, "add", ep, em), ox_sc(g, 0.5));
+    else if (!strcmp(op, "Asinh"))
+        y = kiln_unary(g, "log", kiln_binary(g, "add", x, kiln_unary(g, "sqrt",
+                       kiln_binary(g, "add", xx, ox_sc(g, 1)))));
+    else if (!strcmp(op, "Acosh"))
+        y = kiln_unary(g, "log", kiln_binary(g, "add", x, kiln_unary(g, "sqrt",
+                       kiln_binary(g, "sub", xx, ox_sc(g, 1)))));
+    else   /* Atanh */
+        y = kiln_binary(g, "mul", kiln_unary(g, "log", kiln_binary(g, "div",
+                        kiln_binary(g, "add", ox_sc(g, 1), x), kiln_binary(g, "sub", ox_sc(g, 1), x))),
+                        ox_sc(g, 0.5));
+    return ox_set_graph(n, 0, y, OT_FLOAT);
+}
+
+/* Round half to even: floor(x + 0.5), less 1 on a tie that lands odd. */
+static bool op_round(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    kiln_value f = kiln_unary(g, "floor", kiln_binary(g, "add", x, ox_sc(g, 0.5)));
+    kiln_value tie = kiln_binary(g, "eq", kiln_binary(g, "sub", f, x), ox_sc(g, 0.5));
+    kiln_value half = kiln_unary(g, "floor", kiln_binary(g, "mul", f, ox_sc(g, 0.5)));
+    kiln_value odd = kiln_binary(g, "ne", kiln_binary(g, "mul", half, ox_sc(g, 2)), f);
+    kiln_value both = kiln_where(g, tie, odd, tie);
+    return ox_set_graph(n, 0, kiln_where(g, both, kiln_binary(g, "sub", f, ox_sc(g, 1)), f), OT_FLOAT);
+}
+
+static bool op_softplus(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value e = kiln_unary(g, "exp", ox_gin(n, 0));
+    return ox_set_graph(n, 0, kiln_unary(g, "log", kiln_binary(g, "add", e, kiln_scalar(g, 1))),
+                     OT_FLOAT);
+}
+
+/* A bound of Clip: constant (has, value) or a graph value (*gv). */
+static bool clip_bound(OxNode *n, int k, const char *name, double def, bool *has, double *v,
+                       kiln_value *gv) {
+    *gv = KILN_NONE;
+    if (n->im->opset < 11) {
+        *has = ox_attr(n, name) != NULL;
+        *v = ox_attr_f(n, name, def);
+        return true;
+    }
+    OxVal *b = ox_in(n, k);
+    *has = b != NULL;
+    if (b && b->c) *v = b->c[0];
+    else if (b) *gv = ox_graph(n, b);
+    return !b || b->c || *gv >= 0;
+}
+
+static bool op_clip(OxNode *n) {
+    Graph *g = n->im->g;
+    bool hmin, hmax;
+    double lo = 0, hi = 0;
+    kiln_value glo, ghi, x = ox_gin(n, 0);
+    if (!clip_bound(n, 1, "min", -FLT_MAX, &hmin, &lo, &glo) ||
+        !clip_bound(n, 2, "max", FLT_MAX, &hmax, &hi, &ghi))
+        return false;
+    if (glo >= 0) x = kiln_binary(g, "maximum", x, glo), hmin = false;
+    if (ghi >= 0) x = kiln_binary(g, "minimum", x, ghi), hmax = false;
+    if (hmin || hmax) x = kiln_clamp(g, x, hmin, lo, hmax, hi);
+    return ox_set_graph(n, 0, x, ox_in(n, 0)->type);
+}
+
+#define LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+/* The ops of unary_ops and binary_ops: one handler for both tables. */
+static bool op_elementwise(OxNode *n) {
+    const char *op = ox_opname(n);
+    const Elementwise *u = find_elementwise(unary_ops, LEN(unary_ops), op);
+    return u ? op_unary(n, u) : op_binary(n, find_elementwise(binary_ops, LEN(binary_ops), op));
+}
+
+OxHandlerFn ox_elementwise_fn(const char *op) {
+    bool found = find_elementwise(unary_ops, LEN(unary_ops), op) ||
+                 find_elementwise(binary_ops, LEN(binary_ops), op);
+    return found ? op_elementwise : NULL;
+}
+
+/* ---- this file's handlers (onnx_ops.c looks ops up here) ---------------- */
+
+const OxHandler ox_elementwise_ops[] = {
+    {"Where", op_where},
+    {"Identity", op_identity},
+    {"And", op_logical},
+    {"Or", op_logical},
+    {"Xor", op_logical},
+    {"Dropout", op_dropout},
+    {"Cast", op_cast},
+    {"CastLike", op_cast_like},
+    {"LeakyRelu", op_leaky_relu},
+    {"PRelu", op_prelu},
+    {"Elu", op_elu},
+    {"Selu", op_selu},
+    {"HardSigmoid", op_hard_sigmoid},
+    {"HardSwish", op_hard_swish},
+    {"Softplus", op_softplus},
+    {"Clip", op_clip},
+    {"Sign", op_sign},
+    {"ThresholdedRelu", op_thresholded_relu},
+    {"Softsign", op_softsign},
+    {"IsNaN", op_isnan},
+    {"IsInf", op_isinf},
+    {"Celu", op_celu},
+    {"Shrink", op_shrink},
+    {"Tan", op_trig},
+    {"Sinh", op_trig},
+    {"Cosh", op_trig},
+    {"Asinh", op_trig},
+    {"Acosh", op_trig},
+    {"Atanh", op_trig},
+    {"Round", op_round},
+};
+const size_t ox_elementwise_nops = sizeof ox_elementwise_ops / sizeof ox_elementwise_ops[0];

@@ -1,0 +1,268 @@
+/*
+ * onnx_node.c -- what every ONNX op handler uses: failures, attributes, inputs
+ * and outputs (OxVal: a host constant or a graph value), materializing a
+ * constant into the graph, and evaluating an elementwise op on constants
+ * with broadcasting (the shape arithmetic of exported models folds here).
+ */
+#include "front/front.h"
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---- helpers: failures, attributes, inputs and outputs ---------------------- */
+
+bool ox_nfail(OxNode *n, const char *fmt, ...) {
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    graph_fail(n->im->g, KILN_ERR_INPUT, "%s", msg);
+    return false;
+}
+
+bool ox_nomem(OxNode *n) {
+    graph_fail(n->im->g, KILN_ERR_NOMEM, "out of memory");
+    return false;
+}
+
+const Onnx__AttributeProto *ox_attr(const OxNode *n, const char *name) {
+    for (size_t i = 0; i < n->n->n_attribute; i++)
+        if (n->n->attribute[i]->name && !strcmp(n->n->attribute[i]->name, name))
+            return n->n->attribute[i];
+    return NULL;
+}
+
+int64_t ox_attr_i(const OxNode *n, const char *name, int64_t def) {
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    return a ? a->i : def;
+}
+
+double ox_attr_f(const OxNode *n, const char *name, double def) {
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    return a ? a->f : def;
+}
+
+/* A string attribute compared with s (absent: def). */
+bool ox_attr_is(const OxNode *n, const char *name, const char *s, bool def) {
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    if (!a) return def;
+    return a->s.len == strlen(s) && !memcmp(a->s.data, s, a->s.len);
+}
+
+/* An ints attribute into out (at most max); its count, or -1 when absent. */
+int ox_attr_ints(OxNode *n, const char *name, int64_t *out, int max) {
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    if (!a) return -1;
+    if (a->n_ints > (size_t)max) return ox_nfail(n, "attribute %s has too many values", name), -2;
+    for (size_t i = 0; i < a->n_ints; i++) out[i] = a->ints[i];
+    return (int)a->n_ints;
+}
+
+OxVal *ox_in(const OxNode *n, int k) { return k < n->nin ? n->in[k] : NULL; }
+
+bool ox_need_in(OxNode *n, int k) {
+    return ox_in(n, k) ? true : ox_nfail(n, "input %d is required", k);
+}
+
+const char *ox_opname(const OxNode *n) { return n->n->op_type; }
+
+/* Output k's value slot, or NULL when the model does not use it (or out
+ * of memory: the graph's error says so). */
+OxVal *ox_out_slot(OxNode *n, int k) {
+    if (k >= (int)n->n->n_output || !n->n->output[k][0]) return NULL;
+    OxVal *o = ox_val(n->im, n->n->output[k]);
+    if (!o) ox_nomem(n);
+    return o;
+}
+
+bool ox_set_graph(OxNode *n, int k, kiln_value v, int type) {
+    if (v < 0) return false;
+    OxVal *o = ox_out_slot(n, k);
+    if (!o) return k < (int)n->n->n_output && n->n->output[k][0] ? ox_nomem(n) : true;
+    o->type = type;
+    o->v = v;
+    o->c = NULL;
+    o->rank = kiln_value_rank(n->im->g, v);
+    memcpy(o->shape, kiln_value_shape(n->im->g, v), sizeof(int64_t) * (size_t)o->rank);
+    return true;
+}
+
+/* A new constant for output k (data uninitialized); a scratch value when
+ * the output is unused. NULL when out of memory. */
+OxVal *ox_set_const(OxNode *n, int k, int type, int rank, const int64_t *shape) {
+    OxVal *o = ox_out_slot(n, k);
+    if (!o) o = arena_alloc(&n->im->arena, sizeof *o);
+    if (!o) return NULL;
+    int64_t numel = util_numel(rank, shape);
+    if (rank > KILN_MAX_RANK || numel < 0 || numel > ((int64_t)1 << 31)) return NULL;
+    o->type = type;
+    o->rank = rank;
+    if (rank) memmove(o->shape, shape, sizeof(int64_t) * (size_t)rank);
+    o->v = KILN_NONE;
+    o->c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(numel ? numel : 1));
+    return o->c ? o : NULL;
+}
+
+bool ox_all_const(const OxNode *n) {
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] && !n->in[k]->c) return false;
+    return true;
+}
+
+bool ox_is_int_type(int t) {
+    return t == OT_INT32 || t == OT_INT64 || t == OT_INT8 || t == OT_INT16 || t == OT_UINT8 ||
+           t == OT_UINT16 || t == OT_UINT32 || t == OT_UINT64;
+}
+
+static bool graph_type_ok(int t) { return t == OT_FLOAT || t == OT_BOOL || ox_is_int_type(t); }
+
+const char *ox_unnamed(OxImp *im, char *buf, size_t len) {
+    util_fmt(buf, len, "onnx:const:%d", im->nconst++);
+    return buf;
+}
+
+/* A constant as a weight (f32, ints exact below 2^24), a scalar (rank 0),
+ * or a bool (a weight compared with 0). */
+kiln_value ox_materialize(OxNode *n, OxVal *v) {
+    Graph *g = n->im->g;
+    int64_t numel = ox_numel(v);
+    if (!graph_type_ok(v->type))
+        return ox_nfail(n, "unsupported: element type %s in the graph", ox_type_name(v->type)),
+               KILN_NONE;
+    if (numel == 0)
+        return ox_nfail(n, "unsupported: the constant '%s' is empty (kiln tensors are non-empty)",
+                     v->name ? v->name : ""),
+               KILN_NONE;
+    for (int64_t k = 0; ox_is_int_type(v->type) && k < numel; k++)
+        if (fabs(v->c[k]) > 16777216.0)
+            return ox_nfail(n, "the integer constant '%s' holds %.17g, beyond what f32 holds "
+                         "exactly (2^24)", v->name, v->c[k]), KILN_NONE;
+    if (v->rank == 0 && v->type != OT_BOOL) return kiln_scalar(g, (float)v->c[0]);
+    float *f = kmalloc(sizeof(float) * (size_t)numel);
+    if (!f) return ox_nomem(n), KILN_NONE;
+    for (int64_t k = 0; k < numel; k++) f[k] = (float)v->c[k];
+    char buf[64];
+    const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
+    kiln_value w = kiln_weight(g, name, v->rank, v->shape, f);
+    kfree(f);
+    if (v->type == OT_BOOL) w = kiln_binary(g, "ne", w, kiln_scalar(g, 0));
+    return w;
+}
+
+kiln_value ox_graph(OxNode *n, OxVal *v) {
+    if (v->v >= 0 || !v->c) return v->v;
+    return v->v = ox_materialize(n, v);
+}
+
+/* A model output that folded to a constant: a weight even at rank 0 (a
+ * scalar constant node is not a buffer the runtime can hand out). */
+kiln_value ox_graph_output(OxNode *n, OxVal *v) {
+    if (v->v >= 0 || !v->c || v->rank > 0 || v->type == OT_BOOL || !graph_type_ok(v->type) ||
+        fabs(v->c[0]) > 16777216.0)
+        return ox_graph(n, v);   /* and its checks */
+    float f = (float)v->c[0];
+    char buf[64];
+    const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
+    return v->v = kiln_weight(n->im->g, name, 0, NULL, &f);
+}
+
+kiln_value ox_gin(OxNode *n, int k) {
+    OxVal *v = ox_in(n, k);
+    if (!v) return ox_nfail(n, "input %d is required", k), KILN_NONE;
+    return ox_graph(n, v);
+}
+
+/* A constant as an integer, saturated (INT64_MAX ends a Slice), NaN 0. */
+int64_t ox_to_i64(double d) {
+    return isnan(d) ? 0 : d >= 9.2e18 ? INT64_MAX : d <= -9.2e18 ? INT64_MIN : (int64_t)d;
+}
+
+/* The values of v where a constant is needed: a constant's, or those of
+ * a specialized input; NULL when only the run knows them. */
+const double *ox_known(const OxVal *v) { return v->c ? v->c : v->spec; }
+
+/* Constant input k as integers (at most max); its count, or -1 with an error. */
+int ox_const_ints(OxNode *n, int k, int64_t *out, int max, const char *what) {
+    OxVal *v = ox_in(n, k);
+    if (!v) return ox_nfail(n, "the %s input is required", what), -1;
+    const double *c = ox_known(v);
+    if (!c)
+        return ox_nfail(n, "unsupported: the %s input '%s' is computed at run time (kiln's "
+                     "shapes are static: give its value, kiln run -i %s=FILE)", what, v->name,
+                     v->name), -1;
+    int64_t m = ox_numel(v);
+    if (m > max)
+        return ox_nfail(n, "the %s input has %lld values, at most %d", what, (long long)m, max), -1;
+    for (int64_t i = 0; i < m; i++) {
+        out[i] = ox_to_i64(c[i]);
+    }
+    return (int)m;
+}
+
+/* Axes from attribute "axes" (opset < since) or input k; -1 when absent. */
+int ox_get_axes(OxNode *n, int since, int k, int64_t *axes, int max) {
+    if (n->im->opset < since) return ox_attr_ints(n, "axes", axes, max);
+    if (!ox_in(n, k)) return -1;
+    return ox_const_ints(n, k, axes, max, "axes");
+}
+
+bool ox_norm_axis(OxNode *n, int64_t *a, int rank) {
+    if (*a < -rank || *a >= rank)
+        return ox_nfail(n, "axis %lld is out of range for rank %d", (long long)*a, rank);
+    if (*a < 0) *a += rank;
+    return true;
+}
+
+/* ---- constant evaluation: broadcasting over up to three operands --------- */
+
+bool ox_bcast_shape(OxNode *n, int nv, OxVal **v, int *rank, int64_t *shape) {
+    *rank = 0;
+    for (int k = 0; k < nv; k++) if (v[k]->rank > *rank) *rank = v[k]->rank;
+    for (int d = 0; d < *rank; d++) shape[d] = 1;
+    for (int k = 0; k < nv; k++)
+        for (int d = 0; d < v[k]->rank; d++) {
+            int64_t *o = &shape[*rank - v[k]->rank + d], s = v[k]->shape[d];
+            if (s == *o || s == 1) continue;
+            if (*o != 1) return ox_nfail(n, "shapes cannot be broadcast");
+            *o = s;
+        }
+    return true;
+}
+
+/* Offset in v of the output element with multi-index idx (broadcast). */
+int64_t ox_bcast_offset(const OxVal *v, int rank, const int64_t *idx) {
+    int64_t off = 0;
+    for (int d = 0; d < v->rank; d++) {
+        int64_t i = v->shape[d] == 1 ? 0 : idx[rank - v->rank + d];
+        off = off * v->shape[d] + i;
+    }
+    return off;
+}
+
+void ox_next_index(int rank, const int64_t *shape, int64_t *idx) {
+    for (int d = rank - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d]) return;
+        idx[d] = 0;
+    }
+}
+
+bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
+    int rank;
+    int64_t shape[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    if (!ox_bcast_shape(n, nv, v, &rank, shape)) return false;
+    OxVal *o = ox_set_const(n, 0, outtype, rank, shape);
+    if (!o) return ox_nomem(n);
+    int64_t m = ox_numel(o);
+    for (int64_t i = 0; i < m; i++, ox_next_index(rank, shape, idx)) {
+        double a[3] = {0, 0, 0};
+        for (int k = 0; k < nv; k++) a[k] = v[k]->c[ox_bcast_offset(v[k], rank, idx)];
+        double r = f(a[0], a[1], a[2], v[0]->type);
+        o->c[i] = outtype == OT_FLOAT ? (double)(float)r : r;
+    }
+    return true;
+}
+
+
