@@ -7,7 +7,10 @@
  *   npy.c       numpy .npy files <-> kiln_tensor (public: kiln_npy_read,
  *               kiln_npy_write)
  *   onnx.c      ONNX models and .pb tensors (public: kiln_onnx_import ...)
- *   onnx_ops.c  one converter per ONNX op
+ *   onnx_values.c  the importer's value table (names -> OxVal)
+ *   onnx_ops.c  the dispatch of one ONNX node to its handler, in
+ *               onnx_elementwise.c, onnx_nn.c, onnx_shape.c or onnx_reduce.c
+ *               (onnx_node.c: what the handlers share)
  *
  * The rest of this header is the ONNX importer's (src/cli/onnx_test.c,
  * outside the library, runs the backend conformance tests). Names carry
