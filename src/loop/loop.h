@@ -3,6 +3,7 @@
  *
  *   lower.c   decomposed graph -> loop IR (buffers with loop bodies); also
  *             the index algebra (ix_) and expressions (ex_)
+ *   check.c   loop_check: the invariants lowering guarantees, verified
  *
  * The loop IR follows Inductor's: every value that must exist in memory is a
  * Buffer whose body says how to compute one element (Pointwise) or one
@@ -220,5 +221,16 @@ int64_t loop_elsize(kiln_dtype dt);
  * per index at most (an embedding lookup reads a few rows of a large
  * table), never more than all. Unfused and fused traffic both count so. */
 int64_t lower_gathered_rows(int64_t axis_len, int64_t nidx);
+
+/* ===== check.c =========================================================== */
+
+/* Verify the invariants lower.c guarantees (check.c lists them): buffers
+ * read only earlier buffers, indices use only their body's loop variables,
+ * iteration sizes are >= 1 and cover the buffer, ops have op_info's kind and
+ * arity, extern operands stay inside their buffers. KILN_OK, or
+ * KILN_ERR_INPUT with the first violation in err, naming the buffer
+ * ("loop IR check: buf3 loads buf7, which is computed later"): a bug in the
+ * compiler, not in the program. Allocates nothing; O(size of the IR). */
+kiln_status loop_check(const LoopProgram *p, char *err, size_t errlen);
 
 #endif

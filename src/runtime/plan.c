@@ -1,5 +1,7 @@
 /* plan.c -- the pipeline driver up to scheduling: decompose -> lower ->
- * schedule, owned as one Plan. */
+ * schedule, owned as one Plan. The loop IR and the schedule are checked
+ * (loop_check, sched_check) right after the pass that made each: cheap, and
+ * a failure is a compiler bug reported before codegen acts on it. */
 #include "runtime/runtime.h"
 #include <string.h>
 
@@ -19,7 +21,9 @@ kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *
     for (const GraphNote *n = p->dec->notes; st == KILN_OK && n; n = n->next)
         loop_log(cfg, LOG_REWRITE, "rewrite: %s\n", n->text);
     if (st == KILN_OK) st = lower_run(p->dec, cfg, &p->prog, err, errlen);
+    if (st == KILN_OK) st = loop_check(p->prog, err, errlen);
     if (st == KILN_OK) st = sched_run(p->prog, cfg, &p->sched, err, errlen);
+    if (st == KILN_OK) st = sched_check(p->sched, err, errlen);
     if (st != KILN_OK) {
         plan_free(p);
         return st;

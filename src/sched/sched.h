@@ -3,6 +3,7 @@
  *
  *   sched.c   loop IR -> scheduler nodes -> fusion rounds -> kernels
  *   report.c  explain text, JSON report, Graphviz dot
+ *   check.c   sched_check: the invariants the scheduler guarantees, verified
  */
 #ifndef KILN_SCHED_H
 #define KILN_SCHED_H
@@ -154,5 +155,19 @@ void report_json(FILE *f, const Schedule *s, const ReportHooks *hooks);
 void report_dot(FILE *f, const Schedule *s);
 /* The loop nest of one kernel as indented text. */
 void report_loop_nest(FILE *f, const Schedule *s, const Kernel *k, const char *indent);
+
+/* ===== check.c ============================================================ */
+
+/* Verify the invariants sched.c guarantees (check.c lists them): one node
+ * per computed buffer, each in exactly one kernel of at most max_fusion_size
+ * members; kernels in call order, reading only sources, their own members
+ * and what earlier kernels stored; valid stages, kinds and loops; traffic
+ * sums; rounds and the fusion log naming valid nodes. KILN_OK, or
+ * KILN_ERR_INPUT with the first violation in err, naming the node or kernel
+ * ("schedule check: kernel 1 (cpp_fused_add_0) reads buf2, which kernel 3
+ * (cpp_fused_sin_1) produces later"): a bug in the compiler, not in the
+ * program. KILN_ERR_NOMEM if its one node table cannot be allocated.
+ * O(size of the schedule). */
+kiln_status sched_check(const Schedule *s, char *err, size_t errlen);
 
 #endif
