@@ -9,7 +9,7 @@
 #                   parser, the .npy reader and the ONNX importer; FUZZ_ARGS
 #                   (default -runs=1000000) is passed on
 #   make valgrind   memcheck over test_kiln (VALGRIND_FILTER picks the tests)
-#   make conformance  the ONNX backend tests of libonnx-testdata (issue 8);
+#   make conformance  the ONNX backend tests of libonnx-testdata;
 #                   summary in docs/conformance.md
 #   make models     resnet18, mobilenet_v2 and a transformer encoder layer
 #                   exported by PyTorch, run by kiln, compared with PyTorch
@@ -74,7 +74,7 @@ $(BUILD)/gen/kiln_rt_src.inc: src/base/kiln_rt.h
 	$(EMBED) $< > $@
 $(BUILD)/obj/codegen/codegen.o: $(BUILD)/gen/vecmath_src.inc $(BUILD)/gen/kiln_rt_src.inc
 
-# ONNX (issue 8): the protobuf-c reader of onnx.proto is generated at build
+# ONNX: the protobuf-c reader of onnx.proto is generated at build
 # time from the copy Debian's libonnx-dev ships; no hand-written decoder.
 # Generated code is not ours to warn about (-w).
 ONNX_PROTO ?= /usr/include/onnx/onnx.proto
@@ -140,7 +140,7 @@ install: all
 clean:
 	rm -rf $(BUILD)
 
-# ---- fuzzing (issue 6) ----------------------------------------------------
+# ---- fuzzing --------------------------------------------------------------
 # libFuzzer harnesses in fuzz/, built with clang under ASan+UBSan into
 # $(BUILD)/fuzz with the whole library (the harnesses reach the parser, the
 # .npy reader and the interpreter; the rest is linked, never run). The seed
@@ -178,7 +178,7 @@ fuzz-parse: $(FUZZ_DIR)/fuzz_parse
 	cd $(FUZZ_DIR) && ./fuzz_parse -dict=$(CURDIR)/fuzz/kiln.dict -artifact_prefix=crash-parse- \
 	    $(FUZZ_ARGS) corpus-parse seed-parse
 
-# fuzz-onnx (issue 8): the ONNX importer; seeds: tests/onnx and a sample of
+# fuzz-onnx: the ONNX importer; seeds: tests/onnx and a sample of
 # libonnx-testdata's node tests.
 fuzz-onnx: $(FUZZ_DIR)/fuzz_onnx
 	@rm -rf $(FUZZ_DIR)/seed-onnx && mkdir -p $(FUZZ_DIR)/seed-onnx $(FUZZ_DIR)/corpus-onnx
@@ -194,7 +194,7 @@ fuzz-npy: $(FUZZ_DIR)/fuzz_npy
 	cd $(FUZZ_DIR) && ./fuzz_npy -dict=$(CURDIR)/fuzz/npy.dict -artifact_prefix=crash-npy- \
 	    $(FUZZ_ARGS) corpus-npy seed-npy
 
-# ---- benchmarks (issue 5; not tests) ---------------------------------------
+# ---- benchmarks (not tests) ------------------------------------------------
 # make bench-conv: ext_conv2d (oneDNN, and im2col + sgemm, 1x1, depthwise) on ResNet-18
 # layer shapes at 1 and 2 threads, in GFLOP/s, with oneDNN called directly
 # beside them. BENCH_ARGS is passed on, e.g.
@@ -207,7 +207,7 @@ $(BUILD)/bench/conv_bench: bench/conv_bench.c $(BUILD)/libkiln_testing.a $(HDRS)
 bench-conv: $(BUILD)/bench/conv_bench
 	$(BUILD)/bench/conv_bench $(BENCH_ARGS)
 
-# ---- valgrind (issue 6) ---------------------------------------------------
+# ---- valgrind -------------------------------------------------------------
 # memcheck over the normal build's test_kiln: no invalid access, no definite
 # leak. VALGRIND_FILTER picks the tests (substrings of their names, or
 # prefixes with a leading ^). The default covers the library's own code:
@@ -222,7 +222,7 @@ VALGRIND_FILTER ?= ^parse_ ^npy_ ^interp_ ^golden_ ^lower_ ^sched_ ^rewrite_ \
 VALGRIND = valgrind -q --leak-check=full --errors-for-leak-kinds=definite \
            --show-leak-kinds=definite --error-exitcode=1
 
-# ---- ONNX conformance (issue 8) ---------------------------------------------
+# ---- ONNX conformance -------------------------------------------------------
 # Every test of the four backend-test folders of libonnx-testdata, compiled
 # (fused) and compared with ONNX's tolerances; counts per folder and each
 # failure. The JIT cache ($(BUILD)/conformance-cache) makes a rerun fast.
@@ -232,7 +232,7 @@ conformance: deps $(BUILD)/kiln
 	KILN_CACHE_DIR=$(CURDIR)/$(BUILD)/conformance-cache $(BUILD)/kiln onnx-test $(CONFORMANCE_ARGS) \
 	    $(ONNX_DATA)/node $(ONNX_DATA)/pytorch-converted $(ONNX_DATA)/pytorch-operator $(ONNX_DATA)/simple
 
-# ---- real models (issue 8; not part of make test) ----------------------------
+# ---- real models (not part of make test) -------------------------------------
 # resnet18, mobilenet_v2 and a transformer encoder layer exported to ONNX by
 # Debian's PyTorch (random weights, models/export.py, into $(BUILD)/models),
 # run by kiln and compared with PyTorch's output; `kiln explain` must show the

@@ -1,6 +1,6 @@
 /*
- * epilogue_bench.c -- what an extern epilogue costs (issue 5; bench/run
- * builds and runs it; not a test).
+ * epilogue_bench.c -- what an extern epilogue costs (bench/run builds and
+ * runs it; not a test).
  *
  *   epilogue_bench BARE.kiln FULL.kiln [--threads N] [--repeat R]
  *

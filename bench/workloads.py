@@ -12,8 +12,8 @@ Each workload has, for a size:
   - flops (matmul/conv only: compute-bound, the bandwidth bound is not the
     limit there).
 
-Used by bench/run (the seven memory-bound programs of issue 4) and
-bench/compare (issue 7). Imports torch lazily so bench/run works without it.
+Used by bench/run (the seven memory-bound programs, RUN_SET) and
+bench/compare (every workload). Imports torch lazily so bench/run works without it.
 """
 
 import math
@@ -159,7 +159,7 @@ WORKLOADS = [
              tol={"rtol": 1e-3, "atol_rel": 1e-4}),
 ]
 
-# bench/run's seven programs (issue 4).
+# bench/run's seven programs.
 RUN_SET = ["chain", "rowsum", "siblings", "wall", "softmax", "layernorm", "gelu_bias"]
 
 

@@ -157,7 +157,7 @@ if [ "$v1" = 1 ] && [ "$c1" = 1 ] && [ "$v2" = 2 ] && [ "$c2" = 1 ] && ls "$t/vc
 then pass compiler_version_kept
 else fail compiler_version_kept "version queries $v1 then $v2 (want 1, 2), compiles $c1 then $c2 (want 1, 1)" "$(cat "$t/cc.log")"; fi
 
-# ONNX models (issue 8): .pb inputs, --shape for a symbolic dim, outputs by
+# ONNX models: .pb inputs, --shape for a symbolic dim, outputs by
 # their ONNX names and types (cls is int64), the conformance runner on a
 # test whose expected outputs come from tests/onnx/oracle.py
 onnx=tests/onnx/mlp

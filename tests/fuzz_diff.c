@@ -8,7 +8,7 @@
  * explores new programs) and go up by one. BATCH programs (default 50) are
  * compiled with one compiler run (rt_compile_many); when a batch does not
  * compile, its programs are compiled one by one to find the culprit. A
- * program whose fused result is outside rt_tolerance (src/runtime/runtime.c) of the
+ * program whose fused result is outside rt_tolerance (src/ref/tolerance.c) of the
  * interpreter's, even with the reference's own spread added
  * (rt_reference_spread: ill-conditioned elements, see docs/tolerances.md),
  * or that fails to compile or run, is written to

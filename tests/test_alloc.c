@@ -1,5 +1,5 @@
 /*
- * test_alloc.c -- allocation failure, everywhere (issue 6).
+ * test_alloc.c -- allocation failure, everywhere.
  *
  * Every byte kiln allocates goes through one hook (kiln_set_allocator), so
  * a test can make the n-th allocation fail. For a representative program

@@ -374,8 +374,9 @@ TEST(codegen_math_forms) {
 
 /* vecmath.h's AVX-512 exp and gelu (KILN_VM_EXP_DISPATCH,
  * KILN_VM_GELU_DISPATCH) are compiled into the programs that call exp or
- * tanh, or gelu, and left out of the others (KILN_VM_NO_EXP_DISPATCH,
- * which saves 30 ms of compile; KILN_VM_NO_GELU_DISPATCH). Those programs
+ * tanh, or gelu, and left out of the others (KILN_VM_NO_EXP_DISPATCH and
+ * KILN_VM_NO_GELU_DISPATCH, to save compile time: docs/decisions.md,
+ * Unused vector variants left out of the prelude). Those programs
  * run against the interpreter over exp's whole range: rows of 14 (8-wide
  * vectors: the padded narrow variant), rows of 1000 (16-wide), tanh, gelu,
  * and the values where exp overflows, underflows, turns denormal, inf, NaN. */
@@ -632,7 +633,8 @@ TEST(codegen_vectorized_arm64_cross) {
 
 /* GCC 12 tuned for Skylake-SP or Rocket Lake prefers 256-bit vectors and
  * then vectorizes no loop that calls an AVX-512 SIMD clone ("no vectype
- * for stmt"): kernels fell to scalar code, 137x slower. The v4 tier's
+ * for stmt"): kernels fell to scalar code (docs/decisions.md: Target tiers
+ * instead of -march=native). The v4 tier's
  * -mprefer-vector-width=512 must keep them vectorized under that tuning
  * (the tuning is only a compile flag: checked on any CPU). Without it
  * the loop is not vectorized with GCC 12; that is printed, not asserted
@@ -823,8 +825,8 @@ TEST(codegen_streamed_stores) {
                        "y per vector:\n%s", fn);
             }
             /* the copy follows the loop that fills the tile; the fence comes
-             * once per thread, after the row loop (a fence per row cost
-             * layer_norm over 65536x64 8x) */
+             * once per thread, after the row loop, not after each row's copy
+             * (docs/decisions.md: Streamed stores) */
             const char *t = strstr(fn, cases[i].tile), *s = strstr(fn, cases[i].stream);
             EXPECT(t && s && t < s, "case %zu: copy before the tile is full:\n%s", i, fn);
             const char *f = strstr(fn, "        }\n        kiln_stream_fence();\n");

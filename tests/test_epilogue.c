@@ -1,5 +1,5 @@
 /*
- * test_epilogue.c -- extern epilogues (issue 5, item 3): pointwise consumers
+ * test_epilogue.c -- extern epilogues: pointwise consumers
  * of a matmul or conv2d output run inside the library call, on each output
  * block right after the library computed it.
  *

@@ -2,15 +2,16 @@
  * test_extern_fused.c -- matmul and conv2d through the compiled path
  * (kiln_compile + kiln_program_run: lowering of extern operands to strided
  * views, the generated wrapper, OpenBLAS and im2col) against the reference
- * interpreter, over the shapes issue 5 lists: odd sizes, 1x1, 3x3 and 7x7
- * kernels, stride 2, dilation, groups and depthwise, batch broadcasting,
- * 1-D operands, transposed and sliced views as operands, Conv-BN-ReLU with
- * constant and with runtime parameters, and a residual add.
+ * interpreter, over the shapes extern kernels must handle: odd sizes, 1x1,
+ * 3x3 and 7x7 kernels, stride 2, dilation, groups and depthwise, batch
+ * broadcasting, 1-D operands, transposed and sliced views as operands,
+ * Conv-BN-ReLU with constant and with runtime parameters, and a residual
+ * add.
  *
  * A cold compile costs a C compiler run, so the cases are packed into two
  * programs with many outputs (one for matmul, one for conv2d). The JIT cache
  * is a fresh directory under test_tmpdir(). Tolerance: rt_tolerance of the
- * program (src/runtime/runtime.c), as in test_fused.c.
+ * program (src/ref/tolerance.c), as in test_fused.c.
  *
  * Views: a transposed or sliced operand must reach BLAS as a transpose flag
  * or a leading dimension, never as a copy. The loop program shows the

@@ -481,7 +481,8 @@ TEST(externs_blas_core_choice) {
 }
 
 /* The real library after kiln's first BLAS use: on a CPU with AVX2 the core
- * is not the SSE3 Prescott fallback (5-7x slower sgemm). Skipped on other
+ * is not the SSE3 Prescott fallback, whose sgemm is several times slower
+ * (docs/decisions.md: OpenBLAS's core choice). Skipped on other
  * CPUs and when the user set OPENBLAS_CORETYPE. */
 TEST(externs_blas_core_not_prescott) {
     const char *user = getenv("OPENBLAS_CORETYPE");

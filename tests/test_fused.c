@@ -5,7 +5,7 @@
  * Every example in examples/, every golden case in tests/golden/cases and
  * RAND_PROGRAMS random programs from tests/randprog.c (a fixed seed range)
  * run both ways on the same inputs, and every output must agree within the
- * per-op-class tolerance of rt_tolerance (src/runtime/runtime.c): pointwise programs
+ * per-op-class tolerance of rt_tolerance (src/ref/tolerance.c): pointwise programs
  * 1e-5 absolute + 1e-5 relative (vecmath.h is a few ulp from libm); programs
  * with a reduction or an extern over n elements 1e-5 sqrt(n) absolute +
  * 1e-4 relative (float sums in another order against the interpreter's

@@ -1,6 +1,6 @@
 /*
- * test_gather.c -- gather (numpy.take) and conv_transpose2d, the externs of
- * issue 8: builder shapes and argument errors, the compiled path (strided
+ * test_gather.c -- gather (numpy.take) and conv_transpose2d, the externs
+ * the ONNX importer needed (Gather, ConvTranspose): builder shapes and argument errors, the compiled path (strided
  * views as operands, OpenBLAS sgemm + col2im, the generated wrapper, fused
  * pointwise epilogues) against the reference interpreter, the run-time
  * error of an index out of range in both, and ext_gather's epilogue

@@ -160,7 +160,8 @@ static void corrupt_rebuilt(const char *name, double truncate_it) {
 
 JIT_TEST(jit_garbage_so_is_rebuilt) { corrupt_rebuilt("jit_garbage", 0); }
 JIT_TEST(jit_truncated_so_is_rebuilt) { corrupt_rebuilt("jit_truncated", 100); }
-/* Regression (issue 6): a .so cut after its program headers was a SIGBUS. */
+/* Regression (found by the robustness work that added the fuzzers): a .so
+ * cut after its program headers was a SIGBUS. */
 JIT_TEST(jit_half_so_is_rebuilt) { corrupt_rebuilt("jit_half", 0.5); }
 JIT_TEST(jit_nearly_whole_so_is_rebuilt) { corrupt_rebuilt("jit_nearly_whole", 0.95); }
 

@@ -1,5 +1,5 @@
 /*
- * test_onnx.c -- the ONNX importer (issue 8).
+ * test_onnx.c -- the ONNX importer.
  *
  * Small models are built here in C with protobuf-c itself (the generated
  * onnx.pb-c.h), packed to bytes and imported; results are checked against
@@ -747,9 +747,9 @@ static const char *const must_pass[] = {
     "node/test_isinf_negative",
 };
 
-/* Tests of ops whose builders came from other issue 8 branches (pad,
+/* Tests of ops whose builders were written apart from the importer (pad,
  * concat, pools, gather, conv_transpose2d, negative slice steps): they
- * run once those builders exist (before the merge they are stubs). */
+ * must pass now that those builders exist. */
 static const char *const must_pass_builders[] = {
     "node/test_maxpool_2d_pads", "node/test_maxpool_with_argmax_2d_precomputed_pads",
     "node/test_averagepool_2d_pads_count_include_pad", "node/test_averagepool_2d_ceil",

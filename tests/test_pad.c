@@ -1,5 +1,6 @@
 /*
- * test_pad.c -- pad, concat, pooling and negative-step slices (kiln issue 8).
+ * test_pad.c -- pad, concat, pooling and negative-step slices (the ops the
+ * ONNX importer needed beyond the first language).
  *
  * The values of every mode are checked against NumPy by the golden cases
  * (tests/golden/gen.py: pad_*, cat_*, slice_negative_step, max_pool_*,

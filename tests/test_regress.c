@@ -1,5 +1,6 @@
 /*
- * test_regress.c -- the regression inputs of tests/regress/ (issue 6).
+ * test_regress.c -- the regression inputs of tests/regress/ (crashes and
+ * edge cases the fuzzers found or probe).
  *
  * Each file there is an input that once crashed kiln or sits at an edge
  * the fuzzers probe: deep nesting, a long line under the caret, NUL and

@@ -1,6 +1,7 @@
 /*
- * test_sched.c -- the fusion scheduler against the seed table of DESIGN.md
- * and each can_fuse rule in isolation.
+ * test_sched.c -- the fusion scheduler against the seed experiments
+ * (docs/design.md, "The seed experiments") and each can_fuse rule in
+ * isolation.
  *
  * Each seed test asserts the structure of the decision (nodes before
  * scheduling, possible fusions per round, the pairs fused, the rejections
@@ -64,7 +65,7 @@ static bool calls_are(const Schedule *s, int n, const char *const *names) {
 }
 
 
-/* ---- the seed table ------------------------------------------------------------ */
+/* ---- the seed experiments (docs/design.md) ------------------------------------- */
 
 static int chain(kiln_graph *g, int x) {
     return kiln_unary(g, "sin", kiln_binary(g, "mul", kiln_unary(g, "relu",
@@ -191,7 +192,8 @@ TEST(sched_wall_shared_chain) {
 }
 
 /* softmax: 4 nodes (amax, exp, sum, div), two rounds into one kernel whose
- * single row loop holds three inner loops; the log of the seed article. */
+ * single row loop holds three inner loops; the fusion log the softmax seed
+ * experiment expects. */
 TEST(sched_softmax) {
     kiln_graph *g = kiln_graph_new();
     kiln_output(g, kiln_softmax(g, kiln_input(g, "x", KILN_F32, 2, SQ), 1), "y");
@@ -633,7 +635,7 @@ TEST(sched_reports) {
     plan_free(p);
 }
 
-/* KILN_LOGS=fusion prints the article's lines. */
+/* KILN_LOGS=fusion prints Inductor's log lines (docs/design.md, "Reports"). */
 TEST(sched_fusion_log_format) {
     KilnConfig c = quiet();
     char *text = NULL;

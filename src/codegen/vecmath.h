@@ -28,7 +28,7 @@
  *         far below a float ulp over the WHOLE float range. Then Cephes
  *         float polynomials for sin and cos on [-pi/4, pi/4] and a quadrant
  *         select. Written branch-free, all paths would run for every
- *         element (the table gathers alone cost 2/3 of the time), so with
+ *         element (most of it in the table gathers), so with
  *         GCC on x86-64 (SSE4.1 and up) sin and cos are vector functions
  *         whose variants (below) take a quick path for a whole vector when
  *         every lane allows it: the fast path with FMA, and without FMA
@@ -46,11 +46,8 @@
  *         polynomial fitted by scripts/fit_gelu.py on [0, 5.5]; 2^(q - 1)
  *         as 2^n times a degree-6 polynomial in r = q - n (n = q rounded);
  *         x - |x| h for x >= 0, x h for x < 0 (h = 0 from |x| = 5.5 on).
- *         22 vector ops in its AVX-512 variant (below), against 31 in the
- *         one before (log Phi, then a general exp): gelu in cache 0.595 ->
- *         0.321 ns per element (bench/vecmath.sh), gelu(x + b) over
- *         8192x4096 21.6-36.2 ms -> 16.0-21.6 ms at 1 thread, 12.1-13.3 ->
- *         10.8-11.9 ms at 2 (three alternating runs, best of 9 each).
+ *         Fewer vector operations than the log Phi / exp form it replaced
+ *         (docs/decisions.md: gelu in log2 form).
  *   sigmoid  e = exp(-|x|); (x >= 0 ? 1 : e) / (1 + e): no overflow, and
  *         right down to denormal results for large negative x; e is kept in
  *         two parts and the rounding of 1 + e is compensated.
@@ -94,33 +91,10 @@
  * near 0: the fast path scores 1.560 (sin) and 1.559 (cos) over every
  * float in [0.5, 4096), and tests/test_vecmath.c also sweeps the floats
  * nearest multiples of pi/2.
- * Speed (bench/vecmath.sh: kernel-style loops over 4096 floats in cache,
- * one thread, AVX-512, ns per element; before the fast paths in brackets):
- * sin and cos 0.69 (3.0-3.1; 1.5 when 1 value in 64 has |x| >= 4096), exp
- * 0.49 (0.60), erf 0.65 (1.17), tanh 0.88 (1.03), log 0.73, sigmoid 1.0.
- * libm scalar, older figures: exp 6.5, log 6.1, sin 5.8, tanh 25, erf 21,
- * sigmoid 8.3. With the AVX-512 variants (below), in one run against the
- * header before them: exp 0.456 -> 0.221, sin 0.622 -> 0.440, cos 0.575
- * -> 0.437, tanh 0.807 -> 0.587, gelu 0.584 -> 0.567 (and with the
- * log2 form of gelu, in one run against the one before: 0.595 -> 0.321).
- * With the 8- and 4-lane variants, on an AMD EPYC (Zen 3, AVX2, no
- * AVX-512), against the header before them (where those lanes were the C
- * forms vectorized by GCC, and sin's a copy to memory and a 16-float loop
- * of the fast path), bench/vecmath.sh with VB_FLAGS, the median of 5 runs
- * of 10 rounds: at x86-64-v3 sin 4.20 -> 0.64, cos 4.19 -> 0.66 (with 1
- * value in 64 at |x| >= 4096: 5.28 -> 1.48), exp 1.02 -> 0.51, tanh 1.75
- * -> 1.31, gelu 1.17 -> 0.70; at x86-64-v2 sin 6.90 -> 2.38, cos 6.99 ->
- * 2.14, exp 2.98 -> 1.62, tanh 4.56 -> 3.41, gelu 3.84 -> 2.59; log, erf
- * and sigmoid unchanged (1.44, 1.64, 1.70 at v3). This machine's clock
- * changes with its neighbour's load: in other runs every figure was up to
- * 1.3 times these, old and new alike. At 8 lanes a variant's time is its
- * dependency chain (the C form's operations, in order; by the instruction
- * latencies exp about 48 cycles, gelu about 70 with its two Horner
- * polynomials) over the 3 to 4 calls that overlap, more than its
- * instruction count: gelu with 4 of its 13 FMAs removed (a timing
- * experiment) took 0.73 -> 0.53 ns. At v2 each FMA of the C form is a
- * multiply and an add (6 cycles, 2 instructions) on half the lanes, and
- * sin reduces in double (2 lanes), so v2 takes 3 to 4 times as long as v3.
+ * Speed: bench/vecmath.sh times these functions in kernel-style loops; the
+ * figures behind each choice here (the fast paths, the vector variants,
+ * gelu's log2 form) are in docs/decisions.md ("vecmath: ..." and "gelu in
+ * log2 form").
  *
  * FMA: __builtin_fmaf only where the target has it, else a*b+c (which
  * -std=c11 never contracts), so a build gives the same results scalar or
@@ -137,18 +111,15 @@
  * (x86-64-v2, and the 4-lane calls of v3 and v4, with FMA there) in
  * roundps, blendvps, minps and FMA where the target has it, their
  * constants whole vectors in memory (KILN_VM_CONSTS). GCC compiles the C
- * forms with bit-mask blends and integer exponent arithmetic; counted in
- * the compiled kernels (objdump, constant loads included): exp 51
- * instructions per vector against 26 at AVX-512, gelu 37 against 27, the
- * sin fast path with its dispatch 95 against 66; at v3, the C form in a
- * loop (its constants in registers) against a variant's call: exp 38
- * against 26, gelu 35 against 32. Each gives the C function's bits:
+ * forms with bit-mask blends and integer exponent arithmetic, in more
+ * instructions than the variants take (counts in docs/decisions.md:
+ * vecmath: AVX-512 vector variants). Each gives the C function's bits:
  * tests/test_vecmath.c compares them value by value over the sweep and
  * every float of the ranges where it matters, and all 2^32 floats were
  * compared once (exp, gelu, sin, cos; the 16-lane variants, and the 8-
  * and 4-lane ones at v3 and v2 against the C functions vectorized by GCC;
  * not a test: it takes minutes). So the bounds above hold unchanged.
- * Speed: see the variants' comments and bench/vecmath.sh.
+ * Speed: bench/vecmath.sh, and docs/decisions.md for the measurements.
  */
 #ifndef KILN_VECMATH_H
 #define KILN_VECMATH_H
@@ -357,17 +328,16 @@ KILN_VM_INLINE float kiln_vm_expf(float x) {
     return kiln_vm_sel(x < KILN_VM_EXP_LO, 0.0f, y);
 }
 
-/* exp in vector instructions. Written in C (above), GCC compiles exp to
- * about 50 instructions per vector: the clamps and the two-step 2^n are
- * compares, blends and integer arithmetic. With AVX-512 the same steps are
- * single instructions: vrndscaleps rounds x log2 e to n (as the 1.5*2^23
- * trick does), and vscalefps multiplies by 2^n with one rounding, denormal
- * results included (as kiln_vm_scale's two steps do), so the variant below
- * gives the C function's bits exactly, in 26 instructions
- * (tests/test_vecmath.c compares the two). The generated softmax over
- * 8192x4096, interleaved runs: 1.19x faster at 1 thread, 1.26x at 2.
- * On 4 and 8 lanes (SSE4.1, AVX2; below) roundps does the rounding, and
- * 2^n is an addition to p's exponent bits and a multiply.
+/* exp in vector instructions. Written in C (above), GCC compiles exp's
+ * clamps and two-step 2^n to compares, blends and integer arithmetic. With
+ * AVX-512 the same steps are single instructions: vrndscaleps rounds
+ * x log2 e to n (as the 1.5*2^23 trick does), and vscalefps multiplies by
+ * 2^n with one rounding, denormal results included (as kiln_vm_scale's two
+ * steps do), so the variant below gives the C function's bits exactly in
+ * about half the instructions (tests/test_vecmath.c compares the two;
+ * docs/decisions.md: vecmath: AVX-512 vector variants). On 4 and 8 lanes
+ * (SSE4.1, AVX2; below) roundps does the rounding, and 2^n is an addition
+ * to p's exponent bits and a multiply.
  *
  * As for sin and cos (below), the variants are vector functions under the
  * x86-64 vector function ABI names that GCC calls from vectorized loops
@@ -375,7 +345,8 @@ KILN_VM_INLINE float kiln_vm_expf(float x) {
  * scalar symbol runs the C function. With another compiler, off x86-64,
  * below SSE4.1, or where codegen defines KILN_VM_NO_EXP_DISPATCH (in
  * programs without exp or tanh) kiln_expf is the C function. The builtins
- * are GCC's own (immintrin.h would add 0.25 s to every compile). */
+ * are GCC's own: including immintrin.h would slow every kernel's compile
+ * (docs/decisions.md: vecmath: AVX-512 vector variants). */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__AVX512F__) && \
     defined(__FMA__)
 /* 16 floats in a zmm register, GCC vector extensions: + - * act per lane
@@ -462,7 +433,8 @@ typedef int32_t kiln_vm_i8 __attribute__((vector_size(32)));
  * struct (fields ...), read through a pointer k that GCC cannot follow (an
  * empty asm), so each load folds into the instruction that uses it
  * (vfmadd213ps 0x80(%rax), %ymm1, %ymm2) instead of taking a vbroadcastss
- * of its own in every call (exp at v3: 40 instructions -> 26). */
+ * of its own in every call (docs/decisions.md: vecmath: 8- and 4-lane
+ * vector variants). */
 #define KILN_VM_CONSTS(k, fields, ...)                                                      \
     static const struct { fields; } k##_table = {__VA_ARGS__};                             \
     const __typeof__(k##_table) *k = &k##_table;                                           \
@@ -510,7 +482,7 @@ typedef int32_t kiln_vm_i8 __attribute__((vector_size(32)));
  * addition to p's exponent bits here, is exact, and the multiply rounds
  * once). The two selects of the C form are left out: past EXP_HI the
  * clamped x gives inf, below EXP_LO 0, as the selects do (every float
- * compared). 26 instructions at v3. */
+ * compared). */
 #define KILN_VM_EXPF_N(N)                                                                  \
     KILN_VM_INLINE kiln_vm_f##N kiln_vm_expf##N(kiln_vm_f##N x) {                          \
         KILN_VM_CONSTS(k, kiln_vm_f##N hi; kiln_vm_f##N lo; kiln_vm_f##N log2e; kiln_vm_f##N c1; \
@@ -843,8 +815,9 @@ KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
 /* Per-vector dispatch. A branch in the scalar
  * form cannot skip the large-argument path: inside a vectorized loop or a
  * declare-simd clone GCC needs straight-line code, so both paths run and
- * the three table gathers cost 2/3 of the time even when no lane needs
- * them. So sin and cos are declared `simd` and their vector variants are
+ * the three table gathers take most of the time even when no lane needs
+ * them (docs/decisions.md: vecmath: per-vector dispatch for sin and cos).
+ * So sin and cos are declared `simd` and their vector variants are
  * written here, under the x86-64 vector function ABI names GCC calls
  * (_ZGV<isa>N<lanes>v_<name>, as glibc's libmvec provides them): each
  * checks whether any lane is outside its quick path and, if none is, runs
@@ -859,15 +832,15 @@ KILN_VM_INLINE float kiln_vm_cosf(float x) { return kiln_vm_sincos(x, 1u); }
  * They are compiled into every kernel, used or not (GCC must not drop
  * them before its vectorizer calls them), so codegen defines
  * KILN_VM_NO_TRIG_DISPATCH in programs without sin or cos and they get
- * the plain definitions below (the first variants, a loop per variant:
- * kiln compile_ms of examples/chain.kiln and softmax.kiln 95-127 ->
- * 205-257). */
+ * the plain definitions below: compiled in, the variants cost compile time
+ * (docs/decisions.md: Unused vector variants left out of the prelude). */
 #if KILN_VM_TRIG_DISPATCH
 /* The full path over KILN_VM_TRIG_N floats (the widest variant's lanes;
  * q0 = 0: sin, 1: cos), out of line, so a kernel compiles it once, not
  * once per variant; a fixed count leaves no remainder loops to compile
- * (inlined per variant, with remainders, such loops took 0.35 s of every
- * kernel's compile). Narrower variants pad with zeros. */
+ * (inlined per variant, with remainders, such loops cost compile time in
+ * every kernel: docs/decisions.md: vecmath: per-vector dispatch for sin
+ * and cos). Narrower variants pad with zeros. */
 #if KILN_VM_AVX512
 #define KILN_VM_TRIG_N 16
 #elif KILN_VM_SIMD8
@@ -1037,10 +1010,10 @@ KILN_VM_INLINE kiln_vm_f16 kiln_vm_sincos_fast16(kiln_vm_f16 x, uint32_t q0) {
 }
 
 /* The 16-lane variant: a mask compare says whether any lane needs the full
- * path; if none does, the fast path runs in registers, inline (no copy to
- * memory, no call: sin(relu(x + 1) * 2) over 8192x4096 1.12-1.20x faster
- * than a copy to memory and a 16-float loop of the fast path, which the
- * narrower variants used before KILN_VM_TRIG_VARIANT). */
+ * path; if none does, the fast path runs in registers, inline: no copy to
+ * memory and no call, as the copy and 16-float loop of the fast path that
+ * the narrower variants used before KILN_VM_TRIG_VARIANT needed
+ * (docs/decisions.md: vecmath: per-vector dispatch for sin and cos). */
 #define KILN_VM_TRIG_VARIANT16(fn, q0, sym)                                               \
     __attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_##fn##_e(kiln_vm_f16 x)   \
         __asm__(sym);                                                                    \
@@ -1186,22 +1159,23 @@ KILN_VM_INLINE float kiln_vm_gelu(float x) {
 }
 
 /* gelu in AVX-512, as exp above: the same operations on 16 lanes (so the
- * same bits, NaN payloads aside), 22 vector operations where the C form
- * compiles to 30 or so: vrangeps takes min(|x|, 5.5) in one, vreduceps
- * gives r = q - round(q) exactly (so n = q - r), vscalefps multiplies by
- * 2^n and zeroes the lanes from 5.5 on under a mask, and the last two
- * steps are masked (x - ac h where x >= 0, then x h elsewhere). vrangeps
- * and vreduceps are AVX512DQ (AVX512F without it: the C function). On 4
- * and 8 lanes (KILN_VM_GELU_N) the C form's steps: minps(5.5, |x|) is
- * the clamp (NaN stays NaN), roundps rounds q as the 1.5*2^23 trick does
+ * same bits, NaN payloads aside), in fewer vector operations than the C
+ * form compiles to (docs/decisions.md: gelu in log2 form): vrangeps
+ * takes min(|x|, 5.5) in one, vreduceps gives r = q - round(q) exactly
+ * (so n = q - r), vscalefps multiplies by 2^n and zeroes the lanes from
+ * 5.5 on under a mask, and the last two steps are masked (x - ac h where
+ * x >= 0, then x h elsewhere). vrangeps and vreduceps are AVX512DQ
+ * (AVX512F without it: the C function). On 4 and 8 lanes (KILN_VM_GELU_N)
+ * the C form's steps: minps(5.5, |x|) is the clamp (NaN stays NaN),
+ * roundps rounds q as the 1.5*2^23 trick does
  * (|q| < 2^22), and n is added to p's exponent bits. The end is one
  * multiply-add (KILN_VM_FMA4/8), a - m h, with its operands chosen
  * beforehand, off the dependency chain: a = x where x's sign bit is
  * clear, else x 0 (-0, NaN for -inf), and m = ac, 0 from 5.5 on. That is
  * the C form's bits: x >= 0 gives x - ac h (x from 5.5 on, where h = 0);
  * x < 0 gives -ac h - 0 = x h (ac = -x below 5.5; -0 from there, or NaN),
- * and x = -0 gives -0 either way. 32 instructions at v3. Codegen leaves
- * all of it out of programs without gelu (KILN_VM_NO_GELU_DISPATCH). */
+ * and x = -0 gives -0 either way. Codegen leaves all of it out of
+ * programs without gelu (KILN_VM_NO_GELU_DISPATCH). */
 #if KILN_VM_SIMD && (!defined(__AVX512F__) || defined(__AVX512DQ__)) && \
     !defined(KILN_VM_NO_GELU_DISPATCH)
 #define KILN_VM_GELU_DISPATCH 1

@@ -233,17 +233,15 @@ static int avg_scale(Graph *g, const Node *n, const Node *xn, const PoolGeom *p)
 
 /* A 3-D window's taps read the padded input under three nested border
  * tests, loads that GCC 12 does not vectorize (a masked load under a mask
- * that is invariant in the inner loop): that kernel ran 30-180x slower than
- * the unfused one. So a 3-D pool materializes its padded input (one
- * vectorized pad kernel, with a pointwise producer fused into it) and the
- * window reads it without tests. So does a padded window with a stride
- * above 1 along the last dim: its border-tested loads are strided, and GCC
- * vectorizes neither those nor the loop (ResNet-18's max pool 3x3/2 with
- * padding 1 over 64x112x112: 7.6 ms as one kernel, 1.3 ms as a pad kernel
- * and a window kernel, 1 thread). Unpadded windows, and padded ones with a
- * unit stride along the last dim (masked unit-stride loads), stay fused:
- * there one kernel is faster (2x2/2 avg_pool over 8x64x56x56: 0.37 ms
- * against 0.94). */
+ * that is invariant in the inner loop), so a 3-D pool materializes its
+ * padded input (one vectorized pad kernel, with a pointwise producer fused
+ * into it) and the window reads it without tests. So does a padded window
+ * with a stride above 1 along the last dim: its border-tested loads are
+ * strided, and GCC vectorizes neither those nor the loop. Unpadded
+ * windows, and padded ones with a unit stride along the last dim (masked
+ * unit-stride loads), stay fused: there one kernel is faster
+ * (docs/decisions.md: Pools: a materialized pad for 3-D and strided padded
+ * windows). */
 static int pooling(Graph *g, int x, const Node *n) {
     bool is_max = n->op == OP_MAX_POOL, padded;
     PoolGeom p = pool_geom(n);

@@ -857,7 +857,8 @@ static bool rule_extern_operand(Lower *L, int id, char *why, size_t n) {
     return true;
 }
 
-/* contiguous(x) asks for a copy (DESIGN: "contiguous(x) (materializes)"). */
+/* contiguous(x) asks for a copy: it is the one op that always materializes
+ * (docs/design.md, "The graph IR"). */
 static bool rule_contiguous(Lower *L, int id, char *why, size_t n) {
     if (graph_node(L->g, id)->op != OP_COPY) return false;
     snprintf(why, n, "contiguous() materializes");

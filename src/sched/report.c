@@ -19,10 +19,9 @@
  * something else reads it, and each stored epilogue member. The epilogue's
  * read of the library's output is not counted: it happens block by block,
  * from cache, right after the library wrote the block.
- * report_json writes the same facts in the schema of DESIGN.md; report_dot
- * draws the decomposed graph with each op coloured by the kernel it landed
- * in. The file also holds the configuration defaults, the KILN_LOGS switch
- * and the Plan helper that runs decompose, lower and schedule in one call.
+ * report_json writes the same facts as JSON (the fields are listed in
+ * docs/design.md, "Reports"); report_dot draws the decomposed graph with
+ * each op coloured by the kernel it landed in.
  */
 #include "sched/sched.h"
 #include <stdarg.h>

@@ -27,7 +27,8 @@
  * reduction's row loop (priority 1; Inductor's CPU backend ranks its
  * OuterLoopFusedSchedulerNode the same way). This is what makes softmax fuse
  * exp into the sum first (round 1), then the amax and the div around it
- * (round 2), exactly as the seed article's log shows.
+ * (round 2), as the softmax seed experiment expects (docs/design.md, "The
+ * seed experiments").
  *
  * A fused reduction node is one outer loop over the parallel dims holding a
  * sequence of stages: inner loops over the reduced dims, or per-row scalar
