@@ -411,6 +411,53 @@ typedef struct {
     int64_t step;                /* 1, or the block size of a block loop */
 } Loop;
 
+/* Row pairs (want_pairs, make_pairs, pair_row): a row reduction over long
+ * rows runs its innermost row loop two rows at a time. */
+typedef struct {
+    int n;                       /* rows per row-loop iteration: 1, or 2 */
+    const char *row_name;        /* the row loop's own variable */
+    const char *sfx;             /* "" for the first row, "_1" for the second */
+} CgPairs;
+
+/* Outer reduction (want_outer, make_outer): the contiguous parallel loop
+ * moved below the reduced loops. */
+typedef struct {
+    int xin;                     /* the moved loop; -1: none */
+    int *members;                /* members whose results the row nest stores */
+    int n;
+} CgOuter;
+
+/* Streamed stores (plan_stream, stream_store): large outputs through a
+ * per-thread tile and non-temporal stores. */
+typedef struct {
+    bool on;                     /* pointwise: large stores go through tiles */
+    bool used;                   /* some store went through a tile: fence at the end */
+    int64_t tile;                /* pointwise: elements per tile of a split innermost loop */
+    Str post;                    /* a row stage's streamed stores: tiles copied out after it */
+    Str vpost;                   /* the same per vector of the loop (kiln_stream16) */
+    int vloop;                   /* the loop vpost streams from (-1: none) */
+    bool vdone;                  /* that loop ran in vectors: vpost, not post */
+    bool prefetch;               /* pointwise, tiles of math: prefetch large inputs ahead */
+} CgStream;
+
+/* Row prefetch (note_row_load, row_prefetch): the next row's loads asked
+ * for while later stages work on this one. */
+typedef struct {
+    bool record;                 /* collecting the first stage's row loads */
+    const char **addr;           /* their addresses (C text, in the row and r loop vars) */
+    int n, cap;
+} CgPrefetch;
+
+/* Row reductions in lanes (spread_stage). */
+typedef struct {
+    const char *index;           /* the lane's index (C text) in a spread stage, or NULL */
+} CgLanes;
+
+/* An extern's epilogue (gen_epilogue). */
+typedef struct {
+    bool on;                     /* the kernel is an epilogue: loops over a flat range */
+} CgEpilogue;
+
 /* One kernel. The loops form the row nest (pnest: the parallel dims, shared
  * by every stage) and, below it, the current stage's nest (snest: the
  * reduced dims of an inner stage; nothing for a row step). Levels: 0 is
@@ -479,10 +526,6 @@ typedef struct {
     int nloops;
     int pnest[MAXL + 1], npl;    /* the row nest */
     int rl[MAXL], nrl;           /* the reduced dims' loops */
-    int xin;                     /* outer reduction: the moved loop; -1: none */
-    int pair;                    /* rows per row-loop iteration: 1, or 2 (row pairs) */
-    const char *row_name;        /* row pairs: the row loop's own variable */
-    const char *sfx;             /* row pairs: "" for the first row, "_1" for the second */
     int snest[MAXL + 1], nsn;    /* the current stage's nest */
     int level_of[MAXL + 1];      /* loop -> level while it is open, else -1 */
     int innermost;               /* the loop of the innermost open level, or -1 */
@@ -502,27 +545,19 @@ typedef struct {
     uint8_t *use;                /* per buffer: USE_READ | USE_WRITE */
     Str clauses;                 /* reduction clauses of the current stage */
     Str post;                    /* code after the current stage's loop */
-    Str spost;                   /* a row stage's streamed stores: tiles copied out after it */
-    Str vpost;                   /* the same per vector of the loop (kiln_stream16) */
-    int vloop;                   /* the loop vpost streams from (-1: none) */
-    bool vdone;                  /* that loop ran in vectors: vpost, not spost */
     Scratch *scratch;
     int nscratch, capscratch;
     int inner_loops;
     bool has_red;                /* the current stage has a reduction */
-    int *outer_red;              /* outer reduction: members whose results the row nest stores */
-    int nouter_red;
-    bool epilogue;               /* an extern's epilogue: loops over a flat range (gen_epilogue) */
     const char *guard;           /* inside a select's branch: when its loads are valid, or NULL */
     int guard_level;             /* deepest loop the guard uses */
-    bool stream;                 /* pointwise: large stores go through tiles (plan_stream) */
-    bool streamed;               /* some store went through a tile: fence at the end */
-    int64_t stream_tile;         /* pointwise: elements per tile of a split innermost loop */
-    bool pf_record;              /* row prefetch: collecting the first stage's row loads */
-    const char **pf;             /* their addresses (C text, in the row and r loop vars) */
-    int npf, cappf;
-    bool stream_pf;              /* pointwise, tiles of math: prefetch large inputs ahead */
-    const char *lane;            /* a spread stage in lanes: the lane's index (C text), or NULL */
+    /* The strategies, each owning its state (see their types above). */
+    CgPairs rp;                  /* row pairs */
+    CgOuter outer;               /* outer reduction */
+    CgStream st;                 /* streamed stores */
+    CgPrefetch pf;               /* row prefetch, and prefetch ahead of tiles */
+    CgLanes lane;                /* row reductions in lanes */
+    CgEpilogue epi;              /* an extern's epilogue */
 } KGen;
 
 typedef struct {
@@ -827,12 +862,12 @@ static void note_access(KGen *K, int buf, IxText ix, uint8_t how) {
     if (ix.level == K->inner && !ix.unit && !ix.near) K->far = true;
 }
 
-/* Add at to K->pf (row prefetch or stream prefetch text) unless there. */
+/* Add at to K->pf.addr (row prefetch or stream prefetch text) unless there. */
 static void pf_add(KGen *K, const char *at) {
-    for (int i = 0; i < K->npf; i++)
-        if (!strcmp(K->pf[i], at)) return;
-    K->pf = pool_grow(K->g->pool, K->pf, &K->cappf, K->npf + 1, sizeof *K->pf);
-    K->pf[K->npf++] = at;
+    for (int i = 0; i < K->pf.n; i++)
+        if (!strcmp(K->pf.addr[i], at)) return;
+    K->pf.addr = pool_grow(K->g->pool, K->pf.addr, &K->pf.cap, K->pf.n + 1, sizeof *K->pf.addr);
+    K->pf.addr[K->pf.n++] = at;
 }
 
 /* Row prefetch (see KGen): a load of the first inner stage that walks the
@@ -860,7 +895,7 @@ static void note_stream_load(KGen *K, int buf, IxText ix) {
     const char *tile = K->loop[K->pnest[K->npl - 2]].name, *var = K->loop[K->pnest[K->npl - 1]].name;
     const char *ahead = pool_printf(P, "%s + %d", tile, CG_STREAM_PF_AHEAD);
     const char *at = pool_printf(P, "kiln_prefetch_ahead(%s, %s, %lld, %lld);", K->g->bufname[buf],
-                                 subst_ident(P, ix.c, var, ahead), (long long)K->stream_tile,
+                                 subst_ident(P, ix.c, var, ahead), (long long)K->st.tile,
                                  (long long)b->numel);
     pf_add(K, at);
 }
@@ -882,8 +917,8 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
                         K->k->kernel, K->g->bufname[e->buf], ix.c);
     }
     note_access(K, e->buf, ix, USE_READ);
-    if (K->pf_record && !K->guard) note_row_load(K, e->buf, ix);
-    if (K->stream_pf && !K->guard) note_stream_load(K, e->buf, ix);
+    if (K->pf.record && !K->guard) note_row_load(K, e->buf, ix);
+    if (K->st.prefetch && !K->guard) note_stream_load(K, e->buf, ix);
     K->guarded |= K->guard != NULL;
     if (K->guard)          /* a select's branch may address outside the buffer */
         return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
@@ -1052,7 +1087,7 @@ static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars, 
     int64_t rn = K->k->rnumel;
     const Index *rix = ix_simplify(P, ix_mod(P, (Index *)six, rn), nvars, sizes);
     IxText r = print_index(K, rix, nvars);
-    const char *arr = pool_printf(P, "row_%s%s", K->g->bufname[buf], K->sfx);
+    const char *arr = pool_printf(P, "row_%s%s", K->g->bufname[buf], K->rp.sfx);
     add_scratch(K, arr, rn);
     const char *slot = pool_printf(P, "%s[%s]", arr, r.c);
     line(K, r.level > v.level ? r.level : v.level, "%s = %s;", slot, v.c);
@@ -1101,7 +1136,7 @@ static const char *subst_ident(Pool *p, const char *text, const char *name, cons
  * with it: gelu(x + b) 27.1 -> 23.8 ms at 1 thread, 14.1 -> 12.3 ms at 2;
  * sin(relu(x + 1) * 2) 24.3 -> 21.8 and 12.8 -> 11.2). */
 static void plan_stream(KGen *K) {
-    if (K->epilogue || K->k->kind != KK_POINTWISE || K->npl == 0) return;
+    if (K->epi.on || K->k->kind != KK_POINTWISE || K->npl == 0) return;
     bool any = false, math = false;
     for (int i = 0; i < K->k->n; i++) {
         const Buffer *b = member_buf(K, i);
@@ -1110,13 +1145,13 @@ static void plan_stream(KGen *K) {
     }
     int L = K->pnest[K->npl - 1];
     if (!any || K->loop[L].lo || K->loop[L].step != 1) return;
-    K->stream_tile = math ? CG_STREAM_TILE_MATH : CG_STREAM_TILE;
+    K->st.tile = math ? CG_STREAM_TILE_MATH : CG_STREAM_TILE;
     if (K->loop[L].extent > (math ? CG_STREAM_TILE_MATH : CG_STREAM_ROW)) {
-        K->pnest[K->npl - 1] = split_loop(K, L, K->stream_tile);
+        K->pnest[K->npl - 1] = split_loop(K, L, K->st.tile);
         K->pnest[K->npl++] = L;
-        K->stream_pf = math;
+        K->st.prefetch = math;
     }
-    K->stream = true;
+    K->st.on = true;
 }
 
 /* The store of v to buffer b at ix through a tile, when it is a large
@@ -1127,13 +1162,13 @@ static bool stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
     if (!stream_buffer(b) || !ix.unit || ix.level != K->inner || K->guard || K->innermost < 0)
         return false;
     const Loop *l = &K->loop[K->innermost];
-    if (K->k->kind == KK_POINTWISE ? !K->stream
-                                   : K->epilogue || K->xin >= 0 || K->pair != 1 || K->nsn != 1 ||
+    if (K->k->kind == KK_POINTWISE ? !K->st.on
+                                   : K->epi.on || K->outer.xin >= 0 || K->rp.n != 1 || K->nsn != 1 ||
                                          l->lo || l->extent > CG_STREAM_ROW)
         return false;
     if (l->step != 1) return false;
     Pool *P = K->g->pool;
-    int64_t n = l->lo ? K->stream_tile : l->extent;
+    int64_t n = l->lo ? K->st.tile : l->extent;
     const char *lo = l->lo ? l->lo : "0";
     const char *count = l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo)
                               : pool_printf(P, "%lld", (long long)n);
@@ -1142,16 +1177,16 @@ static bool stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
     const char *at = l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name;
     const char *slot = pool_printf(P, "%s[%s]", tile, at);
     line(K, K->inner, "%s = %s;", slot, v.c);
-    K->streamed = true;
+    K->st.used = true;
     const char *out = K->g->bufname[b->id];
     if (K->k->kind == KK_REDUCTION) {
         /* a row stage: per vector where the loop allows (see nest_text) */
-        str_putf(&K->spost, "kiln_stream(&%s[%s], %s, %s);\n", out, subst_ident(P, ix.c, l->name, lo),
+        str_putf(&K->st.post, "kiln_stream(&%s[%s], %s, %s);\n", out, subst_ident(P, ix.c, l->name, lo),
                  tile, count);
-        if (n % CG_LANES == 0 && (K->vloop < 0 || K->vloop == K->innermost)) {
+        if (n % CG_LANES == 0 && (K->st.vloop < 0 || K->st.vloop == K->innermost)) {
             const char *g = pool_printf(P, "%sv", l->name);
-            K->vloop = K->innermost;
-            str_putf(&K->vpost, "kiln_stream16(&%s[%s], &%s[%s]);\n", out, subst_ident(P, ix.c, l->name, g),
+            K->st.vloop = K->innermost;
+            str_putf(&K->st.vpost, "kiln_stream16(&%s[%s], &%s[%s]);\n", out, subst_ident(P, ix.c, l->name, g),
                      tile, g);
         }
     } else {
@@ -1200,7 +1235,7 @@ static const char *rop_identity(ReduceOp op) {
 
 /* acc[x - block] = acc[x - block] op v, for an outer reduction. */
 static const char *outer_acc(KGen *K, const char *acc) {
-    const Loop *x = &K->loop[K->xin], *blk = &K->loop[K->pnest[K->npl - 1]];
+    const Loop *x = &K->loop[K->outer.xin], *blk = &K->loop[K->pnest[K->npl - 1]];
     return pool_printf(K->g->pool, "%s[%s - %s]", acc, x->name, blk->name);
 }
 
@@ -1223,7 +1258,7 @@ static void gen_outer_reduction_member(KGen *K, int i) {
     case ROP_AMAX: line(K, K->inner, "%s = kiln_max(%s, %s);", el, el, v.c); break;
     case ROP_AMIN: line(K, K->inner, "%s = kiln_min(%s, %s);", el, el, v.c); break;
     }
-    K->outer_red[K->nouter_red++] = i;
+    K->outer.members[K->outer.n++] = i;
     K->has_red = true;
 }
 
@@ -1254,7 +1289,7 @@ static void finish_outer_reduction(KGen *K, int i) {
  * drop it too (kiln_red_max: one vmaxps, not kiln_max's two compares and
  * a blend). After the loop the row's value is a float. */
 static void gen_reduction_member(KGen *K, int i) {
-    if (K->xin >= 0) {
+    if (K->outer.xin >= 0) {
         gen_outer_reduction_member(K, i);
         return;
     }
@@ -1262,9 +1297,9 @@ static void gen_reduction_member(KGen *K, int i) {
     const Buffer *b = member_buf(K, i);
     Pool *P = K->g->pool;
     const char *nm = K->g->bufname[b->id];
-    const char *acc = pool_printf(P, "acc_%s%s", nm, K->sfx), *nan = pool_printf(P, "nan_%s%s", nm, K->sfx);
+    const char *acc = pool_printf(P, "acc_%s%s", nm, K->rp.sfx), *nan = pool_printf(P, "nan_%s%s", nm, K->rp.sfx);
     bool minmax = b->rop == ROP_AMAX || b->rop == ROP_AMIN;
-    const char *val = minmax || !K->g->double_acc ? acc : pool_printf(P, "red_%s%s", nm, K->sfx);
+    const char *val = minmax || !K->g->double_acc ? acc : pool_printf(P, "red_%s%s", nm, K->rp.sfx);
     const char *wide = K->g->double_acc ? "(double)" : "";
     const char *type = minmax || !K->g->double_acc ? "float" : "double";
     const char *ident = minmax || !K->g->double_acc ? rop_identity(b->rop)
@@ -1274,9 +1309,9 @@ static void gen_reduction_member(KGen *K, int i) {
     /* in lanes (see spread_stage): acc and nan stand for their lane's
      * element inside the loop, and the lanes combine after it */
     const char *el = acc, *nel = nan;
-    if (K->lane) {
-        el = pool_printf(P, "lane_%s[%s]", acc, K->lane);
-        nel = pool_printf(P, "lane_%s[%s]", nan, K->lane);
+    if (K->lane.index) {
+        el = pool_printf(P, "lane_%s[%s]", acc, K->lane.index);
+        nel = pool_printf(P, "lane_%s[%s]", nan, K->lane.index);
         line(K, K->npl, "%s lane_%s[%d];", type, acc, CG_LANES);
         if (minmax) {
             line(K, K->npl, "int lane_%s[%d];", nan, CG_LANES);
@@ -1297,7 +1332,7 @@ static void gen_reduction_member(KGen *K, int i) {
         break;
     }
     static const char *const clause[] = {"+", "max", "min", "*"};
-    if (K->lane) {
+    if (K->lane.index) {
         static const char *const combine[] = {"%s += lane_%s[l];", "%s = kiln_red_max(%s, lane_%s[l]);",
                                               "%s = kiln_red_min(%s, lane_%s[l]);", "%s *= lane_%s[l];"};
         Str c;
@@ -1383,7 +1418,7 @@ static void epilogue_merges(int ndims, bool *ok) {
 static void build_loops(KGen *K) {
     bool ok[MAXL] = {false};
     plan_merges(K, ok);
-    if (K->epilogue) epilogue_merges(K->ndims, ok);
+    if (K->epi.on) epilogue_merges(K->ndims, ok);
     for (int d = 0; d < K->ndims; d++) {
         if (!(d > 0 && ok[d - 1])) {
             bool red = d >= K->npd;
@@ -1464,7 +1499,7 @@ static int split_loop(KGen *K, int L, int64_t block) {
 static void make_outer(KGen *K) {
     int xin = K->pnest[K->npl - 1];
     K->pnest[K->npl - 1] = split_loop(K, xin, CG_OUTER_BLOCK);
-    K->xin = xin;
+    K->outer.xin = xin;
 }
 
 /* ---- tiles for transposes -------------------------------------------------------------- */
@@ -1506,7 +1541,7 @@ static void make_tiles(KGen *K) {
  * ran 5-40% slower in pairs). */
 static bool want_pairs(KGen *K) {
     const Kernel *k = K->k;
-    if (K->epilogue || k->kind != KK_REDUCTION || K->xin >= 0 || K->npl == 0) return false;
+    if (K->epi.on || k->kind != KK_REDUCTION || K->outer.xin >= 0 || K->npl == 0) return false;
     int inner = 0;
     for (int st = 0; st < k->nstages; st++) inner += k->stage_kind[st] == STAGE_INNER;
     if (inner != 1) return false;
@@ -1520,16 +1555,16 @@ static bool want_pairs(KGen *K) {
 static void make_pairs(KGen *K) {
     Loop *L = &K->loop[K->pnest[K->npl - 1]];
     L->step = 2;
-    K->pair = 2;
-    K->row_name = L->name;
+    K->rp.n = 2;
+    K->rp.row_name = L->name;
 }
 
 /* Emit the members that follow for row p of the pair: the second row is
  * the row loop's variable plus one, with its own accumulator names. */
 static void pair_row(KGen *K, int p) {
-    if (K->pair == 1) return;
-    K->loop[K->pnest[K->npl - 1]].name = p ? pool_printf(K->g->pool, "(%s + 1)", K->row_name) : K->row_name;
-    K->sfx = p ? "_1" : "";
+    if (K->rp.n == 1) return;
+    K->loop[K->pnest[K->npl - 1]].name = p ? pool_printf(K->g->pool, "(%s + 1)", K->rp.row_name) : K->rp.row_name;
+    K->rp.sfx = p ? "_1" : "";
 }
 
 /* How many outer loops OpenMP shares out (0: the kernel runs serially). */
@@ -1608,29 +1643,29 @@ static void setup_kernel(KGen *K) {
     const Kernel *k = K->k;
     K->npd = k->np;
     K->ndims = k->np + k->nr;
-    K->xin = -1;
-    K->pair = 1;
-    K->sfx = "";
+    K->outer.xin = -1;
+    K->rp.n = 1;
+    K->rp.sfx = "";
     if (K->ndims > MAXL) cg_fail(K->g, "codegen: %s has %d dims", k->kernel, K->ndims);
     memcpy(K->size, k->P, sizeof(int64_t) * (size_t)k->np);
     memcpy(K->size + k->np, k->R, sizeof(int64_t) * (size_t)k->nr);
     for (int l = 0; l <= MAXL; l++) str_init(&K->block[l], K->g->pool);
     str_init(&K->clauses, K->g->pool);
     str_init(&K->post, K->g->pool);
-    str_init(&K->spost, K->g->pool);
-    str_init(&K->vpost, K->g->pool);
-    K->vloop = -1;
+    str_init(&K->st.post, K->g->pool);
+    str_init(&K->st.vpost, K->g->pool);
+    K->st.vloop = -1;
     K->use = pool_alloc(K->g->pool, (size_t)K->g->p->nbufs + 1);
-    K->outer_red = pool_alloc(K->g->pool, sizeof(int) * (size_t)(k->n + 1));
+    K->outer.members = pool_alloc(K->g->pool, sizeof(int) * (size_t)(k->n + 1));
     check_members(K);
     build_loops(K);
     open_nest(K, NULL, 0);
-    if (K->epilogue) epilogue_bounds(K);   /* serial: the library shares blocks out */
+    if (K->epi.on) epilogue_bounds(K);   /* serial: the library shares blocks out */
     else if (want_outer(K)) make_outer(K);
     else if (want_tiles(K)) make_tiles(K);
     plan_stream(K);
     if (want_pairs(K)) make_pairs(K);
-    if (!K->epilogue) plan_parallel(K);
+    if (!K->epi.on) plan_parallel(K);
     open_nest(K, NULL, 0);
 }
 
@@ -1704,7 +1739,7 @@ static void nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int
     Loop *l = &K->loop[ids[j]];
     /* a row stage's streamed stores per vector (stream_store): the loop in
      * groups of CG_LANES, each stored out as soon as computed */
-    bool vgroup = !row_nest && innermost && K->vloop == ids[j] && !l->lo && !l->hi &&
+    bool vgroup = !row_nest && innermost && K->st.vloop == ids[j] && !l->lo && !l->hi &&
                   l->step == 1 && !K->full_par && !str_get(&K->clauses)[0];
     const char *g = vgroup ? pool_printf(K->g->pool, "%sv", l->name) : NULL;
     if (vgroup) {
@@ -1720,12 +1755,12 @@ static void nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int
     put_indented(o, str_get(&K->block[level]), ind + 4);
     nest_text(K, o, row_nest, ids, j + 1, n, level0, ind + 4, row_guard);
     str_putf(o, "%*s}\n", ind, "");
-    if (innermost && row_nest && K->stream) put_indented(o, str_get(&K->post), ind);
+    if (innermost && row_nest && K->st.on) put_indented(o, str_get(&K->post), ind);
     if (vgroup) {
-        put_indented(o, str_get(&K->vpost), ind);
+        put_indented(o, str_get(&K->st.vpost), ind);
         str_putf(o, "%*s}\n", ind - 4, "");
         l->lo = l->hi = NULL;
-        K->vdone = true;
+        K->st.vdone = true;
     }
 }
 
@@ -1748,13 +1783,13 @@ static void begin_stage(KGen *K, StageKind kind) {
     int ids[MAXL + 1], n = 0;
     if (kind == STAGE_INNER && K->k->kind == KK_REDUCTION)
         for (int j = 0; j < K->nrl; j++) ids[n++] = K->rl[j];
-    if (K->xin >= 0) ids[n++] = K->xin;
+    if (K->outer.xin >= 0) ids[n++] = K->outer.xin;
     open_stage(K, ids, n);
 }
 
 /* Close a stage: its loops go into the row body, its values die. */
 static void end_stage(KGen *K) {
-    K->lane = NULL;
+    K->lane.index = NULL;
     K->stage_loops += K->nsn > 0;
     K->row_guarded |= K->nsn == 0 && K->guarded;
     if (K->nsn > 0) {
@@ -1764,13 +1799,13 @@ static void end_stage(KGen *K) {
             K->epoch[l]++;
         }
     }
-    if (!K->vdone) put_indented(&K->block[K->npl], str_get(&K->spost), 0);
+    if (!K->st.vdone) put_indented(&K->block[K->npl], str_get(&K->st.post), 0);
     put_indented(&K->block[K->npl], str_get(&K->post), 0);
     str_init(&K->post, K->g->pool);
-    str_init(&K->spost, K->g->pool);
-    str_init(&K->vpost, K->g->pool);
-    K->vloop = -1;
-    K->vdone = false;
+    str_init(&K->st.post, K->g->pool);
+    str_init(&K->st.vpost, K->g->pool);
+    K->st.vloop = -1;
+    K->st.vdone = false;
     str_init(&K->clauses, K->g->pool);
     open_nest(K, NULL, 0);
 }
@@ -1789,7 +1824,7 @@ static void gen_outer_stages(KGen *K) {
         if (k->stage[i] == 0) gen_member(K, i);
     end_stage(K);
     begin_stage(K, STAGE_ROW);
-    for (int j = 0; j < K->nouter_red; j++) finish_outer_reduction(K, K->outer_red[j]);
+    for (int j = 0; j < K->outer.n; j++) finish_outer_reduction(K, K->outer.members[j]);
     for (int i = 0; i < k->n; i++)
         if (k->stage[i] > 0) gen_member(K, i);
     end_stage(K);
@@ -1809,12 +1844,12 @@ static void row_prefetch(KGen *K, int r, int blk) {
     else
         n = pool_printf(P, "%s + %d < %lld ? %d : %lld - %s", at, CG_ROW_PF_BLOCK,
                         (long long)K->loop[r].extent, CG_ROW_PF_BLOCK, (long long)K->loop[r].extent, at);
-    for (int i = 0; i < K->npf; i++) {
-        const char *p = subst_ident(P, subst_ident(P, K->pf[i], K->loop[r].name, at), row->name, next);
+    for (int i = 0; i < K->pf.n; i++) {
+        const char *p = subst_ident(P, subst_ident(P, K->pf.addr[i], K->loop[r].name, at), row->name, next);
         line(K, blk < 0 ? K->npl : K->npl + 1, "if (%s < %lld) kiln_prefetch(%s, %s);", next,
              (long long)row->extent, p, n);
     }
-    K->npf = 0;
+    K->pf.n = 0;
 }
 
 /* The second inner stage of a row kernel with row prefetch runs its loop
@@ -1853,7 +1888,7 @@ static int spread_stage(KGen *K, int st) {
     K->loop[r].hi = pool_printf(K->g->pool, "%s + %d", K->loop[v].name, CG_LANES);
     int ids[3] = {b, v, r};
     open_stage(K, ids, 3);
-    K->lane = pool_printf(K->g->pool, "%s - %s", rn, K->loop[v].name);
+    K->lane.index = pool_printf(K->g->pool, "%s - %s", rn, K->loop[v].name);
     return b;
 }
 
@@ -1862,30 +1897,30 @@ static void gen_stages(KGen *K) {
     if (k->kind == KK_POINTWISE) {
         begin_stage(K, STAGE_INNER);
         for (int i = 0; i < k->n; i++) gen_member(K, i);
-        for (int i = 0; K->stream_pf && i < K->npf; i++)   /* the tile loop's body */
-            line(K, K->npl - 1, "%s", K->pf[i]);
-        K->npf = 0;
+        for (int i = 0; K->st.prefetch && i < K->pf.n; i++)   /* the tile loop's body */
+            line(K, K->npl - 1, "%s", K->pf.addr[i]);
+        K->pf.n = 0;
         return;   /* the loops are assembled with the function */
     }
-    if (K->xin >= 0) {
+    if (K->outer.xin >= 0) {
         gen_outer_stages(K);
         return;
     }
     int inner = 0;
     for (int st = 0; st < k->nstages; st++) inner += k->stage_kind[st] == STAGE_INNER;
     const Loop *row = K->npl ? &K->loop[K->pnest[K->npl - 1]] : NULL;
-    bool pf = inner >= 2 && row && !row->lo && row->step == 1 && row->extent > 1 && K->pair == 1 &&
-              !K->epilogue && k->stage_kind[0] == STAGE_INNER;
+    bool pf = inner >= 2 && row && !row->lo && row->step == 1 && row->extent > 1 && K->rp.n == 1 &&
+              !K->epi.on && k->stage_kind[0] == STAGE_INNER;
     int seen = 0;
     for (int st = 0; st < k->nstages; st++) {
         begin_stage(K, k->stage_kind[st]);
         int blk = -1;
-        if (k->stage_kind[st] == STAGE_INNER && seen++ == 1 && pf && K->npf) {
+        if (k->stage_kind[st] == STAGE_INNER && seen++ == 1 && pf && K->pf.n) {
             blk = spread_stage(K, st);
             row_prefetch(K, K->rl[0], blk);
         }
-        K->pf_record = pf && st == 0 && K->nsn == 1 && !K->loop[K->innermost].lo;
-        for (int p = 0; p < K->pair; p++) {
+        K->pf.record = pf && st == 0 && K->nsn == 1 && !K->loop[K->innermost].lo;
+        for (int p = 0; p < K->rp.n; p++) {
             pair_row(K, p);
             for (int i = 0; i < k->n; i++)
                 if (k->stage[i] == st) gen_member(K, i);
@@ -1909,9 +1944,9 @@ static void kernel_comment(KGen *K, Str *o) {
         for (int d = 0; d < k->nr; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)k->R[d]);
         str_putf(o, "], %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
     }
-    if (K->xin >= 0)
+    if (K->outer.xin >= 0)
         str_putf(o, ", outer reduction (blocks of %lld)", (long long)K->loop[K->pnest[K->npl - 1]].step);
-    if (K->pair == 2) str_putf(o, ", row pairs");
+    if (K->rp.n == 2) str_putf(o, ", row pairs");
     str_putf(o, "%s\n * origins:", is_parallel(K) ? ", parallel" : "");
     for (int i = 0; i < k->norigins; i++) str_putf(o, " %s", k->origins[i]);
     str_putf(o, "\n");
@@ -1995,7 +2030,7 @@ static void region_text(KGen *K, Str *o) {
             str_putf(&guard, "if (!%s) continue;   /* this thread has no scratch (reported) */\n",
                      K->scratch[i].name);
     nest_text(K, o, true, K->pnest, 0, K->npl, 0, 8, mal ? str_get(&guard) : NULL);
-    if (K->streamed) str_putf(o, "        kiln_stream_fence();\n");
+    if (K->st.used) str_putf(o, "        kiln_stream_fence();\n");
     scratch_frees(K, o, 8);
     str_putf(o, "    }\n");
     if (mal) str_putf(o, "    return failed;\n");
@@ -2011,7 +2046,7 @@ static void function_text(KGen *K, Str *o) {
     } else {
         scratch_decls(K, &body, 4, false);
         nest_text(K, &body, true, K->pnest, 0, K->npl, 0, 4, NULL);
-        if (K->streamed) str_putf(&body, "    kiln_stream_fence();\n");
+        if (K->st.used) str_putf(&body, "    kiln_stream_fence();\n");
         scratch_frees(K, &body, 4);
         if (returns_int) str_putf(&body, "    return 0;\n");
     }
@@ -2129,7 +2164,7 @@ static void gen_epilogue(Gen *g, int kidx) {
     KGen *K = pool_alloc(g->pool, sizeof *K);
     K->g = g;
     K->k = epilogue_kernel(g, kidx);
-    K->epilogue = true;
+    K->epi.on = true;
     setup_kernel(K);
     gen_stages(K);
     g->bufname[ext] = names[0];
