@@ -18,7 +18,7 @@ BUILD   ?= build
 CFLAGS  ?= -O2 -g
 PREFIX  ?= /usr/local
 SAN     ?=
-# OpenBLAS, the OpenMP build (see src/externs/externs.c for why), found by its
+# OpenBLAS, the OpenMP build (see src/externs/matmul.c for why), found by its
 # multiarch path so the pthread build selected by update-alternatives is
 # not picked up by accident; rpath makes the run-time choice the same.
 MULTIARCH := $(shell $(CC) -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """models/export.py -- export three real models to ONNX with PyTorch's
-output beside each (issue 8, "real models").
+output beside each.
 
   /usr/bin/python3 models/export.py [OUTDIR] [--only resnet18,...] [--no-op17]
 

@@ -111,7 +111,7 @@ expect report_unwritable 3 "cannot write" -- "$kiln" explain examples/chain.kiln
 KILN_LOGS=fusion "$kiln" run examples/siblings.kiln >/dev/null 2>"$t/log"
 if grep -q "^found 1 possible fusions" "$t/log" && grep -q "^completed fusion round (1/10): fused 2 nodes into 1 nodes" "$t/log"
 then pass logs_fusion; else fail logs_fusion "$(head -5 "$t/log")"; fi
-# explain names what runs each extern call (externs.c's choice), the JSON too
+# explain names what runs each extern call (conv.c's and matmul.c's choice), the JSON too
 expect explain_runs_on 0 "# runs on oneDNN" -- "$kiln" explain examples/conv_bn_relu.kiln
 expect explain_runs_on_isa 0 "# runs on oneDNN .*, on oneDNN's [a-z0-9_]* kernels" -- \
     "$kiln" explain examples/conv_bn_relu.kiln

@@ -96,7 +96,7 @@ TEST(externs_matmul_transposed_views) {
     free(w);
 }
 
-/* One row of C is an sgemv (externs.c, gemm2d): B as stored or transposed,
+/* One row of C is an sgemv (matmul.c, gemm2d): B as stored or transposed,
  * A's row contiguous or every third element (a column of a [K, 3] matrix),
  * and batches that each have one row. */
 TEST(externs_matmul_one_row) {

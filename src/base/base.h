@@ -71,11 +71,12 @@ int64_t util_numel(int rank, const int64_t *shape);
  * target.h -- the instruction-set tier the JIT compiles kernels for.
  *
  * kiln does not compile for bare -march=native: what GCC's native tuning
- * does with a CPU varies too much (GCC 12 on Rocket Lake or Skylake-SP
+ * does with a CPU varies too much. GCC 12 on Rocket Lake or Skylake-SP
  * prefers 256-bit vectors and then fails to vectorize any loop that calls
- * an AVX-512 SIMD clone, leaving kernels scalar: 137x slower). Kernels are
- * compiled for one of the x86-64 psABI levels instead, chosen at run time
- * from the CPU's features (cpuid) and the state the OS saves (XCR0):
+ * an AVX-512 SIMD clone, leaving kernels scalar (docs/decisions.md: Target
+ * tiers instead of -march=native). Kernels are compiled for one of the
+ * x86-64 psABI levels instead, chosen at run time from the CPU's features
+ * (cpuid) and the state the OS saves (XCR0):
  *
  *   v2      x86-64-v2: SSE4.2, POPCNT, CX16          4 float lanes
  *   v3      x86-64-v3: v2 + AVX2, FMA, BMI1/2, F16C   8 lanes

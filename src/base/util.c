@@ -1,6 +1,7 @@
 /*
- * util.c -- the small things every module needs: the op table, the one
- * allocation hook, arenas, tensors, and the counter-based random generator.
+ * util.c -- the small things every module needs: the one allocation hook,
+ * arenas, error formatting, tensors, and the counter-based random
+ * generator.
  *
  * Allocation: every byte kiln allocates goes through `hook` (Lua-style
  * alloc(ud, ptr, old, new)), so an embedder can account for memory and a test
@@ -247,7 +248,7 @@ int64_t kiln_tensor_numel(const kiln_tensor *t) { return util_numel(t->rank, t->
  * bytes) when that is at least UTIL_HUGE_MIN; only advice, failures
  * ignored. Fewer page faults when fresh memory is first written (512 times
  * fewer for 2 MiB pages), and fewer TLB misses for a kernel streaming
- * through it (rowsum and amax + sum of a 128 MiB input: 0-8% faster). */
+ * through it (docs/decisions.md: Huge pages for large fresh memory). */
 #define UTIL_HUGE_MIN ((size_t)4 << 20)
 void util_advise_huge(void *mem, size_t bytes) {
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
@@ -264,10 +265,10 @@ void util_advise_huge(void *mem, size_t bytes) {
 /* Tensor data starts on a cache line (KILN_ALIGN bytes), as the runtime's
  * arena does: a 512-bit load from a row that starts mid-line touches two
  * lines. glibc hands out large blocks 16 bytes into a page and kmalloc's
- * header adds 16, so without this every row of a 4096-float tensor began
- * 32 bytes into a line, and layer_norm over 8192x4096 ran 1.27x slower
- * (31.2 against 24.7 ms at 1 thread, docs/benchmarks.md). The byte before
- * the data holds its distance from the kmalloc'd block (1 to KILN_ALIGN). */
+ * header adds 16, so without this every row of a 4096-float tensor would
+ * begin 32 bytes into a line (docs/decisions.md: Tensor data on cache
+ * lines). The byte before the data holds its distance from the kmalloc'd
+ * block (1 to KILN_ALIGN). */
 static void *kmalloc_lines(size_t n) {
     if (n > SIZE_MAX - KILN_ALIGN) return NULL;
     unsigned char *base = kmalloc(n + KILN_ALIGN);

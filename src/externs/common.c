@@ -41,18 +41,10 @@ unsigned ext_cpu_features(void) { return ext_cpu_features_all() & isa_cap; }
  *
  * How big a block, and who runs it. BLAS is a black box: a block of rows is
  * one cblas_sgemm on the sub-matrix, and every call packs all of B again
- * and pays its set-up, so small blocks are expensive. Measured (one thread,
- * OpenBLAS 0.3.21 SkylakeX kernels, CPU time, best of many, square M=N=K):
- * splitting the sgemm into calls of R rows costs over one call
- *
- *     R =          64      128     256     512     1024
- *     n = 512    +20%     +13%     +5%     +2%       -
- *     n = 1024   +43%     +21%     +9%     +4%     +2%
- *     n = 2048   +40%     +22%    +10%     +9%     +4%
- *
- * while a whole second pass over C right after the call, still in the last
- * level cache, costs about 2%. Blocks sized to the L2 (256 KiB of C: 32
- * rows at n = 2048) would cost ten times what they save, so a block is
+ * and pays its set-up, so small blocks are expensive, while a second pass
+ * over C still in cache is cheap (docs/decisions.md: Matmul epilogue
+ * blocks). Blocks sized to the L2 (256 KiB of C: 32 rows
+ * at n = 2048) would cost more than they save, so a block is
  * EXT_EPI_BLOCK_BYTES of C (it stays in the last-level cache; a C that fits
  * is one block and one call, exactly as without an epilogue), and at least
  * EXT_EPI_MIN_ROWS rows. Blocking pays where C is larger than the cache,
@@ -64,8 +56,8 @@ unsigned ext_cpu_features(void) { return ext_cpu_features_all() & isa_cap; }
  * whole rows. The alternative, blocks in parallel each with a one-thread
  * sgemm, makes every thread pack all of B for its block (T times the
  * packing OpenBLAS's threaded sgemm shares among its threads), and its
- * blocks are M/T rows, which the table above prices at 10-20% for T >= 8;
- * it also leaves threads idle when M is not a multiple of the block.
+ * blocks are M/T rows, small and so expensive for many threads; it also
+ * leaves threads idle when M is not a multiple of the block.
  * Convolution slabs are fixed by im2col (one sgemm per image and group) and
  * get the same treatment; depthwise planes are computed in parallel and
  * each thread runs the epilogue of its plane. */

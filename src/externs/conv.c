@@ -65,13 +65,14 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
     }
 }
 
-/* The library is built for any x86-64 (SSE2); these loops also get AVX2
- * and AVX-512 versions (4-wide SSE ran MobileNet's depthwise layers at
- * 3-17 GFLOP/s), and the caller picks one by the features the program's
- * target tier allows (ext_cpu_features: level 2 AVX-512, 1 AVX2 + FMA, 0
- * SSE), not by the CPU alone as GCC's target_clones would: no AVX-512
- * instruction runs under a v3 target. The three bodies are the same C
- * (not contracted to FMAs under -std=c11), so they give the same bits. */
+/* The library is built for any x86-64 (SSE2); these loops also get AVX2 and
+ * AVX-512 versions (4-wide SSE alone leaves them slow: docs/decisions.md:
+ * Depthwise rows in AVX2 and AVX-512), and the caller picks one by the
+ * features the program's target tier allows (ext_cpu_features: level 2
+ * AVX-512, 1 AVX2 + FMA, 0 SSE), not by the CPU alone as GCC's target_clones
+ * would: no AVX-512 instruction runs under a v3 target. The three bodies are
+ * the same C (not contracted to FMAs under -std=c11), so they give the same
+ * bits. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define DW_ISA2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #define DW_ISA1 __attribute__((target("avx2,fma")))
@@ -285,15 +286,13 @@ static bool conv_is_depthwise(const ConvShape *s) { return s->groups == s->c && 
 static ConvPath conv_path(const ConvShape *s) {
     bool direct = conv_is_direct(s), depthwise = conv_is_depthwise(s);
     /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
-     * as fast as oneDNN with its reorders (0.9-1.0x, docs/benchmarks.md),
-     * and with one group kiln's own GEMM where the CPU has AVX-512
-     * (conv1x1.c: weights packed once, bias and epilogue as the output is
-     * written; faster than that sgemm on 16 to 18 of MobileNetV2's 19
-     * shapes). A depthwise one with output planes of DW_DIRECT_PLANE or
-     * more runs the direct loops on NCHW: oneDNN's depthwise kernel wants
-     * NHWC, and the two reorders cost more than the loops (MobileNetV2's
-     * layers: the loops 1.1-2.3x oneDNN with its reorders from 14x14 up,
-     * 0.6-0.9x on the 7x7 planes; make bench-conv). */
+     * as fast as oneDNN with its reorders, and with one group kiln's own
+     * GEMM where the CPU has AVX-512 (conv1x1.c: weights packed once, bias
+     * and epilogue as the output is written; faster than that sgemm on
+     * most shapes). A depthwise one with output planes of DW_DIRECT_PLANE
+     * or more runs the direct loops on NCHW: oneDNN's depthwise kernel
+     * wants NHWC, and on planes that large the two reorders cost more than
+     * the loops (docs/decisions.md: conv2d paths: 1x1 and depthwise). */
     bool dw_direct = depthwise && s->oh * s->ow >= DW_DIRECT_PLANE;
     bool dnnl = conv_backend == EXT_CONV_DNNL;
     if (dnnl && direct && s->groups == 1 && (ext_cpu_features() & EXT_CPU_AVX512)) return PATH_C1;
@@ -335,12 +334,12 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
     }
     if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
     /* (Without AVX-512, or on the im2col backend:) the bias goes into the
-     * output before the sgemm, which then adds to it
-     * (beta 1): OpenBLAS clears the output first when beta is 0 (a memset
-     * pass), so the fill costs what that pass cost, and the separate bias
-     * pass after the call goes (MobileNetV2, 1 thread: the bias pass was 7%
-     * of the run and the memset 4.5%). The epilogue runs on each image's
-     * group right after its sgemm, in pieces of whole planes. */
+     * output before the sgemm, which then adds to it (beta 1): OpenBLAS
+     * clears the output first when beta is 0 (a memset pass), so the fill
+     * costs what that pass cost, and the separate bias pass after the call
+     * goes (docs/decisions.md: Bias filled before the sgemm). The epilogue
+     * runs on each image's group right after its sgemm, in pieces of whole
+     * planes. */
     int64_t cg = s.c / s.groups, og = s.o / s.groups, plane = s.oh * s.ow;
     int64_t kdim = cg * s.kh * s.kw;
     float *col = direct ? NULL : kmalloc(sizeof(float) * (size_t)(kdim * plane));

@@ -4,13 +4,12 @@
  * MobileNetV2's expansions and projections are all of this kind.
  *
  * Why not OpenBLAS's sgemm (which ran them before, and still does without
- * AVX-512): in a perf profile of MobileNetV2 at one thread, the sgemm
- * calls spent 18% of the whole run packing (the constant weights on every
- * call, and the activations), and filling the output with the bias first
- * (so that sgemm adds to it) cost another 7%. Here a constant weight is
- * packed once and kept (like conv_dnnl.c's reordered copies), a runtime
- * one is read as it is, the activations are read where they are, and the
- * bias goes in as the accumulators are stored: the output is written once.
+ * AVX-512): OpenBLAS's sgemm packs the constant weights on every call and
+ * needs the output pre-filled with the bias (docs/decisions.md: conv1x1:
+ * kiln's own AVX-512 GEMM). Here a constant weight is packed once and kept
+ * (like conv_dnnl.c's reordered copies), a runtime one is read as it is,
+ * the activations are read where they are, and the bias goes in as the
+ * accumulators are stored: the output is written once.
  *
  * The kernel: a tile of MR output channels by up to NR pixels in 24 AVX-512
  * accumulators (MR x NV vectors); per input channel k it loads NV vectors
@@ -24,17 +23,8 @@
  * epilogue at once, on the rows it just wrote (a unit's rows are whole
  * planes when the chunk is the whole plane, else one call per row).
  *
- * Measured (make bench-conv, MobileNetV2's 19 shapes at batch 1, against
- * the im2col backend's sgemm with the bias filled first, side by side, best
- * of several runs; docs/benchmarks.md): 0.88-1.85x at one thread and
- * 0.84-2.42x at two with the weights as runtime inputs (13 and 15 of 19
- * faster), 0.85-1.34x and 0.85-2.47x with them constant (packed and kept;
- * 16 and 18 of 19). Single shapes move by 10-20% between runs on the shared
- * machine; the whole model is the steadier figure (MobileNetV2 at one
- * thread: 11.7 -> 8.5 ms, with the depthwise rows in conv.c). Before
- * the shapes were settled, a standalone kernel with MR = 6, NV = 4 beat
- * 8 x 3, 12 x 2 and 4 x 4 by 7-24% in total, and the chunk size mattered
- * little (64 KiB to 1 MiB within 3%).
+ * The shapes (MR = 6, NV = 4, the chunk size) and the measurements against
+ * the sgemm: docs/decisions.md: conv1x1: kiln's own AVX-512 GEMM.
  *
  * Needs AVX-512 (F): the kernel is compiled for it with a target attribute
  * and used when the CPU has it (ext_cpu_features); elsewhere
@@ -214,9 +204,9 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
      * unless its K rows, P floats apart, fall into a few sets of the cache:
      * when P * 4 has a large power of two in it (32x32 planes: rows 4 KiB
      * apart; with K = 1024, 32 rows to each set of a 16-way 2 MiB L2, which
-     * holds 16) the chunk went to memory for every tile (1024->256 @32:
-     * 0.35x the sgemm). Then each thread copies its chunk into a dense
-     * buffer first. */
+     * holds 16) the chunk went to memory for every tile (docs/decisions.md:
+     * conv1x1: kiln's own AVX-512 GEMM). Then each thread copies its chunk
+     * into a dense buffer first. */
     int64_t pow2 = (P * (int64_t)sizeof(float)) & -(P * (int64_t)sizeof(float));
     int64_t way = C1_L2_WAY_BYTES, xs = (chunk + 15) / 16 * 16;
     bool copy = K * (pow2 < way ? pow2 : way) > C1_ALIAS_ROWS * way;

@@ -2,11 +2,10 @@
  * conv_dnnl.c -- conv2d through oneDNN (Debian's libdnnl, the library
  * behind PyTorch's CPU convolutions), kiln's default conv2d backend.
  *
- * Why: measured side by side (bench/conv_bench.c, docs/benchmarks.md),
- * oneDNN's direct convolutions in its blocked layout (nChw16c activations,
- * blocked weights) run ResNet-18's 3x3 layers at 2-4x the GFLOP/s of
- * im2col + OpenBLAS sgemm and depthwise ones at 20-50x the direct loop,
- * even counting the reorders from and to kiln's NCHW.
+ * Why: its blocked direct convolutions (nChw16c activations, blocked
+ * weights) beat im2col + sgemm and the direct depthwise loop even counting
+ * the reorders from and to kiln's NCHW (docs/decisions.md: conv2d on
+ * oneDNN).
  *
  * How: one primitive per shape computes a few images (as many as keep the
  * output of a call within CALL_BYTES, often one); a call reorders the
@@ -15,24 +14,20 @@
  * NCHW in y and runs the epilogue on it while it is in cache, on each
  * (image, group) slab as the im2col path does. An image whose output is
  * larger than that (the stem: 3.2 MB) goes back in parts of 16 channels,
- * each followed by its epilogue (part_new). Primitives, reorders and memory objects are
- * made on the first call for a shape (and thread count: oneDNN partitions
- * the work when it creates a primitive) and kept in a small cache for the
- * life of the process; the scratch buffers (blocked input, weights and
- * output of one call, oneDNN's scratchpad) are allocated per call with
- * kmalloc.
+ * each followed by its epilogue (part_new). Primitives, reorders and memory
+ * objects are made on the first call for a shape (and thread count:
+ * oneDNN partitions the work when it creates a primitive) and kept in a
+ * small cache for the life of the process; the scratch buffers (blocked
+ * input, weights and output of one call, oneDNN's scratchpad) are
+ * allocated per call with kmalloc.
  *
  * A batch whose calls divide among the threads (ext_conv_dnnl_split:
  * ResNet-18 at batch 8 on 2 threads, every layer but the last) is split
  * among them instead: each thread runs its images' calls on an entry of
  * its own, oneDNN single-threaded inside kiln's parallel region, so no
  * call waits for the other thread and an image's reorders, convolution and
- * epilogue stay in one core's cache. Measured on ResNet-18's layer1
- * conv-bn-relu (8x64x56x56, 2 threads, `bench/ktime.c --reuse`, best and
- * median of 15 per process; the split against every call on both
- * threads, five pairs of alternating processes, through a switch since
- * removed): best 9.54-9.89 ms against 10.22-10.71, median 9.90-10.08
- * against 10.56-10.86; faster in every pair, by 5-10% (best).
+ * epilogue stay in one core's cache (docs/decisions.md: oneDNN: batches
+ * split among the threads).
  *
  * One mutex covers the cache and the execution: the memory objects are
  * shared, and two convolutions at once would only fight over the same
@@ -305,10 +300,11 @@ static dnnl_status_t slices_new(DnnlConv *d, const dnnl_memory_desc_t *dst,
  * of `part` channels, and each part in slices of output rows, one per
  * thread: a thread reorders its rows of a part and at once runs their
  * epilogue, so the epilogue finds them in its own core's cache, and goes on
- * to its rows of the next part with no barrier in between. (A reorder
- * region and an epilogue region per part, each splitting the part its own
- * way, cost the stem's epilogue 12-15% of the call at 2 threads, half of
- * it read from the other core's cache; this costs one parallel region.)
+ * to its rows of the next part with no barrier in between: one parallel
+ * region. (A reorder region and an epilogue region per part, each splitting
+ * the part its own way, would leave the epilogue reading half the rows from
+ * the other core's cache: docs/decisions.md: oneDNN: a large output in
+ * parts, one parallel region.)
  * That needs oneDNN's output blocked by channels only (nChw16c, nChw8c)
  * and one group: a part's rows are then a strided piece of both layouts,
  * and a reorder between sub-memories serves every part with moved handles.

@@ -37,8 +37,8 @@
  *
  * A DYNAMIC_ARCH OpenBLAS (Debian's) picks its kernels from the CPU model
  * when it loads, and falls back to SSE3 "Prescott" kernels on a model it
- * does not know: 0.3.21 does so on this Xeon (family 6, model 207), and
- * sgemm runs about 5x slower than with the SkylakeX kernels the CPU can run.
+ * does not know, and its sgemm is then several times slower than with the
+ * kernels the CPU can run (docs/decisions.md: OpenBLAS's core choice).
  * OPENBLAS_CORETYPE fixes it, but OpenBLAS reads it in its constructor,
  * before any of kiln's code runs.
  *
@@ -134,7 +134,8 @@ int ext_get_threads(void) { return omp_get_max_threads(); }
 /* C bytes per matmul block: 16 MiB stays in the last-level cache of the
  * server parts kiln targets (32 MiB and more), beside the packed panels. */
 #define EXT_EPI_BLOCK_BYTES ((int64_t)16 << 20)
-/* ... but never fewer rows than this (see the table: about 5%). */
+/* ... but never fewer rows than this (docs/decisions.md: Matmul epilogue
+ * blocks). */
 #define EXT_EPI_MIN_ROWS 512
 /* Rows per block set by a test (ext_set_epilogue_rows); 0: the policy. */
 static int64_t forced_rows;
@@ -198,9 +199,8 @@ static int64_t batch_offset(const ExtView *v, int nb, const int64_t *bshape, int
 }
 
 /* One row of C: a matrix-vector product. sgemm would pack all of B for
- * it, on every call (MobileNetV2's classifier, [1, 1280] @ [1280, 1000]:
- * the packing was 5% of the whole model's run); sgemv reads B once, where
- * it is. */
+ * it, on every call (docs/decisions.md: One-row matmul as sgemv); sgemv
+ * reads B once, where it is. */
 static bool as_gemv(int64_t M, int64_t N, int64_t K) { return M == 1 && N > 1 && K > 0; }
 
 static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtView *bv,
@@ -239,9 +239,9 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
  * once; a call per batch packs it again each time and, for small M, runs
  * sgemm far below its speed. The ONNX encoder (models/export.py) shows it:
  * the sequence-first transpose makes its QKV projection 128 batches of one
- * row, [128, 1, 256] @ [256, 768], 1.93 ms as 128 calls against 0.36 ms as
- * one (one thread; docs/benchmarks.md). A's rows must also suit BLAS as one
- * matrix (as_blas); otherwise the batches run one by one as before. */
+ * row, [128, 1, 256] @ [256, 768] (docs/decisions.md: Batch folding). A's
+ * rows must also suit BLAS as one matrix (as_blas); otherwise the batches
+ * run one by one as before. */
 
 /* B's offset is the same for every batch: its batch dims are 1 or stride 0. */
 static bool b_shared(const ExtView *bv) {

@@ -269,7 +269,7 @@ static bool op_hard_swish(OxNode *n) {
     return ox_set_graph(n, 0, kiln_binary(g, "mul", x, hard_sigmoid(g, x, 1.0 / 6, 0.5)), OT_FLOAT);
 }
 
-/* ---- more activations and elementwise math (beyond the list) ---- */
+/* ---- more activations and elementwise math -------------------------------- */
 
 kiln_value ox_sc(Graph *g, double v) { return kiln_scalar(g, v); }
 

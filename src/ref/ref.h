@@ -28,7 +28,7 @@ kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs,
 /* ===== tolerance.c ===================================================== */
 
 /* Tolerance of fused against interpreted results (kiln run --check, tests,
- * the fuzzer); see rt_tolerance in runtime.c for how each class is set. */
+ * the fuzzer); see rt_tolerance in tolerance.c for how each class is set. */
 typedef struct {
     double atol, rtol;
     int64_t reduce_n;      /* the largest reduction or extern dot-product length (1: none) */
@@ -43,7 +43,7 @@ double rt_excess(float got, float want, RtTolerance t);
  * (a bool flip counts 1; a non-finite value where want is finite, or the
  * reverse, INFINITY). spread[i] receives a new f32 tensor of output i's
  * shape (free with kiln_tensor_free). Large where an element is
- * ill-conditioned; see runtime.c. */
+ * ill-conditioned; see tolerance.c. */
 kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln_tensor *want,
                                 int runs, kiln_tensor *spread);
 /* Runs of rt_reference_spread the checks use, and how many spreads of

@@ -332,16 +332,16 @@ static bool resolve_compiler(const char *cc, char *path, size_t len) {
     }
 }
 
-/* Running `$CC --version` costs a few ms of every process that compiles
- * or loads a program (a warm `kiln run` spent 13% of its CPU time there),
- * so its answer is also kept in the cache directory, in a file named by a
- * hash of $CC and of what identifies the compiler's executable (path,
- * device, inode, size, modification time): a new or different compiler
- * there is a new name. A wrapper (ccache) whose underlying compiler changes
- * keeps its recorded line until the wrapper changes; the key then still
- * holds the source, flags and CPU, so the old object stays correct code.
- * The file's path in *path, or false when the compiler cannot be
- * identified. */
+/* Running `$CC --version` in every process that compiles or loads a program
+ * is a large part of a warm run (docs/decisions.md: The compiler's version
+ * line kept in the cache), so its answer is also kept in the cache
+ * directory, in a file named by a hash of $CC and of what identifies the
+ * compiler's executable (path, device, inode, size, modification time): a
+ * new or different compiler there is a new name. A wrapper (ccache) whose
+ * underlying compiler changes keeps its recorded line until the wrapper
+ * changes; the key then still holds the source, flags and CPU, so the old
+ * object stays correct code. The file's path in *path, or false when the
+ * compiler cannot be identified. */
 static bool version_file(const char *cc, const char *dir, char *path, size_t len) {
     char exe[JIT_PATH_MAX], id[2 * JIT_PATH_MAX + 128], hex[65];
     struct stat st;

@@ -1474,7 +1474,7 @@ def save(path, a):
         np.save(f, a, allow_pickle=False)
 
 
-# -- pad, cat, negative-step slices, pooling (kiln issue 8)
+# -- pad, cat, negative-step slices, pooling (the ops the ONNX importer needed)
 case("pad_constant", """
     input x: f32[3, 4, 5]
     a = pad(x, [1, 2, 0, 3], value=1.5)
