@@ -13,6 +13,8 @@
 #                   summary in docs/conformance.md
 #   make models     resnet18, mobilenet_v2 and a transformer encoder layer
 #                   exported by PyTorch, run by kiln, compared with PyTorch
+#   make format     clang-format (.clang-format) over the C sources; make format-check
+#                   lists the files that differ
 CC      ?= cc
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
@@ -46,7 +48,7 @@ TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/graph/ops.def $(wildcard src/*/*.h)
 
-.PHONY: all test asan demo install deps clean check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
+.PHONY: all test asan demo install deps clean format format-check check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -139,6 +141,13 @@ install: all
 
 clean:
 	rm -rf $(BUILD)
+
+# The formatter (.clang-format; Debian's clang-format). Not part of make test.
+FORMAT_SRC = $(filter-out src/codegen/vecmath.h,$(shell git ls-files 'src/*.[ch]' 'tests/*.[ch]' 'bench/*.[ch]' 'fuzz/*.c'))
+format:
+	clang-format -i $(FORMAT_SRC)
+format-check:
+	@clang-format --dry-run $(FORMAT_SRC) 2>&1 | grep -o '^[^:]*' | sort -u; true
 
 # ---- fuzzing --------------------------------------------------------------
 # libFuzzer harnesses in fuzz/, built with clang under ASan+UBSan into
