@@ -82,13 +82,20 @@ int main(int argc, char **argv) {
     const char *threads = "1,2", *kinds = "copy,memcpy,read,fresh";
     int json = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--mib") && i + 1 < argc) mib = atof(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = argv[++i];
-        else if (!strcmp(argv[i], "--kind") && i + 1 < argc) kinds = argv[++i];
-        else if (!strcmp(argv[i], "--json")) json = 1;
+        if (!strcmp(argv[i], "--mib") && i + 1 < argc)
+            mib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
+            reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = argv[++i];
+        else if (!strcmp(argv[i], "--kind") && i + 1 < argc)
+            kinds = argv[++i];
+        else if (!strcmp(argv[i], "--json"))
+            json = 1;
         else {
-            fprintf(stderr, "usage: bw [--mib N] [--threads 1,2] [--reps N] [--kind copy,memcpy,read,fresh] [--json]\n");
+            fprintf(
+                stderr,
+                "usage: bw [--mib N] [--threads 1,2] [--reps N] [--kind copy,memcpy,read,fresh] [--json]\n");
             return 2;
         }
     }
@@ -128,7 +135,8 @@ int main(int argc, char **argv) {
                        first ? "" : ", ", kp, nt, mib, bytes, best, gbs, med, gbs_med);
             else
                 printf("%-7s threads %d  buffer %7.1f MiB  best %8.2f GB/s  median %8.2f GB/s  "
-                       "(%d runs, best %.3f ms)\n", kp, nt, mib, gbs, gbs_med, reps, best * 1e3);
+                       "(%d runs, best %.3f ms)\n",
+                       kp, nt, mib, gbs, gbs_med, reps, best * 1e3);
             first = 0;
         }
     }

@@ -27,7 +27,7 @@
  *   conv_bench [--threads 1,2] [--batch 1,8] [--reps 3] [--min-ms 200] [--only NAME]
  */
 #include "externs/externs.h"
-#include "testing.h"   /* test hooks */
+#include "testing.h" /* test hooks */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,13 +136,13 @@ static void run_kiln(void *ud) {
 }
 
 #ifdef KILN_BENCH_DNNL
-#define DN(call)                                                                     \
-    do {                                                                             \
-        dnnl_status_t st_ = (call);                                                  \
-        if (st_ != dnnl_success) {                                                   \
+#define DN(call)                                                                        \
+    do {                                                                                \
+        dnnl_status_t st_ = (call);                                                     \
+        if (st_ != dnnl_success) {                                                      \
             fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, st_); \
-            exit(1);                                                                 \
-        }                                                                            \
+            exit(1);                                                                    \
+        }                                                                               \
     } while (0)
 
 typedef struct {
@@ -154,8 +154,10 @@ typedef struct {
 
 static void run_dnnl(void *ud) {
     Dnnl *d = ud;
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, d->src}, {DNNL_ARG_WEIGHTS, d->wei},
-                               {DNNL_ARG_BIAS, d->bias}, {DNNL_ARG_DST, d->dst}};
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, d->src},
+                               {DNNL_ARG_WEIGHTS, d->wei},
+                               {DNNL_ARG_BIAS, d->bias},
+                               {DNNL_ARG_DST, d->dst}};
     DN(dnnl_primitive_execute(d->conv, d->stream, 4, args));
     DN(dnnl_stream_wait(d->stream));
 }
@@ -219,8 +221,10 @@ static double time_dnnl(const Kiln *k, bool blocked, const Options *o, double *m
     d.bias = mem_from(&d, &bias_md, 1, bs, dnnl_x, (void *)k->b);
     int64_t ny = k->ys[0] * k->ys[1] * k->ys[2] * k->ys[3];
     float *y = calloc((size_t)ny, sizeof(float));
-    if (blocked) DN(dnnl_memory_create(&d.dst, want_dst, d.eng, DNNL_MEMORY_ALLOCATE));
-    else DN(dnnl_memory_create(&d.dst, want_dst, d.eng, y));
+    if (blocked)
+        DN(dnnl_memory_create(&d.dst, want_dst, d.eng, DNNL_MEMORY_ALLOCATE));
+    else
+        DN(dnnl_memory_create(&d.dst, want_dst, d.eng, y));
     double ms = best_ms(run_dnnl, &d, o);
     *maxdiff = 0;
     for (int64_t i = 0; !blocked && i < ny; i++) {
@@ -242,7 +246,10 @@ static double time_dnnl(const Kiln *k, bool blocked, const Options *o, double *m
 
 static float *randn(int64_t n, uint64_t seed) {
     float *p = malloc(sizeof(float) * (size_t)n);
-    if (!p) { fprintf(stderr, "out of memory\n"); exit(1); }
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
     kiln_fill_randn(p, n, seed);
     return p;
 }
@@ -261,7 +268,10 @@ static void bench_shape(const Shape *s, int64_t n, int threads, const Options *o
     float *x = randn(xs[0] * xs[1] * xs[2] * xs[3], 1);
     float *w = randn(ws[0] * ws[1] * ws[2] * ws[3], 2), *b = randn(s->o, 3);
     float *y = malloc(sizeof(float) * (size_t)(ys[0] * ys[1] * ys[2] * ys[3]));
-    k.x = x; k.w = w; k.b = b; k.y = y;
+    k.x = x;
+    k.w = w;
+    k.b = b;
+    k.y = y;
     double gflop = 2.0 * (double)(n * s->o * oh * ow) * (double)(ws[1] * s->k * s->k) / 1e9;
     ext_set_threads(threads);
     ext_set_conv_backend(EXT_CONV_IM2COL);
@@ -275,12 +285,15 @@ static void bench_shape(const Shape *s, int64_t n, int threads, const Options *o
     const char *impl = "", *impl2 = "";
     double dms = time_dnnl(&k, false, o, &diff, &impl);
     double bms = time_dnnl(&k, true, o, &diff2, &impl2);
-    printf(" %8.2f | %6.1f | %-20s | %8.2f | %6.1f | %-20s | %.1e |", dms, gflop / dms * 1e3,
-           impl, bms, gflop / bms * 1e3, impl2, diff);
+    printf(" %8.2f | %6.1f | %-20s | %8.2f | %6.1f | %-20s | %.1e |", dms, gflop / dms * 1e3, impl,
+           bms, gflop / bms * 1e3, impl2, diff);
 #endif
     printf("\n");
     fflush(stdout);
-    free(x); free(w); free(b); free(y);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
 }
 
 static int parse_list(const char *s, int *out, int max) {
@@ -296,13 +309,23 @@ static int parse_list(const char *s, int *out, int max) {
 int main(int argc, char **argv) {
     Options o = {2, {1, 2}, 2, {1, 8}, 3, 200.0, NULL};
     for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--threads")) o.nthreads = parse_list(argv[i + 1], o.threads, 4);
-        else if (!strcmp(argv[i], "--batch")) o.nbatch = parse_list(argv[i + 1], o.batch, 4);
-        else if (!strcmp(argv[i], "--reps")) o.reps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--min-ms")) o.min_ms = atof(argv[i + 1]);
-        else if (!strcmp(argv[i], "--only")) o.only = argv[i + 1];
-        else { fprintf(stderr, "usage: %s [--threads 1,2] [--batch 1,8] [--reps N] "
-                               "[--min-ms T] [--only NAME]\n", argv[0]); return 2; }
+        if (!strcmp(argv[i], "--threads"))
+            o.nthreads = parse_list(argv[i + 1], o.threads, 4);
+        else if (!strcmp(argv[i], "--batch"))
+            o.nbatch = parse_list(argv[i + 1], o.batch, 4);
+        else if (!strcmp(argv[i], "--reps"))
+            o.reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--min-ms"))
+            o.min_ms = atof(argv[i + 1]);
+        else if (!strcmp(argv[i], "--only"))
+            o.only = argv[i + 1];
+        else {
+            fprintf(stderr,
+                    "usage: %s [--threads 1,2] [--batch 1,8] [--reps N] "
+                    "[--min-ms T] [--only NAME]\n",
+                    argv[0]);
+            return 2;
+        }
     }
     printf("| shape | N | threads | GFLOP | kiln ms | kiln GFLOP/s | im2col ms | GFLOP/s | "
            "speed-up |");
@@ -313,7 +336,8 @@ int main(int argc, char **argv) {
     for (size_t s = 0; s < sizeof shapes / sizeof *shapes; s++) {
         if (o.only && !strstr(shapes[s].name, o.only)) continue;
         for (int b = 0; b < o.nbatch; b++)
-            for (int t = 0; t < o.nthreads; t++) bench_shape(&shapes[s], o.batch[b], o.threads[t], &o);
+            for (int t = 0; t < o.nthreads; t++)
+                bench_shape(&shapes[s], o.batch[b], o.threads[t], &o);
     }
     return 0;
 }

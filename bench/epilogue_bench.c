@@ -51,8 +51,8 @@
  * time of the bare run of the same round: both summed over the threads).
  */
 #include "kiln.h"
-#include "runtime/runtime.h"   /* KilnRT and the library kernels: the timed epilogue */
-#include "testing.h"           /* rt_set_externs */
+#include "runtime/runtime.h" /* KilnRT and the library kernels: the timed epilogue */
+#include "testing.h"         /* rt_set_externs */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -83,7 +83,8 @@ static void die(const char *what, const char *msg) {
 /* Parse, make inputs (seeded by position) and outputs, compile. */
 static void load(Prog *p, const char *file, int threads, int epilogue) {
     p->g = kiln_graph_new();
-    if (!p->g || kiln_parse_file(p->g, file) != KILN_OK) die(file, p->g ? kiln_error(p->g) : "no memory");
+    if (!p->g || kiln_parse_file(p->g, file) != KILN_OK)
+        die(file, p->g ? kiln_error(p->g) : "no memory");
     p->ni = kiln_num_inputs(p->g);
     p->no = kiln_num_outputs(p->g);
     p->in = calloc((size_t)p->ni + 1, sizeof *p->in);
@@ -110,14 +111,14 @@ typedef struct {
     void *ctx;
 } Timed;
 
-static double inside_ms;   /* time inside epilogue calls since reset, summed over threads */
+static double inside_ms; /* time inside epilogue calls since reset, summed over threads */
 
 static void timed_epi(void *ctx, float *c, int64_t start, int64_t count) {
     const Timed *w = ctx;
     double t0 = clock_ms(CLOCK_MONOTONIC);
     w->epi(w->ctx, c, start, count);
     double t = clock_ms(CLOCK_MONOTONIC) - t0;
-    #pragma omp atomic
+#pragma omp atomic
     inside_ms += t;
 }
 
@@ -135,15 +136,15 @@ static int timed_conv2d(const float *x, const int64_t xs[4], const float *w, con
 }
 
 static int timed_conv2d_const(const float *x, const int64_t xs[4], const float *w,
-                              const int64_t ws[4], const float *bias, float *y,
-                              const int64_t ys[4], const int64_t attr[7], ExtEpilogue epi,
-                              void *ctx) {
+                              const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                              const int64_t attr[7], ExtEpilogue epi, void *ctx) {
     Timed t = {epi, ctx};
     return ext_conv2d_const_epi(x, xs, w, ws, bias, y, ys, attr, epi ? timed_epi : NULL, &t);
 }
 
 /* gather and conv_transpose2d: NULL, the library's (rt_run fills them in) */
-static const KilnRT timed_externs = {timed_mm, timed_conv2d, NULL, NULL, NULL, 0, timed_conv2d_const};
+static const KilnRT timed_externs = {timed_mm, timed_conv2d,      NULL, NULL, NULL,
+                                     0,        timed_conv2d_const};
 
 /* One run: wall time, and in *cpu the CPU time of all threads (with
  * OMP_WAIT_POLICY=passive idle threads sleep, so this is the work done;
@@ -180,10 +181,14 @@ int main(int argc, char **argv) {
     const char *files[2] = {NULL, NULL};
     int threads = 1, repeat = 11, nf = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
-        else if (nf < 2 && argv[i][0] != '-') files[nf++] = argv[i];
-        else nf = 3;
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
+            repeat = atoi(argv[++i]);
+        else if (nf < 2 && argv[i][0] != '-')
+            files[nf++] = argv[i];
+        else
+            nf = 3;
     }
     if (nf != 2 || threads < 1 || repeat < 1 || repeat > 1000) {
         fprintf(stderr, "usage: epilogue_bench BARE.kiln FULL.kiln [--threads N] [--repeat R]\n");
@@ -203,11 +208,11 @@ int main(int argc, char **argv) {
     }
     double *ratio[4], *inside = calloc((size_t)repeat, sizeof(double));
     for (int i = 0; i < 4; i++) ratio[i] = calloc((size_t)repeat, sizeof(double));
-    uint64_t rng = 0x9E3779B97F4A7C15u;   /* fixed: the same orders every run */
+    uint64_t rng = 0x9E3779B97F4A7C15u; /* fixed: the same orders every run */
     for (int r = 0; r < repeat; r++) {
         int order[VARIANTS];
         for (int k = 0; k < VARIANTS; k++) order[k] = k;
-        for (int k = VARIANTS - 1; k > 0; k--) {   /* Fisher-Yates, xorshift64 */
+        for (int k = VARIANTS - 1; k > 0; k--) { /* Fisher-Yates, xorshift64 */
             rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
             int j = (int)(rng % (uint64_t)(k + 1)), tmp = order[k];
             order[k] = order[j], order[j] = tmp;
@@ -217,7 +222,7 @@ int main(int argc, char **argv) {
             t[order[k]][r] = run_ms(&p[order[k]], &c[order[k]][r]);
             if (order[k] == EPI) inside[r] = inside_ms;
         }
-        ratio[3][r] = inside[r] / c[BARE][r];   /* both summed over the threads */
+        ratio[3][r] = inside[r] / c[BARE][r]; /* both summed over the threads */
         ratio[0][r] = t[EPI][r] / t[BARE][r];
         ratio[1][r] = t[SEP][r] / t[BARE][r];
         ratio[2][r] = t[CONTROL][r] / t[BARE][r];

@@ -94,15 +94,22 @@ int main(int argc, char **argv) {
     int threads = 1, repeat = 10, reuse = 0, nbind = 0;
     double copy_mib = 0;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc) repeat = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--reuse")) reuse = 1;
-        else if (!strcmp(argv[i], "--paired-copy") && i + 1 < argc) copy_mib = atof(argv[++i]);
-        else if (!strcmp(argv[i], "-i") && i + 1 < argc && nbind < 64) bind[nbind++] = argv[++i];
-        else if (!prog && argv[i][0] != '-') prog = argv[i];
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--repeat") && i + 1 < argc)
+            repeat = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reuse"))
+            reuse = 1;
+        else if (!strcmp(argv[i], "--paired-copy") && i + 1 < argc)
+            copy_mib = atof(argv[++i]);
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc && nbind < 64)
+            bind[nbind++] = argv[++i];
+        else if (!prog && argv[i][0] != '-')
+            prog = argv[i];
         else {
-            fprintf(stderr, "usage: ktime PROG [--threads N] [--repeat R] [--reuse] [--paired-copy MIB] "
-                            "[-i NAME=FILE.npy]...\n");
+            fprintf(stderr,
+                    "usage: ktime PROG [--threads N] [--repeat R] [--reuse] [--paired-copy MIB] "
+                    "[-i NAME=FILE.npy]...\n");
             return 2;
         }
     }
@@ -119,7 +126,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int ni = kiln_num_inputs(g), no = kiln_num_outputs(g);
-    kiln_tensor *in = calloc((size_t)ni + 1, sizeof *in), *out = calloc((size_t)no + 1, sizeof *out);
+    kiln_tensor *in = calloc((size_t)ni + 1, sizeof *in),
+                *out = calloc((size_t)no + 1, sizeof *out);
     for (int i = 0; i < ni; i++) {
         const char *name = kiln_input_name(g, i), *file = NULL;
         for (int b = 0; b < nbind; b++) {
@@ -135,8 +143,10 @@ int main(int argc, char **argv) {
         } else {
             in[i] = kiln_input_desc(g, i);
             if (kiln_tensor_alloc(&in[i]) != KILN_OK) return 4;
-            if (in[i].dtype == KILN_F32) kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]), (uint64_t)i + 1);
-            else memset(in[i].data, 0, kiln_tensor_numel(&in[i]) * kiln_dtype_size(in[i].dtype));
+            if (in[i].dtype == KILN_F32)
+                kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]), (uint64_t)i + 1);
+            else
+                memset(in[i].data, 0, kiln_tensor_numel(&in[i]) * kiln_dtype_size(in[i].dtype));
         }
     }
     kiln_options o = kiln_default_options();
@@ -185,8 +195,8 @@ int main(int argc, char **argv) {
         qsort(ct, (size_t)repeat, sizeof *ct, cmp_d);
         double bytes = 2.0 * (double)cn * sizeof(float);
         double cmed = repeat % 2 ? ct[repeat / 2] : (ct[repeat / 2 - 1] + ct[repeat / 2]) / 2;
-        printf(", \"copy_mib\": %.1f, \"copy_gbs\": %.3f, \"copy_gbs_median\": %.3f",
-               copy_mib, bytes / (ct[0] * 1e6), bytes / (cmed * 1e6));
+        printf(", \"copy_mib\": %.1f, \"copy_gbs\": %.3f, \"copy_gbs_median\": %.3f", copy_mib,
+               bytes / (ct[0] * 1e6), bytes / (cmed * 1e6));
     }
     printf("}\n");
     kiln_program_free(p);

@@ -22,12 +22,14 @@
 
 #define VB_CAT2(a, b) a##b
 #define VB_CAT(a, b) VB_CAT2(a, b)
-#define VB_WRAP(f)                                                            \
-    _Pragma("omp declare simd notinbranch")                                   \
-    __attribute__((noinline)) static float f##_v(float x) { return f(x); }    \
-    __attribute__((noinline)) static void f##_loop(const float *restrict x,   \
-                                                   float *restrict y, long n) { \
-        _Pragma("omp simd") for (long i = 0; i < n; i++) y[i] = f##_v(x[i]);  \
+#define VB_WRAP(f)                                                                             \
+    _Pragma("omp declare simd notinbranch")                                                    \
+        __attribute__((noinline)) static float f##_v(float x) {                                \
+        return f(x);                                                                           \
+    }                                                                                          \
+    __attribute__((noinline)) static void f##_loop(const float *restrict x, float *restrict y, \
+                                                   long n) {                                   \
+        _Pragma("omp simd") for (long i = 0; i < n; i++) y[i] = f##_v(x[i]);                   \
     }
 VB_WRAP(kiln_sinf)
 VB_WRAP(kiln_cosf)
@@ -40,8 +42,8 @@ VB_WRAP(kiln_gelu)
 
 void VB_CAT(vb_run_, VB_SIDE)(int fn, const float *x, float *y, long n) {
     static void (*const fns[VB_NFN])(const float *restrict, float *restrict, long) = {
-        kiln_sinf_loop, kiln_sinf_loop, kiln_cosf_loop, kiln_expf_loop,
-        kiln_logf_loop, kiln_tanhf_loop, kiln_erff_loop, kiln_sigmoid_loop, kiln_gelu_loop,
+        kiln_sinf_loop,  kiln_sinf_loop, kiln_cosf_loop,    kiln_expf_loop, kiln_logf_loop,
+        kiln_tanhf_loop, kiln_erff_loop, kiln_sigmoid_loop, kiln_gelu_loop,
     };
     fns[fn](x, y, n);
 }
@@ -64,7 +66,9 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-static float uniform(float lo, float hi) { return lo + (hi - lo) * (float)rand() / (float)RAND_MAX; }
+static float uniform(float lo, float hi) {
+    return lo + (hi - lo) * (float)rand() / (float)RAND_MAX;
+}
 
 static float normal(void) {
     float u = uniform(1e-7f, 1.0f), v = uniform(0.0f, 1.0f);
@@ -78,16 +82,18 @@ static void fill(int fn, float *x, long n) {
         case 1: x[i] = i % 64 == 0 ? 1e5f : uniform(-10, 10); break;
         case 3: x[i] = uniform(-10, 0); break;
         case 4: x[i] = uniform(1e-3f, 10); break;
-        case 5: case 7: x[i] = uniform(-5, 5); break;
-        case 6: case 8: x[i] = normal(); break;
+        case 5:
+        case 7: x[i] = uniform(-5, 5); break;
+        case 6:
+        case 8: x[i] = normal(); break;
         default: x[i] = uniform(-10, 10);
         }
     }
 }
 
 /* Best ns per element over reps passes of the array. */
-static double time_ns(void (*run)(int, const float *, float *, long), int fn,
-                      const float *x, float *y, long n, int reps) {
+static double time_ns(void (*run)(int, const float *, float *, long), int fn, const float *x,
+                      float *y, long n, int reps) {
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
         double t = now_s();
@@ -99,7 +105,7 @@ static double time_ns(void (*run)(int, const float *, float *, long), int fn,
 }
 
 int main(int argc, char **argv) {
-    enum { N = 4096 };   /* 16 KiB in, 16 KiB out: in L1/L2 */
+    enum { N = 4096 }; /* 16 KiB in, 16 KiB out: in L1/L2 */
     static float x[N], y[N];
     int rounds = argc > 1 ? atoi(argv[1]) : 5;
     double best[VB_NFN][2];

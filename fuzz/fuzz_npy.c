@@ -23,7 +23,8 @@ static void remove_files(void) {
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc; (void)argv;
+    (void)argc;
+    (void)argv;
     const char *dir = getenv("TMPDIR");
     if (!dir || !*dir) dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     snprintf(in_path, sizeof in_path, "%s/kiln_fuzz_npy.%d.npy", dir, (int)getpid());
@@ -42,7 +43,7 @@ static void round_trip(const kiln_tensor *t) {
     kiln_tensor back;
     if (kiln_npy_write(out_path, t, err, sizeof err) != KILN_OK) {
         if (!err[0]) abort();
-        return;   /* e.g. a dtype kiln reads but does not write */
+        return; /* e.g. a dtype kiln reads but does not write */
     }
     if (kiln_npy_read(out_path, &back, err, sizeof err) != KILN_OK) abort();
     if (back.dtype != t->dtype || back.rank != t->rank ||
@@ -64,7 +65,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         round_trip(&t);
         kiln_tensor_free(&t);
     } else if (!err[0] || !strstr(err, in_path)) {
-        abort();   /* every failure names the file and says why */
+        abort(); /* every failure names the file and says why */
     }
     return 0;
 }

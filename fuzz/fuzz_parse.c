@@ -18,7 +18,8 @@
 #include <string.h>
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
-    (void)argc; (void)argv;
+    (void)argc;
+    (void)argv;
     setenv("KILN_MEM_LIMIT", "256M", 1);
     return 0;
 }
@@ -43,8 +44,8 @@ static void interpret(kiln_graph *g) {
     for (int i = 0; ok && i < nin; i++) {
         in[i] = kiln_input_desc(g, i);
         ok = kiln_tensor_alloc(&in[i]) == KILN_OK;
-        if (ok) memset(in[i].data, 0, (size_t)kiln_tensor_numel(&in[i]) *
-                                          kiln_dtype_size(in[i].dtype));
+        if (ok)
+            memset(in[i].data, 0, (size_t)kiln_tensor_numel(&in[i]) * kiln_dtype_size(in[i].dtype));
     }
     if (ok && kiln_interpret(g, in, out) == KILN_OK)
         for (int i = 0; i < nout; i++) kiln_tensor_free(&out[i]);
@@ -62,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (g && kiln_parse(g, src, "fuzz.kiln") == KILN_OK) {
         if (small(g)) interpret(g);
     } else if (g && !kiln_error(g)[0]) {
-        abort();   /* a failure must say why */
+        abort(); /* a failure must say why */
     }
     kiln_graph_free(g);
     free(src);

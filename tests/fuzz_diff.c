@@ -38,9 +38,9 @@
 typedef struct {
     const char *dir;
     uint64_t seed;
-    long long limit;          /* programs to run; < 0: until stopped */
+    long long limit; /* programs to run; < 0: until stopped */
     int batch;
-    long long ran, failed, conditioned;   /* conditioned: programs passed with the spread */
+    long long ran, failed, conditioned; /* conditioned: programs passed with the spread */
 } Fuzz;
 
 typedef struct {
@@ -48,8 +48,8 @@ typedef struct {
     char text[PROG_CAP];
     kiln_graph *g;
     RtProgram *p;
-    char why[2048];           /* empty: passed */
-    int64_t conditioned;      /* elements over the tolerance that the reference's spread accepted */
+    char why[2048];      /* empty: passed */
+    int64_t conditioned; /* elements over the tolerance that the reference's spread accepted */
 } Prog;
 
 /* ===== saving a failure ================================================== */
@@ -62,8 +62,10 @@ static void save(const Fuzz *f, const Prog *pr) {
         fprintf(stderr, "fuzz_diff: cannot write %s: %s\n", path, strerror(errno));
         return;
     }
-    fprintf(out, "# fuzz_diff: fused and interpreted results differ; reproduce with\n"
-                 "#   kiln run --check --seed %llu %s\n# ", (unsigned long long)pr->seed, path);
+    fprintf(out,
+            "# fuzz_diff: fused and interpreted results differ; reproduce with\n"
+            "#   kiln run --check --seed %llu %s\n# ",
+            (unsigned long long)pr->seed, path);
     for (const char *c = pr->why; *c; c++) fputs(*c == '\n' ? "\n# " : (char[2]){*c, 0}, out);
     fprintf(out, "\n%s", pr->text);
     fclose(out);
@@ -73,7 +75,8 @@ static void save(const Fuzz *f, const Prog *pr) {
 /* ===== one program ========================================================= */
 
 static float value(const kiln_tensor *t, int64_t k) {
-    return t->dtype == KILN_BOOL ? ((const unsigned char *)t->data)[k] : ((const float *)t->data)[k];
+    return t->dtype == KILN_BOOL ? ((const unsigned char *)t->data)[k]
+                                 : ((const float *)t->data)[k];
 }
 
 /* Compare fused float outputs with the interpreter's tensors. An element
@@ -175,8 +178,10 @@ static void run_batch(Fuzz *f, Prog *ps, int n) {
         compile_each(ps, n);
     for (int i = 0; i < n; i++) {
         if (ps[i].p && !ps[i].why[0]) check(&ps[i]);
-        if (ps[i].why[0]) save(f, &ps[i]), f->failed++;
-        else if (ps[i].conditioned) f->conditioned++;
+        if (ps[i].why[0])
+            save(f, &ps[i]), f->failed++;
+        else if (ps[i].conditioned)
+            f->conditioned++;
         rt_free(ps[i].p);
         kiln_graph_free(ps[i].g);
     }
@@ -195,18 +200,25 @@ static int parse_args(Fuzz *f, int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (i + 1 >= argc) return 0;
         const char *v = argv[++i];
-        if (!strcmp(argv[i - 1], "-o")) f->dir = v;
-        else if (!strcmp(argv[i - 1], "-s")) f->seed = strtoull(v, NULL, 10);
-        else if (!strcmp(argv[i - 1], "-n")) f->limit = atoll(v);
-        else if (!strcmp(argv[i - 1], "-b")) f->batch = atoi(v);
-        else return 0;
+        if (!strcmp(argv[i - 1], "-o"))
+            f->dir = v;
+        else if (!strcmp(argv[i - 1], "-s"))
+            f->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(argv[i - 1], "-n"))
+            f->limit = atoll(v);
+        else if (!strcmp(argv[i - 1], "-b"))
+            f->batch = atoi(v);
+        else
+            return 0;
     }
     return f->batch >= 1 && f->batch <= MAX_BATCH;
 }
 
 int main(int argc, char **argv) {
-    Fuzz f = {.dir = "fuzz-out", .seed = (uint64_t)time(NULL) * 1000003u + (uint64_t)getpid() * 7919u,
-              .limit = -1, .batch = 50};
+    Fuzz f = {.dir = "fuzz-out",
+              .seed = (uint64_t)time(NULL) * 1000003u + (uint64_t)getpid() * 7919u,
+              .limit = -1,
+              .batch = 50};
     if (!parse_args(&f, argc, argv)) return usage();
     if (mkdir(f.dir, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "fuzz_diff: cannot create %s: %s\n", f.dir, strerror(errno));
@@ -223,7 +235,8 @@ int main(int argc, char **argv) {
         time_t t0 = time(NULL);
         run_batch(&f, ps, n);
         printf("fuzz_diff: %lld programs, %lld failed, %lld passed with the reference's spread "
-               "(last batch %lds)\n", f.ran, f.failed, f.conditioned, (long)(time(NULL) - t0));
+               "(last batch %lds)\n",
+               f.ran, f.failed, f.conditioned, (long)(time(NULL) - t0));
     }
     return f.failed != 0;
 }

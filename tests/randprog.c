@@ -131,9 +131,12 @@ static void binary(Gen *g, int v) {
         shape[d] = a > b ? a : b;
     }
     int w = new_value(g, r, shape);
-    if (op < 3) emit(g, "v%d = v%d %s v%d\n", w, v, ops[op], u);
-    else if (op < 5) emit(g, "v%d = %s(v%d, v%d)\n", w, ops[op], v, u);
-    else emit(g, "v%d = where(v%d > v%d, v%d, v%d * 0.5)\n", w, v, u, v, u);
+    if (op < 3)
+        emit(g, "v%d = v%d %s v%d\n", w, v, ops[op], u);
+    else if (op < 5)
+        emit(g, "v%d = %s(v%d, v%d)\n", w, ops[op], v, u);
+    else
+        emit(g, "v%d = where(v%d > v%d, v%d, v%d * 0.5)\n", w, v, u, v, u);
 }
 
 static void unary(Gen *g, int v) {
@@ -152,8 +155,10 @@ static void reduction(Gen *g, int v) {
     for (int d = 0, k = 0; d < r; d++) {
         bool red = nd == 0 || (k < nd && dims[k] == d);
         if (nd && red) k++;
-        if (!red) shape[orank++] = g->shape[v][d];
-        else if (keep) shape[orank++] = 1;
+        if (!red)
+            shape[orank++] = g->shape[v][d];
+        else if (keep)
+            shape[orank++] = 1;
     }
     int w = new_value(g, orank, shape);
     emit(g, "v%d = %s(v%d", w, ops[pick(g, 4)], v);
@@ -182,7 +187,10 @@ static void pad(Gen *g, int v, int64_t *shape) {
     int r = g->rank[v], mode = pick(g, 3);
     int64_t n = shape[r - 1], b = pick(g, 3), a = pick(g, 3);
     if (mode == 2 && n == 1) mode = 0;
-    if (mode == 2) { b = b < n - 1 ? b : n - 1; a = a < n - 1 ? a : n - 1; }
+    if (mode == 2) {
+        b = b < n - 1 ? b : n - 1;
+        a = a < n - 1 ? a : n - 1;
+    }
     if (mode == 0 && n > 2 && pick(g, 3) == 0) b = -1;
     if (numel(g, v) / n * (n + b + a) > 8192) b = a = 0;
     shape[r - 1] = n + b + a;
@@ -208,12 +216,23 @@ static void view(Gen *g, int v) {
     int64_t shape[6];
     memcpy(shape, g->shape[v], sizeof shape);
     int kind = r == 0 ? 2 : pick(g, 8);
-    if (kind == 5) { reverse_slice(g, v, shape); return; }
-    if (kind == 6) { pad(g, v, shape); return; }
-    if (kind == 7) { cat(g, v, shape); return; }
+    if (kind == 5) {
+        reverse_slice(g, v, shape);
+        return;
+    }
+    if (kind == 6) {
+        pad(g, v, shape);
+        return;
+    }
+    if (kind == 7) {
+        cat(g, v, shape);
+        return;
+    }
     if (kind == 0 && r >= 2) { /* transpose */
         int a = pick(g, r), b = pick(g, r);
-        int64_t t = shape[a]; shape[a] = shape[b]; shape[b] = t;
+        int64_t t = shape[a];
+        shape[a] = shape[b];
+        shape[b] = t;
         int w = new_value(g, r, shape);
         emit(g, "v%d = transpose(v%d, %d, %d)\n", w, v, a, b);
     } else if (kind == 1 && r >= 1) { /* slice with a step */
@@ -230,7 +249,8 @@ static void view(Gen *g, int v) {
             for (int d = r; d > at; d--) shape[d] = shape[d - 1];
             shape[at] = 1;
             int w = new_value(g, r + 1, shape);
-            char s[128]; shape_str(g, w, s, sizeof s);
+            char s[128];
+            shape_str(g, w, s, sizeof s);
             emit(g, "v%d = reshape(v%d, %s)\n", w, v, s);
         } else {
             int w = new_value(g, 1, &n);
@@ -240,7 +260,8 @@ static void view(Gen *g, int v) {
         int d = pick(g, r);
         if (shape[d] == 1 && numel(g, v) * 3 <= 8192) shape[d] = 3;
         int w = new_value(g, r, shape);
-        char s[128]; shape_str(g, w, s, sizeof s);
+        char s[128];
+        shape_str(g, w, s, sizeof s);
         emit(g, "v%d = expand(v%d, %s)\n", w, v, s);
     } else { /* permute: reverse */
         int64_t t[6];
@@ -282,11 +303,19 @@ static void pool(Gen *g, int v) {
 
 static void composite(Gen *g, int v) {
     int r = g->rank[v];
-    if (r == 0) { unary(g, v); return; }
-    if (r >= 3 && pick(g, 3) == 0) { pool(g, v); return; }
+    if (r == 0) {
+        unary(g, v);
+        return;
+    }
+    if (r >= 3 && pick(g, 3) == 0) {
+        pool(g, v);
+        return;
+    }
     int w = new_value(g, r, g->shape[v]);
-    if (pick(g, 2)) emit(g, "v%d = softmax(v%d, dim=%d)\n", w, v, pick(g, r) - (pick(g, 2) ? r : 0));
-    else emit(g, "v%d = layer_norm(v%d, [%lld])\n", w, v, (long long)g->shape[v][r - 1]);
+    if (pick(g, 2))
+        emit(g, "v%d = softmax(v%d, dim=%d)\n", w, v, pick(g, r) - (pick(g, 2) ? r : 0));
+    else
+        emit(g, "v%d = layer_norm(v%d, [%lld])\n", w, v, (long long)g->shape[v][r - 1]);
 }
 
 size_t randprog(uint64_t seed, char *buf, size_t cap) {
@@ -299,9 +328,14 @@ size_t randprog(uint64_t seed, char *buf, size_t cap) {
     for (int i = 0; i < nstmts && g.nv < MAXV - 1; i++) {
         int v = g.nv - 1 - pick(&g, g.nv < 4 ? g.nv : 4);
         switch (pick(&g, 10)) {
-        case 0: case 1: case 2: unary(&g, v); break;
-        case 3: case 4: case 5: binary(&g, v); break;
-        case 6: case 7: reduction(&g, v); break;
+        case 0:
+        case 1:
+        case 2: unary(&g, v); break;
+        case 3:
+        case 4:
+        case 5: binary(&g, v); break;
+        case 6:
+        case 7: reduction(&g, v); break;
         case 8: view(&g, v); break;
         default: composite(&g, v); break;
         }

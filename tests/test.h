@@ -16,30 +16,34 @@ void test_register(const char *name, test_fn fn);
 /* Record a failure of the running test with a message. */
 void test_failf(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-extern int test_failed;    /* set when the running test failed */
+extern int test_failed; /* set when the running test failed */
 /* A scratch directory for this test run (created on demand). */
 const char *test_tmpdir(void);
 /* Directory holding the test sources (for golden data): "tests". */
 const char *test_srcdir(void);
 
-#define TEST(name)                                                         \
-    static void name(void);                                                \
-    __attribute__((constructor)) static void reg_##name(void) {            \
-        test_register(#name, name);                                        \
-    }                                                                      \
+#define TEST(name)                                                                            \
+    static void name(void);                                                                   \
+    __attribute__((constructor)) static void reg_##name(void) { test_register(#name, name); } \
     static void name(void)
 
-#define CHECK(cond)                                                        \
-    do {                                                                   \
-        if (!(cond)) { test_failf(__FILE__, __LINE__, "%s", #cond); return; } \
+#define CHECK(cond)                                      \
+    do {                                                 \
+        if (!(cond)) {                                   \
+            test_failf(__FILE__, __LINE__, "%s", #cond); \
+            return;                                      \
+        }                                                \
     } while (0)
-#define CHECKF(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) { test_failf(__FILE__, __LINE__, __VA_ARGS__); return; } \
+#define CHECKF(cond, ...)                                \
+    do {                                                 \
+        if (!(cond)) {                                   \
+            test_failf(__FILE__, __LINE__, __VA_ARGS__); \
+            return;                                      \
+        }                                                \
     } while (0)
 /* Like CHECK but keeps going (for loops over many cases). */
-#define EXPECT(cond, ...)                                                  \
-    do {                                                                   \
-        if (!(cond)) test_failf(__FILE__, __LINE__, __VA_ARGS__);          \
+#define EXPECT(cond, ...)                                         \
+    do {                                                          \
+        if (!(cond)) test_failf(__FILE__, __LINE__, __VA_ARGS__); \
     } while (0)
 #endif

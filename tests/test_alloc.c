@@ -24,33 +24,35 @@
 #include <stdint.h>
 #include <unistd.h>
 
-static const char *prog =
-    "input x: f32[4, 8]\n"
-    "weight w: f32[8, 8] = randn(1)\n"
-    "h = x @ w\n"
-    "s = softmax(h, dim=-1)\n"
-    "y = layer_norm(s + x, [8])\n"
-    "m = sum(relu(y), dim=1)\n"
-    "output y, m\n";
+static const char *prog = "input x: f32[4, 8]\n"
+                          "weight w: f32[8, 8] = randn(1)\n"
+                          "h = x @ w\n"
+                          "s = softmax(h, dim=-1)\n"
+                          "y = layer_norm(s + x, [8])\n"
+                          "m = sum(relu(y), dim=1)\n"
+                          "output y, m\n";
 
 /* The hook: counts requests, refuses request number fail_at, and keeps
  * the live blocks (so a leak can be counted, then freed: LeakSanitizer
  * would otherwise fail the whole ASan run for it). */
 #define MAX_LIVE 4096
 typedef struct {
-    long requests;   /* allocations and growths so far */
-    long fail_at;    /* refuse this request (0: never) */
-    long mark;       /* requests made when kiln_compile returned */
-    int nlive;       /* blocks allocated and not yet freed */
+    long requests; /* allocations and growths so far */
+    long fail_at;  /* refuse this request (0: never) */
+    long mark;     /* requests made when kiln_compile returned */
+    int nlive;     /* blocks allocated and not yet freed */
     void *live[MAX_LIVE];
 } Hook;
 
-static Hook *cur;    /* the hook in use, for run_compiled's mark */
+static Hook *cur; /* the hook in use, for run_compiled's mark */
 
 static void forget(Hook *h, void *p) {
     for (int i = h->nlive - 1; i >= 0; i--)
-        if (h->live[i] == p) { h->live[i] = h->live[--h->nlive]; return; }
-    abort();   /* freeing a block this hook never handed out */
+        if (h->live[i] == p) {
+            h->live[i] = h->live[--h->nlive];
+            return;
+        }
+    abort(); /* freeing a block this hook never handed out */
 }
 
 static void *counting_alloc(void *ud, void *ptr, size_t old, size_t n) {
@@ -65,7 +67,7 @@ static void *counting_alloc(void *ud, void *ptr, size_t old, size_t n) {
     if (!ptr && h->nlive == MAX_LIVE) return NULL;
     if (ptr) forget(h, ptr);
     void *p = realloc(ptr, n);
-    h->live[h->nlive++] = p ? p : ptr;   /* a failed realloc keeps the block */
+    h->live[h->nlive++] = p ? p : ptr; /* a failed realloc keeps the block */
     return p;
 }
 
@@ -92,7 +94,7 @@ static kiln_status load(kiln_graph **g, kiln_tensor *in) {
 /* A successful run must deliver every output. */
 static kiln_status finish(kiln_status st, kiln_tensor *out, int nout) {
     for (int i = 0; st == KILN_OK && i < nout; i++)
-        if (!out[i].data) st = KILN_ERR_INPUT;   /* reported as a wrong status */
+        if (!out[i].data) st = KILN_ERR_INPUT; /* reported as a wrong status */
     for (int i = 0; i < nout; i++) kiln_tensor_free(&out[i]);
     return st;
 }
@@ -147,9 +149,10 @@ static void fail_range(const char *what, Pipeline fn, long lo, long hi) {
         int leaked = h.nlive;
         free_leaks(&h);
         if (st == KILN_ERR_NOMEM && leaked == 0) continue;
-        test_failf(__FILE__, __LINE__, "%s: allocation %ld refused: status %d (want %d, "
-                   "out of memory), %d blocks leaked: %s", what, n, (int)st,
-                   (int)KILN_ERR_NOMEM, leaked, msg);
+        test_failf(__FILE__, __LINE__,
+                   "%s: allocation %ld refused: status %d (want %d, "
+                   "out of memory), %d blocks leaked: %s",
+                   what, n, (int)st, (int)KILN_ERR_NOMEM, leaked, msg);
         bad++;
     }
     printf("  (%s: refused each of allocations %ld..%ld in turn)\n", what, lo, hi);
@@ -184,14 +187,16 @@ static bool use_own_cache(void) {
     char dir[512], msg[1024];
     snprintf(dir, sizeof dir, "%s/alloc_cache", test_tmpdir());
     setenv("KILN_CACHE_DIR", dir, 1);
-    kiln_status st = run_compiled(msg, sizeof msg);   /* default allocator */
+    kiln_status st = run_compiled(msg, sizeof msg); /* default allocator */
     EXPECT(st == KILN_OK, "the warm-up compile failed with status %d: %s", (int)st, msg);
     return st == KILN_OK;
 }
 
 static void restore_cache(void) {
-    if (had_cache) setenv("KILN_CACHE_DIR", saved_cache, 1);
-    else unsetenv("KILN_CACHE_DIR");
+    if (had_cache)
+        setenv("KILN_CACHE_DIR", saved_cache, 1);
+    else
+        unsetenv("KILN_CACHE_DIR");
 }
 
 /* Allocations of parse + kiln_compile: decompose, lower, schedule,
@@ -238,8 +243,8 @@ static void check_lines(const char *who) {
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         kiln_tensor t = {KILN_F32, 1, {sizes[i]}, NULL};
         CHECK(kiln_tensor_alloc(&t) == KILN_OK);
-        EXPECT((uintptr_t)t.data % KILN_ALIGN == 0, "%s: %lld floats at %p, not on a line",
-               who, (long long)sizes[i], t.data);
+        EXPECT((uintptr_t)t.data % KILN_ALIGN == 0, "%s: %lld floats at %p, not on a line", who,
+               (long long)sizes[i], t.data);
         memset(t.data, 0x5a, (size_t)sizes[i] * sizeof(float));
         kiln_tensor_free(&t);
     }

@@ -17,7 +17,7 @@
  * and freeing still sees the IR lowering built.
  */
 #include "test.h"
-#include "runtime/runtime.h"   /* plan_build */
+#include "runtime/runtime.h" /* plan_build */
 #include "randprog.h"
 #include <dirent.h>
 
@@ -158,7 +158,8 @@ TEST(check_fused_traffic_may_exceed_unfused) {
     Plan *p = plan_of("input x: f32[4, 6]\n"
                       "weight w: f32[8, 5] = randn(7)\n"
                       "y = reshape(permute(x, [1, 0]), [3, 8]) @ w\n"
-                      "output y\n", NULL);
+                      "output y\n",
+                      NULL);
     CHECK(p);
     EXPECT(p->sched->unfused_bytes == 316, "unfused %lld", (long long)p->sched->unfused_bytes);
     EXPECT(p->sched->fused_bytes == 508, "fused %lld", (long long)p->sched->fused_bytes);
@@ -213,9 +214,9 @@ TEST(check_loop_load_of_later_buffer) {
     CHECK(b1 && b0 && b3 && b1->body == BODY_POINTWISE);
     Expr *ld = find_load(b1->expr, b0->id);
     CHECK(ld);
-    ld->buf = b3->id;                          /* buf1 now reads the division's result */
+    ld->buf = b3->id; /* buf1 now reads the division's result */
     loop_fails(p, "buf1 loads buf3, which is computed later", __LINE__);
-    ld->buf = b1->id;                          /* ... or itself */
+    ld->buf = b1->id; /* ... or itself */
     loop_fails(p, "buf1 loads itself", __LINE__);
     ld->buf = 99;
     loop_fails(p, "buf1 loads buffer id 99, outside the program's 5 buffers", __LINE__);
@@ -233,7 +234,7 @@ TEST(check_loop_index_outside_iteration_space) {
     Expr *ld = find_load(b0->expr, p->prog->inputs[0]);
     CHECK(ld && ld->index->kind == IX_ADD && ld->index->a[1]->kind == IX_VAR);
     Index *v = ld->index->a[1];
-    CHECK(v->v == 1);                          /* the reduced variable is in scope */
+    CHECK(v->v == 1); /* the reduced variable is in scope */
     loop_passes(p, __LINE__);
     v->v = 2;
     loop_fails(p, "buf0 reads x at an index that uses v2, but its body has 2 loop variables",
@@ -275,7 +276,7 @@ TEST(check_loop_ops_against_op_table) {
     CHECK(p);
     Buffer *b1 = buf_named(p, "buf1"), *b3 = buf_named(p, "buf3");
     CHECK(b1 && b3);
-    Expr *e = b1->expr;                        /* exp(sub(load x, load buf0)) */
+    Expr *e = b1->expr; /* exp(sub(load x, load buf0)) */
     CHECK(e->kind == EX_OP && e->op == OP_EXP && e->args[0]->kind == EX_OP &&
           e->args[0]->op == OP_SUB);
     Expr *sub = e->args[0];
@@ -328,7 +329,7 @@ TEST(check_loop_extern_operands) {
     mm->opnd[0].buf = b2->id;
     loop_fails(p, "buf1 has extern operand buf2, which is computed later", __LINE__);
     mm->opnd[0].buf = b0->id;
-    mm->opnd[0].offset = 1;                    /* one past the end at the last element */
+    mm->opnd[0].offset = 1; /* one past the end at the last element */
     loop_fails(p, "buf1 reads buf0 at [1, 128] as extern operand 0, outside its 128 elements",
                __LINE__);
     mm->opnd[0].offset = 0;
@@ -356,7 +357,7 @@ TEST(check_loop_program_tables) {
     loop_fails(p, "buf7 is computed buffer 2; it should be named buf2", __LINE__);
     b2->name = name;
     int in = lp->inputs[0];
-    lp->inputs[0] = 1;                         /* w, a weight */
+    lp->inputs[0] = 1; /* w, a weight */
     loop_fails(p, "program input 0 is buffer id 1, not an input buffer", __LINE__);
     lp->inputs[0] = in;
     loop_passes(p, __LINE__);
@@ -395,14 +396,18 @@ TEST(check_sched_kernel_order) {
     CHECK(s->nkernels == 2 && !strcmp(s->kernels[0].kernel, "cpp_fused_add_0") &&
           !strcmp(s->kernels[1].kernel, "extern_kernels.mm") && s->kernels[1].n == 2);
     swap_kernels(s, 0, 1);
-    sched_fails(p, "kernel 0 (extern_kernels.mm) reads buf0, which kernel 1 (cpp_fused_add_0) "
-                   "produces later", __LINE__);
+    sched_fails(p,
+                "kernel 0 (extern_kernels.mm) reads buf0, which kernel 1 (cpp_fused_add_0) "
+                "produces later",
+                __LINE__);
     swap_kernels(s, 0, 1);
     /* what a later kernel reads must be stored */
     CHECK(s->kernels[0].store[0] == STORE_GLOBAL);
     s->kernels[0].store[0] = STORE_REGISTER;
-    sched_fails(p, "kernel 1 (extern_kernels.mm) reads buf0, which kernel 0 (cpp_fused_add_0) "
-                   "keeps in a register", __LINE__);
+    sched_fails(p,
+                "kernel 1 (extern_kernels.mm) reads buf0, which kernel 0 (cpp_fused_add_0) "
+                "keeps in a register",
+                __LINE__);
     s->kernels[0].store[0] = STORE_GLOBAL;
     sched_passes(p, __LINE__);
     plan_free(p);
@@ -430,8 +435,10 @@ TEST(check_sched_membership) {
     k1->n = 2;
     /* op0 in two kernels */
     k1->members[0] = 0;
-    sched_fails(p, "op0 is a member of kernel 0 (cpp_fused_add_0) and kernel 1 "
-                   "(extern_kernels.mm)", __LINE__);
+    sched_fails(p,
+                "op0 is a member of kernel 0 (cpp_fused_add_0) and kernel 1 "
+                "(extern_kernels.mm)",
+                __LINE__);
     k1->members[0] = 1;
     k1->members[1] = 0;
     sched_fails(p, "kernel 1 (extern_kernels.mm) has member 0 out of range or order", __LINE__);
@@ -446,8 +453,10 @@ TEST(check_sched_kinds) {
     Schedule *s = p->sched;
     Kernel *k1 = &s->kernels[1];
     k1->kind = KK_POINTWISE;
-    sched_fails(p, "kernel 1 (extern_kernels.mm) is a pointwise kernel with 0 loop nests; its "
-                   "members make it extern", __LINE__);
+    sched_fails(p,
+                "kernel 1 (extern_kernels.mm) is a pointwise kernel with 0 loop nests; its "
+                "members make it extern",
+                __LINE__);
     k1->kind = KK_EXTERN;
     /* the relu epilogue must iterate the extern's output */
     SNode *op2 = &s->nodes[2];
@@ -470,15 +479,19 @@ TEST(check_sched_stages) {
     CHECK(s->nkernels == 1 && s->kernels[0].n == 4 && s->kernels[0].nstages == 3);
     Kernel *k = &s->kernels[0];
     CHECK(k->stage[0] == 0 && k->stage[1] == 1 && k->stage[2] == 1 && k->stage[3] == 2);
-    k->stage[3] = 1;                           /* the div in the loop that computes the sum */
-    sched_fails(p, "kernel 0 (cpp_fused_softmax_0): op3 at stage 1 reads buf2, computed at "
-                   "stage 1 by op2", __LINE__);
+    k->stage[3] = 1; /* the div in the loop that computes the sum */
+    sched_fails(p,
+                "kernel 0 (cpp_fused_softmax_0): op3 at stage 1 reads buf2, computed at "
+                "stage 1 by op2",
+                __LINE__);
     k->stage[3] = 3;
     sched_fails(p, "kernel 0 (cpp_fused_softmax_0): op3 is at stage 3 of 3", __LINE__);
     k->stage[3] = 2;
     k->kind = KK_POINTWISE;
-    sched_fails(p, "kernel 0 (cpp_fused_softmax_0) is a pointwise kernel with 1 loop nests; its "
-                   "members make it reduction", __LINE__);
+    sched_fails(p,
+                "kernel 0 (cpp_fused_softmax_0) is a pointwise kernel with 1 loop nests; its "
+                "members make it reduction",
+                __LINE__);
     k->kind = KK_REDUCTION;
     sched_passes(p, __LINE__);
     plan_free(p);
@@ -488,7 +501,7 @@ TEST(check_sched_nodes) {
     Plan *p = plan_of(SOFTMAX, NULL);
     CHECK(p);
     Schedule *s = p->sched;
-    SNode *op1 = &s->nodes[1];                 /* exp(x - buf0): reads x, buf0; writes buf1 */
+    SNode *op1 = &s->nodes[1]; /* exp(x - buf0): reads x, buf0; writes buf1 */
     int r = -1;
     for (int d = 0; d < op1->ndeps; d++)
         if (!op1->deps[d].write && s->node_of_buf[op1->deps[d].buf] == 0) r = d;

@@ -40,13 +40,14 @@ static Plan *plan_cfg(const char *src, const KilnConfig *cfg, kiln_graph **gout)
         test_failf(__FILE__, __LINE__, "plan: %s", err);
         p = NULL;
     }
-    if (gout && p) *gout = g;
-    else kiln_graph_free(g);
+    if (gout && p)
+        *gout = g;
+    else
+        kiln_graph_free(g);
     return p;
 }
 
 static Plan *plan_of(const char *src, kiln_graph **gout) { return plan_cfg(src, NULL, gout); }
-
 
 static char *read_example(const char *name) {
     char path[256];
@@ -66,7 +67,8 @@ static char *function_text(const char *src, const char *name) {
     char sig[300];
     snprintf(sig, sizeof sig, " %s(", name);
     const char *p = strstr(src, sig);
-    while (p && strncmp(p - 6, "static", 6) && strncmp(p - 3, "int", 3) && strncmp(p - 4, "void", 4))
+    while (p && strncmp(p - 6, "static", 6) && strncmp(p - 3, "int", 3) &&
+           strncmp(p - 4, "void", 4))
         p = strstr(p + 1, sig);
     if (!p) return NULL;
     const char *end = strstr(p, "\n}\n");
@@ -102,7 +104,7 @@ TEST(codegen_one_function_per_kernel_in_call_order) {
         const Kernel *K = &s->kernels[k];
         char call[300];
         if (K->kind == KK_EXTERN) {
-            snprintf(call, sizeof call, "%s(", K->kernel);   /* the call's comment */
+            snprintf(call, sizeof call, "%s(", K->kernel); /* the call's comment */
         } else {
             char *fn = function_text(out.source, K->kernel);
             EXPECT(fn != NULL, "no function %s", K->kernel);
@@ -155,11 +157,15 @@ TEST(codegen_softmax_is_one_row_loop) {
     const char *blk = strstr(fn, "for (int64_t r0b = 0; r0b < 1024; r0b += 256) {");
     const char *pf = strstr(fn, "if (x0 + 1 < 1024) kiln_prefetch(&in_x[1024*(x0 + 1) + (r0b)], "
                                 "r0b + 256 < 1024 ? 256 : 1024 - r0b);");
-    const char *mark1 = strstr(fn, CG_INNER_MARK), *mark2 = mark1 ? strstr(mark1 + 1, CG_INNER_MARK) : NULL;
-    EXPECT(blk && pf && count(fn, "kiln_prefetch(") == 1 && mark1 < blk && blk < pf && pf < mark2 &&
-               strstr(fn, "for (int64_t r0v = r0b; r0v < (r0b + 256 < 1024 ? r0b + 256 : 1024); r0v += 16) {") &&
-               strstr(fn, "for (int64_t r0 = r0v; r0 < r0v + 16; r0++) {  " CG_INNER_MARK),
-           "the next row prefetched block by block in the second pass:\n%s", fn);
+    const char *mark1 = strstr(fn, CG_INNER_MARK),
+               *mark2 = mark1 ? strstr(mark1 + 1, CG_INNER_MARK) : NULL;
+    EXPECT(
+        blk && pf && count(fn, "kiln_prefetch(") == 1 && mark1 < blk && blk < pf && pf < mark2 &&
+            strstr(
+                fn,
+                "for (int64_t r0v = r0b; r0v < (r0b + 256 < 1024 ? r0b + 256 : 1024); r0v += 16) {") &&
+            strstr(fn, "for (int64_t r0 = r0v; r0 < r0v + 16; r0++) {  " CG_INNER_MARK),
+        "the next row prefetched block by block in the second pass:\n%s", fn);
     free(fn);
     cg_free(&out);
     plan_free(p);
@@ -192,14 +198,21 @@ TEST(codegen_lane_reductions) {
                 const char *k = strstr(out.source, "/* ===== kernels");
                 CHECK(k);
                 char decl[64];
-                snprintf(decl, sizeof decl, "%s lane_acc_buf1[16];", dbl && !minmax ? "double" : "float");
-                EXPECT((strstr(k, decl) != NULL) == lanes && (strstr(k, "lane_nan_buf1[16]") != NULL) == (lanes && minmax) &&
-                           (strstr(k, "r0v += 16") != NULL) == lanes && count(k, "reduction(") == (lanes ? 1 : minmax ? 3 : 2) &&
+                snprintf(decl, sizeof decl, "%s lane_acc_buf1[16];",
+                         dbl && !minmax ? "double" : "float");
+                EXPECT((strstr(k, decl) != NULL) == lanes &&
+                           (strstr(k, "lane_nan_buf1[16]") != NULL) == (lanes && minmax) &&
+                           (strstr(k, "r0v += 16") != NULL) == lanes &&
+                           count(k, "reduction(") == (lanes    ? 1
+                                                      : minmax ? 3
+                                                               : 2) &&
                            strstr(k, "r0b += 256"),
-                       "%s, rows of %d, double_acc %d: lanes %s:\n%s", red[r], len, dbl, lanes ? "wanted" : "not wanted", k);
+                       "%s, rows of %d, double_acc %d: lanes %s:\n%s", red[r], len, dbl,
+                       lanes ? "wanted" : "not wanted", k);
                 char name[64], c[600], o[600], *report = NULL;
                 snprintf(name, sizeof name, "lanes_%s_%d_%d", red[r], len, dbl);
-                EXPECT(test_compile_report(name, out.source, c, o, &report) == 0, "%s does not compile", c);
+                EXPECT(test_compile_report(name, out.source, c, o, &report) == 0,
+                       "%s does not compile", c);
                 free(report);
                 cg_free(&out);
                 plan_free(p);
@@ -225,7 +238,8 @@ static char *kernel0_text(const char *src) {
 }
 
 TEST(codegen_row_pairs) {
-    char *fn = kernel0_text("input x: f32[512, 1024]\nm = amax(x, dim=1)\ns = sum(x, dim=1)\noutput m, s\n");
+    char *fn = kernel0_text(
+        "input x: f32[512, 1024]\nm = amax(x, dim=1)\ns = sum(x, dim=1)\noutput m, s\n");
     CHECK(fn);
     EXPECT(count(fn, "x0 += 2") == 1 && count(fn, "in_x[1024*(x0 + 1) + r0]") == 1, "%s", fn);
     EXPECT(count(fn, CG_INNER_MARK) == 1 && count(fn, "reduction(max:") == 2 &&
@@ -234,7 +248,8 @@ TEST(codegen_row_pairs) {
     free(fn);
     fn = kernel0_text("input x: f32[512, 1024]\nv = mean(x * x, dim=1)\noutput v\n");
     CHECK(fn);
-    EXPECT(count(fn, "x0 += 2") == 1 && count(fn, "buf1[(x0 + 1)] = ") == 1, "a row step in pairs:\n%s", fn);
+    EXPECT(count(fn, "x0 += 2") == 1 && count(fn, "buf1[(x0 + 1)] = ") == 1,
+           "a row step in pairs:\n%s", fn);
     free(fn);
     static const char *const single[] = {
         "input x: f32[511, 1024]\ns = sum(x, dim=1)\noutput s\n",
@@ -284,7 +299,8 @@ TEST(codegen_hoists_row_values) {
  * (mean's scale) runs in the loop that stores the block. */
 TEST(codegen_column_reduction_outer_order) {
     Plan *p = plan_of("input x: f32[1000, 300]\nc = mean(x, dim=0)\nr = amax(x, dim=1)\n"
-                      "output c, r\n", NULL);
+                      "output c, r\n",
+                      NULL);
     CHECK(p);
     CgOutput out;
     char err[512];
@@ -295,13 +311,16 @@ TEST(codegen_column_reduction_outer_order) {
     for (int k = 0; k < 2; k++) {
         char *fn = function_text(out.source, s->kernels[k].kernel);
         CHECK(fn);
-        if (strstr(fn, "reduction(max:")) row = fn;
-        else col = fn;
+        if (strstr(fn, "reduction(max:"))
+            row = fn;
+        else
+            col = fn;
     }
     CHECK(col && row);
     EXPECT(strstr(out.source, "outer reduction (blocks of 128)"), "%s", col);
     EXPECT(strstr(col, "float acc_buf0[128];"), "%s", col);
-    const char *xl = strstr(col, "for (int64_t x0 = x0b; x0 < (x0b + 128 < 300 ? x0b + 128 : 300); x0++)");
+    const char *xl =
+        strstr(col, "for (int64_t x0 = x0b; x0 < (x0b + 128 < 300 ? x0b + 128 : 300); x0++)");
     EXPECT(xl && strstr(xl, CG_INNER_MARK) < strchr(xl, '\n'), "%s", col);
     EXPECT(strstr(col, "[x0 + 300*r0]"), "contiguous along the inner loop:\n%s", col);
     EXPECT(count(col, CG_INNER_MARK) == 2, "accumulate and store loops:\n%s", col);
@@ -334,8 +353,10 @@ TEST(codegen_transpose_tiled) {
 }
 
 TEST(codegen_parallel_only_when_big) {
-    Plan *small = plan_of("input x: f32[16, 16]\ny = sin(x)\ns = sum(x, dim=1)\noutput y, s\n", NULL);
-    Plan *big = plan_of("input x: f32[512, 512]\ny = sin(x)\ns = sum(x, dim=1)\noutput y, s\n", NULL);
+    Plan *small =
+        plan_of("input x: f32[16, 16]\ny = sin(x)\ns = sum(x, dim=1)\noutput y, s\n", NULL);
+    Plan *big =
+        plan_of("input x: f32[512, 512]\ny = sin(x)\ns = sum(x, dim=1)\noutput y, s\n", NULL);
     CHECK(small && big);
     CgOutput a, b;
     char err[512];
@@ -353,19 +374,21 @@ TEST(codegen_parallel_only_when_big) {
 /* Transcendentals go to vecmath.h; pow by a small integer is multiplication. */
 TEST(codegen_math_forms) {
     Plan *p = plan_of("input x: f32[64]\ny = exp(x) + log(x) + sin(x) + cos(x) + tanh(x) + erf(x)\n"
-                      "z = pow(x, 3) + pow(x, -2) + pow(x, 0.5)\noutput y, z\n", NULL);
+                      "z = pow(x, 3) + pow(x, -2) + pow(x, 0.5)\noutput y, z\n",
+                      NULL);
     CHECK(p);
     CgOutput out;
     char err[512];
     CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
     const char *k = strstr(out.source, "/* ===== kernels");
     CHECK(k);
-    static const char *want[] = {"kiln_expf_v(", "kiln_logf_v(", "kiln_sinf_v(", "kiln_cosf_v(",
-                                 "kiln_tanhf_v(", "kiln_erff_v(", "kiln_powi(tmp0, 3)",
-                                 "kiln_powi(tmp0, -2)", "kiln_pow_half("};
+    static const char *want[] = {"kiln_expf_v(",       "kiln_logf_v(",        "kiln_sinf_v(",
+                                 "kiln_cosf_v(",       "kiln_tanhf_v(",       "kiln_erff_v(",
+                                 "kiln_powi(tmp0, 3)", "kiln_powi(tmp0, -2)", "kiln_pow_half("};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         EXPECT(strstr(k, want[i]), "%s missing:\n%s", want[i], k);
-    static const char *libm[] = {" expf(", " logf(", " sinf(", " cosf(", " tanhf(", " erff(", "powf("};
+    static const char *libm[] = {" expf(",  " logf(", " sinf(", " cosf(",
+                                 " tanhf(", " erff(", "powf("};
     for (size_t i = 0; i < sizeof libm / sizeof *libm; i++)
         EXPECT(!strstr(k, libm[i]), "libm call %s in:\n%s", libm[i], k);
     cg_free(&out);
@@ -381,7 +404,10 @@ TEST(codegen_math_forms) {
  * vectors: the padded narrow variant), rows of 1000 (16-wide), tanh, gelu,
  * and the values where exp overflows, underflows, turns denormal, inf, NaN. */
 TEST(codegen_exp_dispatch) {
-    static const struct { const char *src; bool exp, gelu; } progs[] = {
+    static const struct {
+        const char *src;
+        bool exp, gelu;
+    } progs[] = {
         {"input x: f32[64, 14]\ny = exp(x)\noutput y\n", true, false},
         {"input x: f32[8, 100]\ny = tanh(x) * 2\noutput y\n", true, false},
         {"input x: f32[8, 100]\ny = softmax(x, dim=1)\noutput y\n", true, false},
@@ -401,9 +427,26 @@ TEST(codegen_exp_dispatch) {
         cg_free(&out);
         plan_free(p);
     }
-    static const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, 88.72283935546875f, 88.7228394f, 89.0f,
-                                    100.0f, -87.33654f, -95.5f, -103.97207f, -103.97283935546875f,
-                                    -104.0f, -110.0f, INFINITY, -INFINITY, NAN, 1e-40f, 3e38f, -3e38f};
+    static const float special[] = {0.0f,
+                                    -0.0f,
+                                    1.0f,
+                                    -1.0f,
+                                    88.72283935546875f,
+                                    88.7228394f,
+                                    89.0f,
+                                    100.0f,
+                                    -87.33654f,
+                                    -95.5f,
+                                    -103.97207f,
+                                    -103.97283935546875f,
+                                    -104.0f,
+                                    -110.0f,
+                                    INFINITY,
+                                    -INFINITY,
+                                    NAN,
+                                    1e-40f,
+                                    3e38f,
+                                    -3e38f};
     static const int64_t shapes[][2] = {{64, 14}, {3, 1000}};
     for (int s = 0; s < 2; s++) {
         TestProg P = {.g = kiln_graph_new()};
@@ -411,7 +454,7 @@ TEST(codegen_exp_dispatch) {
         CHECK(x >= 0);
         float *d = P.in[0].data;
         int64_t n = shapes[s][0] * shapes[s][1];
-        for (int64_t k = 0; k < n; k++)  /* -115 .. 95 in uneven steps, specials among them */
+        for (int64_t k = 0; k < n; k++) /* -115 .. 95 in uneven steps, specials among them */
             d[k] = k % 7 == 3 ? special[(k / 7) % (int64_t)(sizeof special / sizeof *special)]
                               : -115.0f + 210.0f * (float)((k * 7919) % n) / (float)n;
         CHECK(kiln_output(P.g, kiln_unary(P.g, "exp", x), "y") == KILN_OK);
@@ -428,21 +471,26 @@ TEST(codegen_exp_dispatch) {
  * pool over rows of 56 (loads 2 apart) gets `omp simd simdlen(8)`, and
  * both match the interpreter (max pool bit for bit). */
 TEST(codegen_short_rows_simdlen8) {
-    static const struct { int64_t n; bool want; } rows[] = {
-        {14, true}, {28, true}, {56, true}, {24, true}, {7, false}, {49, false}, {64, false},
-        {112, false}};
+    static const struct {
+        int64_t n;
+        bool want;
+    } rows[] = {{14, true}, {28, true},  {56, true},  {24, true},
+                {7, false}, {49, false}, {64, false}, {112, false}};
     for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
         char src[200];
-        snprintf(src, sizeof src, "input x: f32[64, %lld]\ninput b: f32[64, 1]\ny = exp(x) * b\noutput y\n",
+        snprintf(src, sizeof src,
+                 "input x: f32[64, %lld]\ninput b: f32[64, 1]\ny = exp(x) * b\noutput y\n",
                  (long long)rows[i].n);
         char *fn = kernel0_text(src);
         CHECK(fn);
         char want[100];
-        snprintf(want, sizeof want, "#pragma omp simd simdlen(8)\n        for (int64_t x1 = 0; x1 < %lld;",
+        snprintf(want, sizeof want,
+                 "#pragma omp simd simdlen(8)\n        for (int64_t x1 = 0; x1 < %lld;",
                  (long long)rows[i].n);
-        EXPECT((strstr(fn, want) != NULL) == rows[i].want && (count(fn, "simdlen(8)") == rows[i].want),
-               "rows of %lld: simdlen(8) %s:\n%s", (long long)rows[i].n, rows[i].want ? "wanted" : "not wanted",
-               fn);
+        EXPECT((strstr(fn, want) != NULL) == rows[i].want &&
+                   (count(fn, "simdlen(8)") == rows[i].want),
+               "rows of %lld: simdlen(8) %s:\n%s", (long long)rows[i].n,
+               rows[i].want ? "wanted" : "not wanted", fn);
         free(fn);
     }
     static const char *const progs[] = {
@@ -455,7 +503,8 @@ TEST(codegen_short_rows_simdlen8) {
         CgOutput out;
         char err[512];
         CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
-        EXPECT(count(out.source, "#pragma omp simd simdlen(8)\n") == 1, "program %d:\n%s", i, out.source);
+        EXPECT(count(out.source, "#pragma omp simd simdlen(8)\n") == 1, "program %d:\n%s", i,
+               out.source);
         cg_free(&out);
         plan_free(p);
         TestProg P = {0};
@@ -464,7 +513,8 @@ TEST(codegen_short_rows_simdlen8) {
         for (P.nin = 0; P.nin < kiln_num_inputs(P.g); P.nin++) {
             P.in[P.nin] = kiln_input_desc(P.g, P.nin);
             CHECK(kiln_tensor_alloc(&P.in[P.nin]) == KILN_OK);
-            kiln_fill_randn(P.in[P.nin].data, kiln_tensor_numel(&P.in[P.nin]), 40 + (uint64_t)P.nin);
+            kiln_fill_randn(P.in[P.nin].data, kiln_tensor_numel(&P.in[P.nin]),
+                            40 + (uint64_t)P.nin);
         }
         test_prog_check(&P, "codegen-simd8-cache", NULL, i == 0 ? "y" : NULL);
         test_prog_free(&P);
@@ -472,7 +522,6 @@ TEST(codegen_short_rows_simdlen8) {
 }
 
 /* ===== vectorization proof ====================================================== */
-
 
 /* Compile source with the JIT's flags and GCC's vectorization report; check
  * every marked inner loop. Returns the number of marked loops (-1 on a
@@ -501,7 +550,7 @@ static bool loop_has_guarded_load(const char *p) {
 static int check_vectorized_ex(const char *name, const char *flags, const char *source, int *missed,
                                bool exempt_guarded, int *exempt);
 
-static bool vec_quiet;   /* no line per missed loop (a control that is expected to miss) */
+static bool vec_quiet; /* no line per missed loop (a control that is expected to miss) */
 
 static int check_vectorized(const char *name, const char *flags, const char *source, int *missed) {
     int exempt = 0;
@@ -519,7 +568,10 @@ static int check_vectorized_ex(const char *name, const char *flags, const char *
     int marks = 0, line = 1;
     *missed = 0;
     for (const char *p = source; *p; p++) {
-        if (*p == '\n') { line++; continue; }
+        if (*p == '\n') {
+            line++;
+            continue;
+        }
         if (strncmp(p, CG_INNER_MARK, strlen(CG_INNER_MARK))) continue;
         marks++;
         if (!test_vectorized_at(report, c, line, true)) {
@@ -527,14 +579,17 @@ static int check_vectorized_ex(const char *name, const char *flags, const char *
                 (*exempt)++;
                 continue;
             }
-            if (!vec_quiet) printf("  %s: inner loop at %s:%d not vectorized (%s)\n", name, c, line, flags);
+            if (!vec_quiet)
+                printf("  %s: inner loop at %s:%d not vectorized (%s)\n", name, c, line, flags);
             (*missed)++;
         }
     }
     free(report);
     /* no libm call may survive (sqrtf/floorf/... are instructions) */
-    snprintf(cmd, sizeof cmd, "nm -u '%s' | grep -E ' (expf|logf|sinf|cosf|tanhf|erff|sqrtf|floorf|"
-             "ceilf|fabsf)$' > '%s.libm'", o, o);
+    snprintf(cmd, sizeof cmd,
+             "nm -u '%s' | grep -E ' (expf|logf|sinf|cosf|tanhf|erff|sqrtf|floorf|"
+             "ceilf|fabsf)$' > '%s.libm'",
+             o, o);
     if (system(cmd) == 0) {
         printf("  %s: libm calls left in the object (see %s.libm)\n", name, o);
         (*missed)++;
@@ -560,9 +615,11 @@ static Plan *generate_program(const char *name, const char *src, CgOutput *out) 
 }
 
 TEST(codegen_inner_loops_vectorized) {
-    static const char *examples[] = {"chain", "rowsum", "siblings", "wall", "softmax",
-                                     "layernorm", "gelu_bias", "dropout", "wall_chain", "layout"};
-    static const struct { const char *name, *src; } extra[] = {
+    static const char *examples[] = {"chain",     "rowsum",    "siblings", "wall",       "softmax",
+                                     "layernorm", "gelu_bias", "dropout",  "wall_chain", "layout"};
+    static const struct {
+        const char *name, *src;
+    } extra[] = {
         {"unary", "input x: f32[1000]\ny = exp(x) + log(x) + sin(x) + cos(x) + tanh(x) + erf(x)"
                   " + sigmoid(x) + sqrt(x) + floor(x) + ceil(x) + abs(x) + rsqrt(x)\noutput y\n"},
         {"minmax", "input x: f32[300, 77]\na = amax(x, dim=1)\nb = amin(x, dim=1)\n"
@@ -570,7 +627,8 @@ TEST(codegen_inner_loops_vectorized) {
         {"bcast", "input x: f32[64, 100]\ninput b: f32[64, 1]\ny = where(x > b, x * b, -x)\n"
                   "output y\n"},
         /* rows of 56: 8-wide (want_simd8); the pool's loads 2 apart */
-        {"rows56", "input x: f32[64, 56]\ninput b: f32[64, 1]\ny = exp(x) * b + sin(x)\noutput y\n"},
+        {"rows56",
+         "input x: f32[64, 56]\ninput b: f32[64, 1]\ny = exp(x) * b + sin(x)\noutput y\n"},
         {"pool56", "input x: f32[2, 3, 112, 112]\ny = max_pool2d(x, 3, stride=2, padding=1)\n"
                    "output y\n"},
     };
@@ -597,15 +655,16 @@ TEST(codegen_inner_loops_vectorized) {
     EXPECT(missed_all == 0, "%d of %d inner loops not vectorized (or libm calls left)", missed_all,
            total);
     printf("codegen: %d inner loops at v2, v3 and v4 (compiled for each), %d at v2 with guarded "
-           "loads left scalar (no masked load in SSE4.2)\n", total, exempt);
+           "loads left scalar (no masked load in SSE4.2)\n",
+           total, exempt);
 }
 
 /* ARM is left open: the generated C of the examples (vecmath.h included,
  * no x86 builtin outside its #if) compiles for AArch64 and its inner loops
  * vectorize with NEON, when Debian's gcc-aarch64-linux-gnu is installed. */
 TEST(codegen_vectorized_arm64_cross) {
-    static const char *examples[] = {"chain", "rowsum", "siblings", "wall", "softmax",
-                                     "layernorm", "gelu_bias", "dropout", "wall_chain", "layout",
+    static const char *examples[] = {"chain",      "rowsum",    "siblings", "wall",       "softmax",
+                                     "layernorm",  "gelu_bias", "dropout",  "wall_chain", "layout",
                                      "long_chain", "unrelated", "residual"};
     if (system("command -v aarch64-linux-gnu-gcc > /dev/null 2>&1") != 0) {
         printf("codegen: arm64 cross-compile skipped: no aarch64-linux-gnu-gcc "
@@ -618,7 +677,8 @@ TEST(codegen_vectorized_arm64_cross) {
         CgOutput out;
         Plan *p = generate_program(examples[i], NULL, &out);
         if (!p) continue;
-        int missed = 0, marks = check_vectorized(examples[i], "-march=armv8.2-a", out.source, &missed);
+        int missed = 0,
+            marks = check_vectorized(examples[i], "-march=armv8.2-a", out.source, &missed);
         EXPECT(marks > 0, "%s: no inner loops or the arm64 compile failed", examples[i]);
         total += marks > 0 ? marks : 0;
         missed_all += missed;
@@ -626,8 +686,8 @@ TEST(codegen_vectorized_arm64_cross) {
         plan_free(p);
     }
     test_cc_override = NULL;
-    printf("codegen: arm64 (-march=armv8.2-a): %d of %d inner loops vectorized\n", total - missed_all,
-           total);
+    printf("codegen: arm64 (-march=armv8.2-a): %d of %d inner loops vectorized\n",
+           total - missed_all, total);
     EXPECT(missed_all == 0, "%d of %d inner loops not vectorized for arm64", missed_all, total);
 }
 
@@ -651,7 +711,8 @@ TEST(codegen_vectorized_under_avx512_tunings) {
     CHECKF(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK, "%s", err);
     for (size_t i = 0; i < sizeof tunes / sizeof *tunes; i++) {
         int missed = 0, marks;
-        snprintf(flags, sizeof flags, "-march=x86-64-v4 -mtune=%s -mprefer-vector-width=512", tunes[i]);
+        snprintf(flags, sizeof flags, "-march=x86-64-v4 -mtune=%s -mprefer-vector-width=512",
+                 tunes[i]);
         marks = check_vectorized("chain_tuned", flags, out.source, &missed);
         EXPECT(marks > 0 && missed == 0, "chain under %s: %d of %d loops not vectorized", flags,
                missed, marks);
@@ -659,7 +720,8 @@ TEST(codegen_vectorized_under_avx512_tunings) {
         vec_quiet = true;
         marks = check_vectorized("chain_tuned_bare", flags, out.source, &missed);
         vec_quiet = false;
-        printf("codegen: chain under %s: %d of %d inner loops not vectorized\n", flags, missed, marks);
+        printf("codegen: chain under %s: %d of %d inner loops not vectorized\n", flags, missed,
+               marks);
     }
     cg_free(&out);
     plan_free(p);
@@ -669,15 +731,14 @@ TEST(codegen_vectorized_under_avx512_tunings) {
 
 /* Each t_i is materialized (two users, one of them an expensive sin) and
  * lives from its kernel to the next: t1 and t3 can share memory. */
-static const char *chain_prog =
-    "input x: f32[64, 100]\n"
-    "t1 = sin(x + mean(x))\n"
-    "t2 = sin(t1 + mean(t1))\n"
-    "t3 = sin(t2 + mean(t2))\n"
-    "t4 = sin(t3 + mean(t3))\n"
-    "t5 = sin(t4 + mean(t4))\n"
-    "y = t5 + mean(t5)\n"
-    "output y\n";
+static const char *chain_prog = "input x: f32[64, 100]\n"
+                                "t1 = sin(x + mean(x))\n"
+                                "t2 = sin(t1 + mean(t1))\n"
+                                "t3 = sin(t2 + mean(t2))\n"
+                                "t4 = sin(t3 + mean(t3))\n"
+                                "t5 = sin(t4 + mean(t4))\n"
+                                "y = t5 + mean(t5)\n"
+                                "output y\n";
 
 /* No two arena buffers that are live at the same call overlap. */
 static int plan_is_sound(const RtProgram *p) {
@@ -698,7 +759,8 @@ static int plan_is_sound(const RtProgram *p) {
             if (oa < 0 || ob < 0 || first[a] > last[b] || first[b] > last[a]) continue;
             int64_t sa = lp->bufs[a]->numel * 4, sb = lp->bufs[b]->numel * 4;
             if (oa < ob + sb && ob < oa + sa) {
-                printf("  %s and %s overlap while both live\n", lp->bufs[a]->name, lp->bufs[b]->name);
+                printf("  %s and %s overlap while both live\n", lp->bufs[a]->name,
+                       lp->bufs[b]->name);
                 ok = 0;
             }
             if (oa % 64 || ob % 64) ok = 0;
@@ -753,9 +815,11 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
     CHECK(fn);
     EXPECT(!strstr(fn, "kiln_prefetch("), "one pass:\n%s", fn);
     free(fn);
-    fn = kernel0_text("input x: f32[300, 1000]\ninput g: f32[1000]\ny = layer_norm(x * g, [1000])\noutput y\n");
+    fn = kernel0_text(
+        "input x: f32[300, 1000]\ninput g: f32[1000]\ny = layer_norm(x * g, [1000])\noutput y\n");
     CHECK(fn);
-    EXPECT(count(fn, "kiln_prefetch(") == 1 && strstr(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (r0b)], "),
+    EXPECT(count(fn, "kiln_prefetch(") == 1 &&
+               strstr(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (r0b)], "),
            "x of the next row, not g:\n%s", fn);
     free(fn);
     /* a second pass no longer than a block asks for the whole row at once;
@@ -782,23 +846,25 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
 TEST(codegen_streamed_stores) {
     static const struct {
         const char *src;
-        const char *tile;     /* the tile's store in the inner loop, or NULL: none */
-        const char *stream;   /* the copy after the loop */
+        const char *tile;   /* the tile's store in the inner loop, or NULL: none */
+        const char *stream; /* the copy after the loop */
     } cases[] = {
         {"input x: f32[2049, 2049]\ny = relu(x + 1)\noutput y\n", "st_buf0[x0 - x0b] = ",
          "kiln_stream(&buf0[(x0b)], st_buf0, (x0b + 2048 < 4198401 ? x0b + 2048 : 4198401) - x0b);"},
-        {"input x: f32[1025, 4099]\ny = softmax(x, dim=1)\noutput y\n", "st_buf3[r0] = ",
-         "kiln_stream(&buf3[4099*x0 + (0)], st_buf3, 4099);"},
-        {"input x: f32[257, 16411]\ninput b: f32[16411]\ny = x * b\noutput y\n", "st_buf0[x1 - x1b] = ",
+        {"input x: f32[1025, 4099]\ny = softmax(x, dim=1)\noutput y\n",
+         "st_buf3[r0] = ", "kiln_stream(&buf3[4099*x0 + (0)], st_buf3, 4099);"},
+        {"input x: f32[257, 16411]\ninput b: f32[16411]\ny = x * b\noutput y\n",
+         "st_buf0[x1 - x1b] = ",
          "kiln_stream(&buf0[16411*x0 + (x1b)], st_buf0, (x1b + 2048 < 16411 ? x1b + 2048 : 16411) - x1b);"},
         {"input x: f32[1100, 4096]\nm = amax(x, dim=1, keepdim=true)\ne = exp(x - m)\n"
-         "s = sum(e, dim=1, keepdim=true)\ny = e / s\noutput e, y\n", "st_buf1[r0] = ",
-         "kiln_stream(&buf1[4096*x0 + (0)], st_buf1, 4096);"},
-        {"input x: f32[2048, 2047]\ny = relu(x + 1)\noutput y\n", NULL, NULL},     /* 16 MiB - 8 KiB */
+         "s = sum(e, dim=1, keepdim=true)\ny = e / s\noutput e, y\n",
+         "st_buf1[r0] = ", "kiln_stream(&buf1[4096*x0 + (0)], st_buf1, 4096);"},
+        {"input x: f32[2048, 2047]\ny = relu(x + 1)\noutput y\n", NULL, NULL}, /* 16 MiB - 8 KiB */
         /* expensive math: tiles of 128, also where a row would fit whole */
         {"input x: f32[2049, 2049]\ny = sin(x)\noutput y\n", "st_buf0[x0 - x0b] = ",
          "kiln_stream(&buf0[(x0b)], st_buf0, (x0b + 128 < 4198401 ? x0b + 128 : 4198401) - x0b);"},
-        {"input x: f32[2049, 4096]\ninput b: f32[4096]\ny = gelu(x + b)\noutput y\n", "st_buf0[x1 - x1b] = ",
+        {"input x: f32[2049, 4096]\ninput b: f32[4096]\ny = gelu(x + b)\noutput y\n",
+         "st_buf0[x1 - x1b] = ",
          "kiln_stream(&buf0[4096*x0 + (x1b)], st_buf0, (x1b + 128 < 4096 ? x1b + 128 : 4096) - x1b);"},
     };
     static const char *const ahead[] = {
@@ -818,9 +884,11 @@ TEST(codegen_streamed_stores) {
              * e's stage also sums, so e goes out after its loop, while y's
              * stage streams each vector as it is computed (4096 columns) */
             if (i == 3) {
-                EXPECT(count(fn, "= st_buf1[r0];") == 1 && !strstr(fn, "= buf1["), "e read again:\n%s", fn);
+                EXPECT(count(fn, "= st_buf1[r0];") == 1 && !strstr(fn, "= buf1["),
+                       "e read again:\n%s", fn);
                 EXPECT(count(fn, "for (int64_t r0v = 0; r0v < 4096; r0v += 16) {") == 1 &&
-                           count(fn, "kiln_stream16(&buf3[4096*x0 + (r0v)], &st_buf3[r0v]);") == 1 &&
+                           count(fn, "kiln_stream16(&buf3[4096*x0 + (r0v)], &st_buf3[r0v]);") ==
+                               1 &&
                            count(fn, "for (int64_t r0 = r0v; r0 < r0v + 16; r0++) {") == 1,
                        "y per vector:\n%s", fn);
             }
@@ -833,10 +901,12 @@ TEST(codegen_streamed_stores) {
             EXPECT(count(fn, "kiln_stream_fence()") == 1 && f && s < f,
                    "case %zu: one fence, after the row loop:\n%s", i, fn);
         } else {
-            EXPECT(!strstr(fn, "kiln_stream") && !strstr(fn, "st_buf"), "case %zu does not stream:\n%s", i, fn);
+            EXPECT(!strstr(fn, "kiln_stream") && !strstr(fn, "st_buf"),
+                   "case %zu does not stream:\n%s", i, fn);
         }
-        EXPECT(i < 5 ? !strstr(fn, "kiln_prefetch_ahead") : count(fn, "kiln_prefetch_ahead") == 1 &&
-                   strstr(fn, ahead[i]), "case %zu: prefetch ahead:\n%s", i, fn);
+        EXPECT(i < 5 ? !strstr(fn, "kiln_prefetch_ahead")
+                     : count(fn, "kiln_prefetch_ahead") == 1 && strstr(fn, ahead[i]),
+               "case %zu: prefetch ahead:\n%s", i, fn);
         free(fn);
     }
 }

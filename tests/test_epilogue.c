@@ -27,7 +27,7 @@
 #include "test.h"
 #include "testutil.h"
 #include "runtime/runtime.h"
-#include "testing.h"   /* test hooks */
+#include "testing.h" /* test hooks */
 
 typedef TestProg Prog;
 
@@ -35,8 +35,7 @@ static kiln_value input(Prog *P, const char *name, int rank, const int64_t *shap
     return test_prog_input(P, name, rank, shape, 900);
 }
 
-static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
-                         uint64_t seed) {
+static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape, uint64_t seed) {
     return test_random_weight(P->g, name, rank, shape, seed);
 }
 
@@ -71,7 +70,8 @@ static bool calls_are(const Schedule *s, int n, const char *const *names) {
 
 static void print_calls(const Schedule *s) {
     printf("  calls:");
-    for (int i = 0; i < s->nkernels; i++) printf(" %s (%s)", s->kernels[i].kernel, s->kernels[i].name);
+    for (int i = 0; i < s->nkernels; i++)
+        printf(" %s (%s)", s->kernels[i].kernel, s->kernels[i].name);
     printf("\n");
 }
 
@@ -86,12 +86,13 @@ static bool has_origin(const Kernel *k, const char *o) {
 /* The odd-range table: the whole output first, then the epilogue on ranges
  * of ODD elements, last range first (order must not matter either). */
 #define ODD 37
-static int epilogue_calls;    /* library calls that brought an epilogue */
+static int epilogue_calls; /* library calls that brought an epilogue */
 
 static void odd_ranges(ExtEpilogue epi, void *ctx, float *c, int64_t n) {
     if (!epi) return;
     epilogue_calls++;
-    for (int64_t s = (n - 1) / ODD * ODD; s >= 0; s -= ODD) epi(ctx, c, s, n - s < ODD ? n - s : ODD);
+    for (int64_t s = (n - 1) / ODD * ODD; s >= 0; s -= ODD)
+        epi(ctx, c, s, n - s < ODD ? n - s : ODD);
 }
 
 static int odd_mm(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
@@ -124,14 +125,18 @@ static void enter_cache(void) {
     had_cache = c != NULL;
     if (c) snprintf(saved_cache, sizeof saved_cache, "%s", c);
     char dir[700];
-    if (shared) snprintf(dir, sizeof dir, "%s", shared);
-    else snprintf(dir, sizeof dir, "%s/epilogue-cache", test_tmpdir());
+    if (shared)
+        snprintf(dir, sizeof dir, "%s", shared);
+    else
+        snprintf(dir, sizeof dir, "%s/epilogue-cache", test_tmpdir());
     setenv("KILN_CACHE_DIR", dir, 1);
 }
 
 static void leave_cache(void) {
-    if (had_cache) setenv("KILN_CACHE_DIR", saved_cache, 1);
-    else unsetenv("KILN_CACHE_DIR");
+    if (had_cache)
+        setenv("KILN_CACHE_DIR", saved_cache, 1);
+    else
+        unsetenv("KILN_CACHE_DIR");
 }
 
 /* Outputs of one run against the interpreter's; false (reported) on a mismatch. */
@@ -169,7 +174,8 @@ static bool run_mode(Prog *P, kiln_program *p, const kiln_tensor *want, RunMode 
                      const char *name) {
     kiln_tensor got[TEST_MAXIO];
     char what[200];
-    snprintf(what, sizeof what, "%s, epilogues %s, %s", name, epilogue ? "on" : "off", mode_name[m]);
+    snprintf(what, sizeof what, "%s, epilogues %s, %s", name, epilogue ? "on" : "off",
+             mode_name[m]);
     if (m == RUN_BLOCKS64) ext_set_epilogue_rows(64);
     if (m == RUN_ODD_RANGES) rt_set_externs(&odd_rt);
     epilogue_calls = 0;
@@ -223,16 +229,17 @@ static void check_both(Prog *P, const char *name) {
 
 /* ===== the seed: relu((x + 1) @ w) =============================================== */
 
-#define SM 300   /* rows: blocks of 64 leave a partial block of 44 */
+#define SM 300 /* rows: blocks of 64 leave a partial block of 44 */
 #define SK 45
-#define SN 520   /* a block of 64 rows is 33280 elements: its epilogue runs in parallel pieces */
+#define SN 520 /* a block of 64 rows is 33280 elements: its epilogue runs in parallel pieces */
 
 static void build_seed(Prog *P) {
     kiln_graph *g = P->g = kiln_graph_new();
     kiln_value x = input(P, "x", 2, (int64_t[]){SM, SK});
     kiln_value w = weight(P, "w", 2, (int64_t[]){SK, SN}, 7);
-    kiln_output(g, kiln_unary(g, "relu", kiln_matmul(g, kiln_binary(g, "add", x, kiln_scalar(g, 1)), w)),
-                "y");
+    kiln_output(
+        g, kiln_unary(g, "relu", kiln_matmul(g, kiln_binary(g, "add", x, kiln_scalar(g, 1)), w)),
+        "y");
 }
 
 /* With epilogues the relu joins the matmul: [cpp_fused_add_0,
@@ -254,19 +261,22 @@ TEST(epilogue_seed_with) {
                !strcmp(s->rounds[0].fused_a[0], "op1") && !strcmp(s->rounds[0].fused_b[0], "op2"),
            "round 1 fuses op1 with op2");
     EXPECT(strstr(log, "cannot fuse op0 with op1: node2 is extern\n") != NULL, "log: %s", log);
-    EXPECT(strstr(log, "fusing op1 with op2 (epilogue of extern_kernels.mm)\n") != NULL, "log: %s", log);
+    EXPECT(strstr(log, "fusing op1 with op2 (epilogue of extern_kernels.mm)\n") != NULL, "log: %s",
+           log);
     const Kernel *k = &s->kernels[1];
     EXPECT(k->kind == KK_EXTERN && k->n == 2 && k->loop_nests == 0 && has_origin(k, "matmul") &&
                has_origin(k, "relu") && k->norigins == 2,
            "the extern call holds the relu");
-    EXPECT(k->store[0] == STORE_REGISTER && k->store[1] == STORE_GLOBAL, "matmul output in cache only");
+    EXPECT(k->store[0] == STORE_REGISTER && k->store[1] == STORE_GLOBAL,
+           "matmul output in cache only");
     int64_t unfused = 2 * F * M * K + F * (M * K + K * N + M * N) + 2 * F * M * N;
     int64_t fused = 2 * F * M * K + F * (M * K + K * N) + F * M * N;
     EXPECT(s->unfused_bytes == unfused, "unfused %lld want %lld", (long long)s->unfused_bytes,
            (long long)unfused);
-    EXPECT(s->fused_bytes == fused, "fused %lld want %lld", (long long)s->fused_bytes, (long long)fused);
-    EXPECT(k->load_bytes == F * (M * K + K * N) && k->store_bytes == F * M * N, "mm traffic %lld %lld",
-           (long long)k->load_bytes, (long long)k->store_bytes);
+    EXPECT(s->fused_bytes == fused, "fused %lld want %lld", (long long)s->fused_bytes,
+           (long long)fused);
+    EXPECT(k->load_bytes == F * (M * K + K * N) && k->store_bytes == F * M * N,
+           "mm traffic %lld %lld", (long long)k->load_bytes, (long long)k->store_bytes);
     int64_t peak = F * (M * K + K * N) + F * (M * K + M * N);
     EXPECT(s->peak_bytes == peak, "peak %lld want %lld", (long long)s->peak_bytes, (long long)peak);
     /* explain and JSON show the epilogue on the call */
@@ -279,7 +289,8 @@ TEST(epilogue_seed_with) {
     fclose(f);
     EXPECT(strstr(text, "== call sequence: ['cpp_fused_add_0', 'extern_kernels.mm']") != NULL,
            "explain calls");
-    EXPECT(strstr(text, "(extern; nodes op1_op2; group (156000, 1); 0 loop nests; epilogue op2)") != NULL,
+    EXPECT(strstr(text, "(extern; nodes op1_op2; group (156000, 1); 0 loop nests; epilogue op2)") !=
+               NULL,
            "explain kernel line");
     EXPECT(strstr(text, "# epilogue, on each output block the library has just computed:") != NULL,
            "explain epilogue");
@@ -287,7 +298,8 @@ TEST(epilogue_seed_with) {
                         "[\"matmul\", \"relu\"], \"loop_nests\": 0, \"nodes\": [\"op1\", \"op2\"], "
                         "\"epilogue\": [\"op2\"]") != NULL,
            "json kernel");
-    EXPECT(strstr(text, "\"calls\": [\"cpp_fused_add_0\", \"extern_kernels.mm\"]") != NULL, "json calls");
+    EXPECT(strstr(text, "\"calls\": [\"cpp_fused_add_0\", \"extern_kernels.mm\"]") != NULL,
+           "json calls");
     free(text);
     free(log);
     plan_free(p);
@@ -339,7 +351,8 @@ TEST(epilogue_linear_bias_gelu) {
     EXPECT(s->nkernels == 1 && s->kernels[0].n == 2 && has_origin(&s->kernels[0], "gelu") &&
                has_origin(&s->kernels[0], "add"),
            "bias and gelu in the call");
-    EXPECT(strstr(log, "fusing op0 with op1 (epilogue of extern_kernels.mm)\n") != NULL, "log: %s", log);
+    EXPECT(strstr(log, "fusing op0 with op1 (epilogue of extern_kernels.mm)\n") != NULL, "log: %s",
+           log);
     free(log);
     plan_free(p);
     p = plan(&P, false, &log);
@@ -371,8 +384,8 @@ static void expect_conv_calls(Prog *P, const char *kernel_without, const char *c
     if (s->nkernels != 1) print_calls(s);
     for (int i = 0; origins[i]; i++)
         EXPECT(s->nkernels && has_origin(&s->kernels[0], origins[i]), "origin %s", origins[i]);
-    EXPECT(strstr(log, "fusing op0 with op1 (epilogue of extern_kernels.conv2d)\n") != NULL, "log: %s",
-           log);
+    EXPECT(strstr(log, "fusing op0 with op1 (epilogue of extern_kernels.conv2d)\n") != NULL,
+           "log: %s", log);
     free(log);
     plan_free(p);
     p = plan(P, false, &log);
@@ -406,8 +419,12 @@ TEST(epilogue_conv_residual_relu) {
  * BN affine and the relu are the conv's epilogue. Dense, grouped (a slab
  * per image and group) and depthwise (a plane at a time) convolutions. */
 TEST(epilogue_conv_bn_relu_runtime) {
-    static const struct { int64_t cin, cout, groups, stride; } cases[] = {
-        {8, 6, 1, 1}, {8, 6, 2, 2}, {8, 8, 8, 1},
+    static const struct {
+        int64_t cin, cout, groups, stride;
+    } cases[] = {
+        {8, 6, 1, 1},
+        {8, 6, 2, 2},
+        {8, 8, 8, 1},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int64_t ci = cases[c].cin, co = cases[c].cout, gr = cases[c].groups;
@@ -419,9 +436,9 @@ TEST(epilogue_conv_bn_relu_runtime) {
         kiln_value m = input(&P, "mean", 1, cs), v = input(&P, "var", 1, cs);
         kiln_value ga = input(&P, "gamma", 1, cs), be = input(&P, "beta", 1, cs);
         float *vd = P.in[2].data;
-        for (int i = 0; i < co; i++) vd[i] = 0.5f + 0.25f * (float)i;   /* a variance */
-        kiln_value bn = kiln_batch_norm(g, conv(g, x, w, KILN_NONE, (int)cases[c].stride, 1, (int)gr),
-                                        m, v, ga, be, 1e-5);
+        for (int i = 0; i < co; i++) vd[i] = 0.5f + 0.25f * (float)i; /* a variance */
+        kiln_value bn = kiln_batch_norm(
+            g, conv(g, x, w, KILN_NONE, (int)cases[c].stride, 1, (int)gr), m, v, ga, be, 1e-5);
         kiln_output(g, kiln_unary(g, "relu", bn), "y");
         static const char *const origins[] = {"conv2d", "batch_norm", "relu", NULL};
         expect_conv_calls(&P, "cpp_fused_batch_norm_relu_0", origins);
@@ -446,17 +463,18 @@ TEST(epilogue_rules) {
     kiln_graph *g = P.g = kiln_graph_new();
     int64_t sq[2] = {16, 16}, big[3] = {2, 16, 16};
     kiln_value x = input(&P, "x", 2, sq), w = input(&P, "w", 2, sq), z = input(&P, "z", 3, big);
-    kiln_value mm = kiln_matmul(g, x, w);                     /* op0 */
+    kiln_value mm = kiln_matmul(g, x, w); /* op0 */
     int d1 = 1;
     kiln_output(g, kiln_reduce(g, "sum", mm, 1, &d1, 0), "rowsum");              /* op1 */
-    kiln_output(g, kiln_binary(g, "add", mm, z), "wider");                         /* op2 */
-    kiln_output(g, kiln_binary(g, "mul", kiln_transpose(g, mm, 0, 1), x), "mT");   /* op3 */
-    kiln_output(g, kiln_matmul(g, mm, w), "mm2");                                  /* op4 */
+    kiln_output(g, kiln_binary(g, "add", mm, z), "wider");                       /* op2 */
+    kiln_output(g, kiln_binary(g, "mul", kiln_transpose(g, mm, 0, 1), x), "mT"); /* op3 */
+    kiln_output(g, kiln_matmul(g, mm, w), "mm2");                                /* op4 */
     char *log;
     Plan *p = plan(&P, true, &log);
     CHECK(p);
     CHECK(p->sched->nnodes == 5);
-    EXPECT(!strcmp(why(p, "op0", "op1"), "extern epilogue must be pointwise"), "%s", why(p, "op0", "op1"));
+    EXPECT(!strcmp(why(p, "op0", "op1"), "extern epilogue must be pointwise"), "%s",
+           why(p, "op0", "op1"));
     EXPECT(!strcmp(why(p, "op0", "op2"), "extern epilogue must iterate the extern's output"), "%s",
            why(p, "op0", "op2"));
     EXPECT(!strcmp(why(p, "op0", "op3"), "memory deps did not match"), "%s", why(p, "op0", "op3"));
@@ -470,7 +488,8 @@ TEST(epilogue_rules) {
     for (int i = 1; i <= 3; i++) {
         char b[16];
         snprintf(b, sizeof b, "op%d", i);
-        EXPECT(!strcmp(why(p, "op0", b), "node1 is extern"), "off: op0 %s: %s", b, why(p, "op0", b));
+        EXPECT(!strcmp(why(p, "op0", b), "node1 is extern"), "off: op0 %s: %s", b,
+               why(p, "op0", b));
     }
     free(log);
     plan_free(p);
@@ -484,7 +503,8 @@ TEST(epilogue_rules) {
 TEST(epilogue_chain) {
     Prog P = {0};
     kiln_graph *g = P.g = kiln_graph_new();
-    kiln_value x = input(&P, "x", 2, (int64_t[]){130, 33}), w = input(&P, "w", 2, (int64_t[]){33, 41});
+    kiln_value x = input(&P, "x", 2, (int64_t[]){130, 33}),
+               w = input(&P, "w", 2, (int64_t[]){33, 41});
     kiln_value b = input(&P, "b", 1, (int64_t[]){41});
     kiln_value t = kiln_binary(g, "add", kiln_matmul(g, x, w), b);
     kiln_output(g, t, "t");
@@ -494,7 +514,8 @@ TEST(epilogue_chain) {
     CHECK(p);
     const Schedule *s = p->sched;
     CHECK(s->nnodes == 3);
-    EXPECT(s->nkernels == 1 && !strcmp(s->kernels[0].kernel, "extern_kernels.mm") && s->kernels[0].n == 3,
+    EXPECT(s->nkernels == 1 && !strcmp(s->kernels[0].kernel, "extern_kernels.mm") &&
+               s->kernels[0].n == 3,
            "one call with two epilogue members");
     EXPECT(strstr(log, "fusing op0 with op1 (epilogue of extern_kernels.mm)\n") &&
                strstr(log, "fusing op0_op1 with op2 (epilogue of extern_kernels.mm)\n"),
@@ -514,8 +535,9 @@ TEST(epilogue_chain) {
 TEST(epilogue_stored_output_and_siblings) {
     Prog P = {0};
     kiln_graph *g = P.g = kiln_graph_new();
-    kiln_value x = input(&P, "x", 3, (int64_t[]){3, 70, 20}), w = input(&P, "w", 2, (int64_t[]){20, 9});
-    kiln_value mm = kiln_matmul(g, x, w);   /* batched: blocks per batch */
+    kiln_value x = input(&P, "x", 3, (int64_t[]){3, 70, 20}),
+               w = input(&P, "w", 2, (int64_t[]){20, 9});
+    kiln_value mm = kiln_matmul(g, x, w); /* batched: blocks per batch */
     kiln_output(g, mm, "mm");
     kiln_output(g, kiln_unary(g, "relu", mm), "r");
     kiln_output(g, kiln_unary(g, "sigmoid", mm), "s");
@@ -538,8 +560,8 @@ TEST(epilogue_stored_output_and_siblings) {
  * (want), every element must arrive once; it doubles what it sees. */
 typedef struct {
     const float *want;
-    int64_t n, unit;          /* ranges: whole units (rows, planes) ... */
-    int64_t batch, block;     /* ... inside one block of a batch (image) */
+    int64_t n, unit;      /* ranges: whole units (rows, planes) ... */
+    int64_t batch, block; /* ... inside one block of a batch (image) */
     unsigned char *seen;
     int bad_value, bad_range, calls;
 } Rec;
@@ -560,7 +582,7 @@ static void rec_epi(void *ctx, float *c, int64_t start, int64_t count) {
         if (!(fabsf(d) <= 1e-4f * (1.0f + fabsf(r->want[i])))) bad_value = 1;
         c[i] *= 2.0f;
     }
-    #pragma omp critical
+#pragma omp critical
     {
         r->calls++;
         r->bad_value |= bad_value;
@@ -571,13 +593,13 @@ static void rec_epi(void *ctx, float *c, int64_t start, int64_t count) {
 
 static void fill(float *p, int64_t n, uint64_t seed) { kiln_fill_randn(p, n, seed); }
 
-
 /* After the call: every element seen once, doubled. */
 static void expect_rec(Rec *r, const float *got, const char *what) {
     int64_t once = 0;
     for (int64_t i = 0; i < r->n; i++) once += r->seen[i] == 1;
-    EXPECT(!r->bad_range && !r->bad_value && once == r->n, "%s: ranges %d values %d, %lld of %lld once",
-           what, r->bad_range, r->bad_value, (long long)once, (long long)r->n);
+    EXPECT(!r->bad_range && !r->bad_value && once == r->n,
+           "%s: ranges %d values %d, %lld of %lld once", what, r->bad_range, r->bad_value,
+           (long long)once, (long long)r->n);
     int bad = 0;
     for (int64_t i = 0; i < r->n && !bad && !r->bad_value; i++)
         bad = !(fabsf(got[i] - 2.0f * r->want[i]) <= 2e-4f * (1.0f + fabsf(r->want[i])));
@@ -590,14 +612,17 @@ TEST(epilogue_library_matmul_blocks) {
      * batch, and the library folds the batches into one matrix of B * M rows
      * (ext_matmul_epi): its blocks then run across batches. A 3-D B (bb = B)
      * keeps a GEMM per batch, and blocks inside each batch. */
-    static const struct { int64_t B, M, K, N, rows, bb; } cases[] = {
+    static const struct {
+        int64_t B, M, K, N, rows, bb;
+    } cases[] = {
         {1, 300, 17, 520, 64, 1}, {2, 131, 9, 40, 64, 1}, {1, 300, 17, 33, 0, 1},
-        {3, 5, 4, 3, 2, 1}, {2, 131, 9, 40, 64, 2}, {3, 5, 4, 3, 2, 3},
+        {3, 5, 4, 3, 2, 1},       {2, 131, 9, 40, 64, 2}, {3, 5, 4, 3, 2, 3},
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
         int64_t B = cases[t].B, M = cases[t].M, K = cases[t].K, N = cases[t].N, bb = cases[t].bb;
         int64_t as[3] = {B, M, K}, bs[3] = {bb, K, N}, cs[3] = {B, M, N}, n = B * M * N;
-        float *a = malloc(sizeof(float) * (size_t)(B * M * K)), *b = malloc(sizeof(float) * (size_t)(bb * K * N));
+        float *a = malloc(sizeof(float) * (size_t)(B * M * K)),
+              *b = malloc(sizeof(float) * (size_t)(bb * K * N));
         float *want = malloc(sizeof(float) * (size_t)n), *c = malloc(sizeof(float) * (size_t)n);
         unsigned char *seen = calloc((size_t)n, 1);
         fill(a, B * M * K, 1 + t);
@@ -606,8 +631,8 @@ TEST(epilogue_library_matmul_blocks) {
         ExtView bv = bb > 1 ? test_dense_view(3, bs) : test_dense_view(2, bs + 1);
         CHECK(ext_matmul(a, &av, b, &bv, want, 3, cs) == 0);
         bool folded = bb == 1 && B > 1;
-        int64_t m = folded ? B * M : M;   /* rows of one GEMM */
-        int64_t rows = cases[t].rows ? cases[t].rows : m;   /* 0: the policy, one block here */
+        int64_t m = folded ? B * M : M;                   /* rows of one GEMM */
+        int64_t rows = cases[t].rows ? cases[t].rows : m; /* 0: the policy, one block here */
         Rec r = {want, n, N, m * N, rows * N, seen, 0, 0, 0};
         ext_set_epilogue_rows(cases[t].rows);
         int rc = ext_matmul_epi(a, &av, b, &bv, c, 3, cs, rec_epi, &r);
@@ -640,7 +665,8 @@ static void naive_matmul(const float *a, const ExtView *av, const float *b, cons
             for (int64_t nn = 0; nn < N; nn++) {
                 double acc = 0;
                 for (int64_t k = 0; k < K; k++)
-                    acc += (double)a[oa + m * av->stride[av->rank - 2] + k * av->stride[av->rank - 1]] *
+                    acc += (double)
+                               a[oa + m * av->stride[av->rank - 2] + k * av->stride[av->rank - 1]] *
                            b[ob + k * bv->stride[bv->rank - 2] + nn * bv->stride[bv->rank - 1]];
                 c[(i * M + m) * N + nn] = (float)acc;
             }
@@ -653,7 +679,11 @@ TEST(matmul_library_batch_folding) {
      * slice with row stride > K, a transposed A whose batches follow each
      * other), and views that must not fold: A broadcast over a batch,
      * padding between batches, a batched B; each against the naive loops. */
-    static const struct { ExtView a, b; int nb; int64_t cs[4]; } cases[] = {
+    static const struct {
+        ExtView a, b;
+        int nb;
+        int64_t cs[4];
+    } cases[] = {
         {{3, {16, 1, 12}, {12, 0, 1}, 0}, {2, {12, 10}, {10, 1}, 0}, 1, {16, 1, 10}},
         {{3, {3, 5, 7}, {35, 7, 1}, 2}, {3, {1, 7, 6}, {0, 1, 7}, 0}, 1, {3, 5, 6}},
         {{4, {2, 3, 4, 5}, {120, 40, 10, 1}, 3}, {2, {5, 9}, {9, 1}, 1}, 2, {2, 3, 4, 9}},
@@ -684,9 +714,11 @@ TEST(matmul_library_batch_folding) {
 TEST(epilogue_library_conv_slabs) {
     /* dense (one slab per image), grouped (per image and group), depthwise
      * (per plane), 1x1 (no im2col); all with a bias the epilogue must see */
-    static const struct { int64_t n, c, o, k, groups, stride; } cases[] = {
-        {2, 6, 4, 3, 1, 1}, {3, 6, 4, 3, 2, 2}, {2, 5, 5, 3, 5, 1}, {2, 7, 3, 1, 1, 1},
-        {1, 16, 64, 3, 1, 1},   /* 64 planes of 40x40: the slab's epilogue in parallel pieces */
+    static const struct {
+        int64_t n, c, o, k, groups, stride;
+    } cases[] = {
+        {2, 6, 4, 3, 1, 1}, {3, 6, 4, 3, 2, 2},   {2, 5, 5, 3, 5, 1},
+        {2, 7, 3, 1, 1, 1}, {1, 16, 64, 3, 1, 1}, /* 64 planes of 40x40: the slab's epilogue in parallel pieces */
     };
     for (size_t t = 0; t < sizeof cases / sizeof *cases; t++) {
         int64_t N = cases[t].n, C = cases[t].c, O = cases[t].o, k = cases[t].k, G = cases[t].groups;
@@ -695,7 +727,8 @@ TEST(epilogue_library_conv_slabs) {
         int64_t xs[4] = {N, C, H, W}, ws[4] = {O, C / G, k, k}, ys[4] = {N, O, oh, ow};
         int64_t attr[7] = {st, st, pad, pad, 1, 1, G}, n = N * O * oh * ow;
         float *x = malloc(sizeof(float) * (size_t)(N * C * H * W));
-        float *w = malloc(sizeof(float) * (size_t)(O * (C / G) * k * k)), *bias = malloc(sizeof(float) * (size_t)O);
+        float *w = malloc(sizeof(float) * (size_t)(O * (C / G) * k * k)),
+              *bias = malloc(sizeof(float) * (size_t)O);
         float *want = malloc(sizeof(float) * (size_t)n), *y = malloc(sizeof(float) * (size_t)n);
         unsigned char *seen = calloc((size_t)n, 1);
         fill(x, N * C * H * W, 3 + t);
@@ -714,23 +747,24 @@ TEST(epilogue_library_conv_slabs) {
 
 /* ===== vectorization =================================================================== */
 
-
-
 /* The inner loops of the epilogue functions in source that GCC did not
  * vectorize (-1: the compile failed); *marks counts them. */
 static int epilogue_loops_missed(const char *name, int tier, const char *source, int *marks) {
     char c[600], o[600], ename[300];
     char *report = NULL;
     snprintf(ename, sizeof ename, "epi_%s_t%d", name, tier);
-    if (test_compile_report_with(ename, source, test_tier_flags(tier), c, o, &report) != 0) return -1;
+    if (test_compile_report_with(ename, source, test_tier_flags(tier), c, o, &report) != 0)
+        return -1;
     int missed = 0, line = 1;
     bool in_epi = false;
     *marks = 0;
     for (const char *p = source; *p; p++) {
         if (*p == '\n') {
             line++;
-            if (!strncmp(p + 1, "static void epi_", 16)) in_epi = true;
-            else if (!strncmp(p + 1, "static ", 7) || !strncmp(p + 1, "int ", 4)) in_epi = false;
+            if (!strncmp(p + 1, "static void epi_", 16))
+                in_epi = true;
+            else if (!strncmp(p + 1, "static ", 7) || !strncmp(p + 1, "int ", 4))
+                in_epi = false;
             continue;
         }
         if (!in_epi || strncmp(p, CG_INNER_MARK, strlen(CG_INNER_MARK))) continue;
@@ -746,15 +780,18 @@ static int epilogue_loops_missed(const char *name, int tier, const char *source,
 }
 
 TEST(epilogue_inner_loops_vectorized) {
-    static const struct { const char *name, *src; } progs[] = {
+    static const struct {
+        const char *name, *src;
+    } progs[] = {
         {"seed", "input x: f32[300, 45]\nweight w: f32[45, 520] = randn(1)\n"
                  "y = relu((x + 1) @ w)\noutput y\n"},
         {"linear", "input x: f32[300, 70]\nweight w: f32[70, 77] = randn(1)\ninput b: f32[77]\n"
                    "y = gelu(x @ w + b)\noutput y\n"},
-        {"conv_bn_relu", "input x: f32[2, 8, 13, 10]\nweight w: f32[6, 8, 3, 3] = randn(2)\n"
-                         "input m: f32[6]\ninput v: f32[6]\ninput g: f32[6]\ninput b: f32[6]\n"
-                         "input r: f32[2, 6, 13, 10]\n"
-                         "y = relu(batch_norm(conv2d(x, w, padding=1), m, v, g, b) + r)\noutput y\n"},
+        {"conv_bn_relu",
+         "input x: f32[2, 8, 13, 10]\nweight w: f32[6, 8, 3, 3] = randn(2)\n"
+         "input m: f32[6]\ninput v: f32[6]\ninput g: f32[6]\ninput b: f32[6]\n"
+         "input r: f32[2, 6, 13, 10]\n"
+         "y = relu(batch_norm(conv2d(x, w, padding=1), m, v, g, b) + r)\noutput y\n"},
     };
     int total = 0, missed = 0;
     for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
@@ -769,8 +806,8 @@ TEST(epilogue_inner_loops_vectorized) {
         /* at every tier, whether this CPU runs it or not */
         for (int t = TGT_V2; t <= TGT_V4; t++) {
             int marks = 0, m = epilogue_loops_missed(progs[i].name, t, out.source, &marks);
-            EXPECT(m >= 0 && marks == 1, "%s: compile failed or %d epilogue loops (%s)", progs[i].name,
-                   marks, test_tier_flags(t));
+            EXPECT(m >= 0 && marks == 1, "%s: compile failed or %d epilogue loops (%s)",
+                   progs[i].name, marks, test_tier_flags(t));
             total += marks;
             missed += m > 0 ? m : 0;
         }

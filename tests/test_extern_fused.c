@@ -29,8 +29,7 @@ static kiln_value input(Prog *P, const char *name, int rank, const int64_t *shap
     return test_prog_input(P, name, rank, shape, 500);
 }
 
-static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
-                         uint64_t seed) {
+static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape, uint64_t seed) {
     return test_random_weight(P->g, name, rank, shape, seed);
 }
 
@@ -84,8 +83,8 @@ static void build_mm(Prog *P) {
     kiln_output(g, kiln_matmul(g, kq, kiln_transpose(g, kk, -1, -2)), "qkT");
     kiln_value lin = kiln_binary(g, "add", kiln_matmul(g, a, b), bias);
     kiln_output(g, kiln_unary(g, "gelu", lin), "linear_bias_gelu");
-    kiln_value seed = kiln_matmul(g, kiln_binary(g, "add", c, kiln_scalar(g, 1)),
-                                  kiln_transpose(g, a, 0, 1));
+    kiln_value seed =
+        kiln_matmul(g, kiln_binary(g, "add", c, kiln_scalar(g, 1)), kiln_transpose(g, a, 0, 1));
     kiln_output(g, kiln_unary(g, "relu", seed), "seed");
 }
 
@@ -109,7 +108,8 @@ static void expect_view(Prog *P, const char *name, int k, BodyKind body, int64_t
 
 /* Allocation refused: ext_matmul may not pack a temporary. */
 static void *refuse(void *ud, void *ptr, size_t old, size_t n) {
-    (void)ud; (void)old;
+    (void)ud;
+    (void)old;
     if (n == 0) free(ptr);
     return NULL;
 }
@@ -148,7 +148,10 @@ TEST(extern_fused_matmul) {
     Prog P = {0};
     build_mm(&P);
     CHECKF(kiln_error(P.g)[0] == 0, "%s", kiln_error(P.g));
-    if (!compile_and_compare(&P)) { test_prog_free(&P); return; }
+    if (!compile_and_compare(&P)) {
+        test_prog_free(&P);
+        return;
+    }
     /* transposed and sliced operands are views of the original buffers */
     expect_view(&P, "wT_x", 0, BODY_WEIGHT, 1, 7, 0);
     expect_view(&P, "a_cT", 1, BODY_INPUT, 1, 13, 0);
@@ -175,8 +178,8 @@ TEST(extern_fused_matmul) {
 
 /* ===== conv2d ================================================================ */
 
-static kiln_value conv(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int stride,
-                       int pad, int dil, int groups) {
+static kiln_value conv(kiln_graph *g, kiln_value x, kiln_value w, kiln_value b, int stride, int pad,
+                       int dil, int groups) {
     kiln_conv_params p = {{stride, stride}, {pad, pad}, {dil, dil}, groups};
     return kiln_conv2d(g, x, w, b, &p);
 }
@@ -218,7 +221,8 @@ static void build_conv(Prog *P) {
     kiln_output(g, conv(g, x, wdw2, b12, 2, 2, 1, 6), "depthwise_x2_s2");
     kiln_value cb = kiln_batch_norm(g, conv(g, x, wc, KILN_NONE, 1, 1, 1, 1), m, var, ga, be, 1e-5);
     kiln_output(g, kiln_unary(g, "relu", cb), "cbr_const");
-    kiln_value rb_ = kiln_batch_norm(g, conv(g, x, w3, KILN_NONE, 1, 1, 1, 1), rm, rv, rg, rb, 1e-5);
+    kiln_value rb_ =
+        kiln_batch_norm(g, conv(g, x, w3, KILN_NONE, 1, 1, 1, 1), rm, rv, rg, rb, 1e-5);
     kiln_output(g, kiln_unary(g, "relu", rb_), "cbr_runtime");
     kiln_value res = kiln_binary(g, "add", conv(g, x, wr, KILN_NONE, 1, 1, 1, 1), x);
     kiln_output(g, kiln_unary(g, "relu", res), "residual");
@@ -269,10 +273,14 @@ TEST(extern_fused_conv2d) {
     Prog P = {0};
     build_conv(&P);
     CHECKF(kiln_error(P.g)[0] == 0, "%s", kiln_error(P.g));
-    if (!compile_and_compare(&P)) { test_prog_free(&P); return; }
+    if (!compile_and_compare(&P)) {
+        test_prog_free(&P);
+        return;
+    }
     const Schedule *s = rt_schedule(kiln_program_rt(P.p));
     int convs = 0;
-    for (int k = 0; k < s->nkernels; k++) convs += !strcmp(s->kernels[k].kernel, "extern_kernels.conv2d");
+    for (int k = 0; k < s->nkernels; k++)
+        convs += !strcmp(s->kernels[k].kernel, "extern_kernels.conv2d");
     EXPECT(convs == 12, "%d conv calls", convs);
     /* constant Conv-BN-ReLU: the relu reads the folded conv directly */
     const Buffer *cc = out_buffer(&P, "cbr_const"), *cr = out_buffer(&P, "cbr_runtime");

@@ -7,7 +7,7 @@
  */
 #include "test.h"
 #include "testutil.h"
-#include "testing.h"   /* ext_set_conv_backend */
+#include "testing.h" /* ext_set_conv_backend */
 #include <cblas.h>
 #include <strings.h>
 
@@ -16,7 +16,6 @@ static float *randbuf(int64_t n, uint64_t seed) {
     kiln_fill_randn(p, n, seed);
     return p;
 }
-
 
 static float at(const float *p, const ExtView *v, const int64_t *idx) {
     int64_t off = v->offset;
@@ -42,15 +41,18 @@ static double naive_mm(const float *a, const ExtView *av, const float *b, const 
     return acc;
 }
 
-static int check_mm(const float *a, const ExtView *av, const float *b, const ExtView *bv,
-                    int crank, const int64_t *cshape) {
+static int check_mm(const float *a, const ExtView *av, const float *b, const ExtView *bv, int crank,
+                    const int64_t *cshape) {
     int64_t n = 1;
     for (int d = 0; d < crank; d++) n *= cshape[d];
     float *c = malloc(sizeof(float) * (size_t)n);
     int bad = ext_matmul(a, av, b, bv, c, crank, cshape) != 0;
     for (int64_t i = 0; i < n && !bad; i++) {
         int64_t ci[KILN_MAX_RANK], r = i;
-        for (int d = crank - 1; d >= 0; d--) { ci[d] = r % cshape[d]; r /= cshape[d]; }
+        for (int d = crank - 1; d >= 0; d--) {
+            ci[d] = r % cshape[d];
+            r /= cshape[d];
+        }
         double want = naive_mm(a, av, b, bv, crank, ci);
         if (fabs(c[i] - want) > 1e-4 + 1e-4 * fabs(want)) {
             printf("  element %lld: got %g want %g\n", (long long)i, c[i], want);
@@ -131,7 +133,8 @@ TEST(externs_matmul_path) {
     int64_t c3[3] = {4, 1, 257};
     CHECK(!strstr(ext_matmul_path(&a3, &b, 3, c3), "sgemv"));
     /* [3, 1, 100] @ [3, 100, 257]: B per batch, one row each */
-    ExtView ba = {3, {3, 1, 100}, {100, 100, 1}, 0}, bb = {3, {3, 100, 257}, {100 * 257, 257, 1}, 0};
+    ExtView ba = {3, {3, 1, 100}, {100, 100, 1}, 0},
+            bb = {3, {3, 100, 257}, {100 * 257, 257, 1}, 0};
     int64_t bc[3] = {3, 1, 257};
     CHECK(strstr(ext_matmul_path(&ba, &bb, 3, bc), "sgemv"));
 }
@@ -162,7 +165,8 @@ static void naive_conv(const float *x, const int64_t xs[4], const float *w, cons
                                 int64_t ih = oh * at_[0] - at_[2] + i * at_[4];
                                 int64_t iw = ow * at_[1] - at_[3] + j * at_[5];
                                 if (ih < 0 || ih >= xs[2] || iw < 0 || iw >= xs[3]) continue;
-                                acc += (double)x[((n * xs[1] + g * cg + c) * xs[2] + ih) * xs[3] + iw] *
+                                acc += (double)
+                                           x[((n * xs[1] + g * cg + c) * xs[2] + ih) * xs[3] + iw] *
                                        w[((o * cg + c) * ws[2] + i) * ws[3] + j];
                             }
                     y[((n * ys[1] + o) * ys[2] + oh) * ys[3] + ow] = (float)acc;
@@ -179,48 +183,48 @@ typedef struct {
 static void plus_one(void *ctx, float *c, int64_t start, int64_t count) {
     Seen *s = ctx;
     if (start < 0 || count < 1 || start + count > s->n) {
-        #pragma omp atomic write
+#pragma omp atomic write
         s->bad = 1;
         return;
     }
     for (int64_t i = start; i < start + count; i++) {
         c[i] += 1.0f;
-        s->seen[i]++;   /* ranges are disjoint: no two threads share an element */
+        s->seen[i]++; /* ranges are disjoint: no two threads share an element */
     }
 }
 
 /* N C H W | O KH KW | sh sw ph pw dh dw groups | bias */
 static const int64_t conv_cases[][15] = {
-    {1, 3, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 1x1 direct */
-    {2, 8, 200, 180, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* 1x1 direct: bias filled by threads */
-    {2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},   /* 3x3 pad 1 */
-    {1, 4, 16, 16, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1}, /* 7x7 stride 2 */
-    {1, 2, 11, 10, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 1}, /* dilation 2 */
-    {2, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},   /* groups 2 */
-    {1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, 1},   /* depthwise */
-    {1, 3, 5, 5, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0},   /* 1x1 stride 2 */
-    {3, 32, 12, 12, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* blocked channels, batch 3 */
-    {4, 8, 40, 40, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: two calls of two images */
+    {1, 3, 8, 8, 4, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},      /* 1x1 direct */
+    {2, 8, 200, 180, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* 1x1 direct: bias filled by threads */
+    {2, 3, 9, 7, 5, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0},      /* 3x3 pad 1 */
+    {1, 4, 16, 16, 8, 7, 7, 2, 2, 3, 3, 1, 1, 1, 1},    /* 7x7 stride 2 */
+    {1, 2, 11, 10, 3, 3, 3, 1, 2, 2, 1, 2, 2, 1, 1},    /* dilation 2 */
+    {2, 4, 6, 6, 6, 3, 3, 1, 1, 1, 1, 1, 1, 2, 1},      /* groups 2 */
+    {1, 6, 9, 9, 6, 3, 3, 2, 2, 1, 1, 1, 1, 6, 1},      /* depthwise */
+    {1, 3, 5, 5, 2, 1, 1, 2, 2, 0, 0, 1, 1, 1, 0},      /* 1x1 stride 2 */
+    {3, 32, 12, 12, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},  /* blocked channels, batch 3 */
+    {4, 8, 40, 40, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1},   /* oneDNN: two calls of two images */
     {2, 3, 128, 128, 48, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1}, /* oneDNN: output back in parts */
     {1, 3, 127, 129, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 0}, /* parts, rows not split evenly */
     {2, 20, 13, 11, 20, 3, 3, 1, 1, 1, 1, 1, 1, 20, 0}, /* depthwise, odd sizes */
-    {1, 4, 5, 6, 4, 3, 3, 2, 1, 3, 2, 2, 3, 4, 1},   /* depthwise, strides and dilations */
-    {1, 2, 5, 3, 2, 3, 3, 1, 2, 1, 3, 1, 3, 2, 1},   /* depthwise: a tap wholly in the padding */
-    {1, 3, 7, 9, 3, 5, 5, 1, 2, 2, 2, 1, 1, 3, 1},   /* depthwise 5x5, column stride 2 */
+    {1, 4, 5, 6, 4, 3, 3, 2, 1, 3, 2, 2, 3, 4, 1},      /* depthwise, strides and dilations */
+    {1, 2, 5, 3, 2, 3, 3, 1, 2, 1, 3, 1, 3, 2, 1},      /* depthwise: a tap wholly in the padding */
+    {1, 3, 7, 9, 3, 5, 5, 1, 2, 2, 2, 1, 1, 3, 1},      /* depthwise 5x5, column stride 2 */
     /* depthwise with output planes of 100 or more: the direct loops by default */
-    {1, 8, 23, 17, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1},   /* 3x3, odd sizes */
-    {2, 5, 30, 21, 5, 3, 3, 2, 2, 2, 1, 2, 1, 5, 1},   /* 3x3, stride 2, dilated rows */
-    {1, 3, 20, 20, 3, 5, 5, 1, 1, 2, 2, 1, 1, 3, 0},   /* 5x5: a pass per tap */
-    {1, 4, 33, 34, 4, 3, 3, 3, 3, 1, 1, 1, 1, 4, 1},   /* 3x3, stride 3 */
+    {1, 8, 23, 17, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1}, /* 3x3, odd sizes */
+    {2, 5, 30, 21, 5, 3, 3, 2, 2, 2, 1, 2, 1, 5, 1}, /* 3x3, stride 2, dilated rows */
+    {1, 3, 20, 20, 3, 5, 5, 1, 1, 2, 2, 1, 1, 3, 0}, /* 5x5: a pass per tap */
+    {1, 4, 33, 34, 4, 3, 3, 3, 3, 1, 1, 1, 1, 4, 1}, /* 3x3, stride 3 */
     /* 1x1 stride 1, one group: conv1x1.c's kernel (tiles of 6 channels by
      * up to 64 pixels, the last vector masked) where the CPU has AVX-512 */
     {2, 600, 13, 11, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* pixels in chunks of 48, 48, 47 */
-    {1, 1, 5, 7, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},     /* one input channel */
-    {3, 5, 4, 4, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},    /* 16 pixels: one whole vector */
-    {1, 9, 1, 17, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* 17 pixels: a vector and 1 */
-    {1, 2048, 3, 3, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* a long K, 9 pixels */
+    {1, 1, 5, 7, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},      /* one input channel */
+    {3, 5, 4, 4, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},     /* 16 pixels: one whole vector */
+    {1, 9, 1, 17, 12, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},    /* 17 pixels: a vector and 1 */
+    {1, 2048, 3, 3, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* a long K, 9 pixels */
     {1, 24, 56, 56, 144, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* MobileNetV2's expansion, in parallel */
-    {2, 300, 32, 32, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* rows 4 KiB apart: chunks copied first */
+    {2, 300, 32, 32, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* rows 4 KiB apart: chunks copied first */
 };
 #define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 
@@ -246,13 +250,19 @@ static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
     for (int64_t i = 0; i < ny && rc == 0; i++) {
         float want = ref[i] + 1.0f;
         if (!(fabsf(y[i] - want) <= 1e-4f + 1e-4f * fabsf(want)) || seen.seen[i] != 1) {
-            test_failf(__FILE__, __LINE__, "%s: conv case %zu element %lld: %g vs %g, seen %d times",
-                       backend, t, (long long)i, y[i], want, seen.seen[i]);
+            test_failf(__FILE__, __LINE__,
+                       "%s: conv case %zu element %lld: %g vs %g, seen %d times", backend, t,
+                       (long long)i, y[i], want, seen.seen[i]);
             break;
         }
     }
     EXPECT(!seen.bad, "%s: case %zu: an epilogue range out of bounds", backend, t);
-    free(x); free(w); free(b); free(y); free(ref); free(seen.seen);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(ref);
+    free(seen.seen);
 }
 
 TEST(externs_conv2d_params) {
@@ -281,9 +291,11 @@ TEST(externs_conv2d_path) {
         const char *p3 = ext_conv_path(xs, w3, y16, a1), *p1 = ext_conv_path(xs, w1, y16, a0);
         const char *pd = ext_conv_path(xs, wd, y32, dw), *pd7 = ext_conv_path(x7, wd, y7, dw);
         EXPECT(strstr(p3, b ? "im2col" : "oneDNN"), "backend %d, 3x3: %s", b, p3);
-        EXPECT(strstr(p1, !b && avx512 ? "1x1 GEMM" : "sgemm per image"), "backend %d, 1x1: %s", b, p1);
+        EXPECT(strstr(p1, !b && avx512 ? "1x1 GEMM" : "sgemm per image"), "backend %d, 1x1: %s", b,
+               p1);
         EXPECT(strstr(pd, "depthwise loops"), "backend %d, depthwise 28x28: %s", b, pd);
-        EXPECT(strstr(pd7, b ? "depthwise loops" : "oneDNN"), "backend %d, depthwise 7x7: %s", b, pd7);
+        EXPECT(strstr(pd7, b ? "depthwise loops" : "oneDNN"), "backend %d, depthwise 7x7: %s", b,
+               pd7);
     }
     ext_set_conv_backend(EXT_CONV_DNNL);
 }
@@ -298,8 +310,12 @@ TEST(externs_conv2d_within_the_tier) {
     static const int64_t a0[7] = {1, 1, 0, 0, 1, 1, 1}, dw[7] = {1, 1, 1, 1, 1, 1, 32};
     static const int64_t dw2[7] = {2, 2, 1, 1, 1, 1, 32};
     static const int64_t xs[4] = {2, 32, 28, 28}, w1[4] = {16, 32, 1, 1}, wd[4] = {32, 1, 3, 3};
-    static const int64_t y16[4] = {2, 16, 28, 28}, y32[4] = {2, 32, 28, 28}, y14[4] = {2, 32, 14, 14};
-    static const struct { unsigned cap; const char *isa; } levels[] = {
+    static const int64_t y16[4] = {2, 16, 28, 28}, y32[4] = {2, 32, 28, 28},
+                         y14[4] = {2, 32, 14, 14};
+    static const struct {
+        unsigned cap;
+        const char *isa;
+    } levels[] = {
         {0, "SSE"}, {EXT_CPU_AVX2, "AVX2 + FMA"}, {EXT_CPU_AVX2 | EXT_CPU_AVX512, "AVX-512"}};
     int64_t nx = 2 * 32 * 28 * 28, ny = nx;
     float *x = randbuf(nx, 5), *w = randbuf(32 * 9, 6), *b = randbuf(32, 7);
@@ -317,8 +333,8 @@ TEST(externs_conv2d_within_the_tier) {
         const char *pd = ext_conv_path(xs, wd, y32, dw);
         const char *isa = ext_path_isa(pd);
         bool runs = (have & levels[l].cap) == levels[l].cap;
-        EXPECT(strstr(pd, "depthwise loops") && (!runs || !strcmp(isa, levels[l].isa) ||
-                                                 (l == 2 && strstr(isa, "AVX-512"))),
+        EXPECT(strstr(pd, "depthwise loops") &&
+                   (!runs || !strcmp(isa, levels[l].isa) || (l == 2 && strstr(isa, "AVX-512"))),
                "level %d: depthwise %s, on %s", l, pd, isa);
         if (runs) {
             got[l] = malloc(sizeof(float) * (size_t)ny);
@@ -327,7 +343,8 @@ TEST(externs_conv2d_within_the_tier) {
             CHECK(ext_conv2d(x, xs, w, wd, b, got2[l], y14, dw2) == 0);
             double worst = 0;
             for (int64_t k = 0; k < ny; k++) worst = fmax(worst, fabs(got[l][k] - want[k]));
-            for (int64_t k = 0; k < 2 * 32 * 14 * 14; k++) worst = fmax(worst, fabs(got2[l][k] - want2[k]));
+            for (int64_t k = 0; k < 2 * 32 * 14 * 14; k++)
+                worst = fmax(worst, fabs(got2[l][k] - want2[k]));
             EXPECT(worst < 1e-4, "level %d: depthwise off the definition by %g", l, worst);
             if (l > 0 && got[0])
                 EXPECT(!memcmp(got[l], got[0], sizeof(float) * (size_t)ny) &&
@@ -355,7 +372,8 @@ TEST(externs_conv2d_dnnl_split) {
     /* 512 KB images: calls of two, two calls */
     EXPECT(ext_conv_dnnl_split(ys, 2) == 2, "split %d", ext_conv_dnnl_split(ys, 2));
     EXPECT(ext_conv_dnnl_split(ys, 1) == 0 && ext_conv_dnnl_split(ys, 3) == 0 &&
-               ext_conv_dnnl_split(ys, 4) == 0, "two calls split among 1, 3 or 4 threads");
+               ext_conv_dnnl_split(ys, 4) == 0,
+           "two calls split among 1, 3 or 4 threads");
     EXPECT(ext_conv_dnnl_split(y1, 2) == 0, "one image split");
     EXPECT(ext_conv_dnnl_split(y8, 2) == 2 && ext_conv_dnnl_split(y8, 4) == 4,
            "ResNet-18 layer1 at batch 8 not split");
@@ -396,7 +414,11 @@ TEST(externs_conv2d_dnnl_split) {
     ext_kept_forget_all(w, sizeof(float) * (size_t)nw);
     EXPECT(ext_kept_count_all(NULL) == kept, "not forgotten");
     ext_set_threads(threads);
-    free(x); free(w); free(b); free(y); free(ref);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(ref);
 }
 
 /* One run of ext_conv2d_dnnl against the naive loops (bias, epilogue +1);
@@ -412,9 +434,15 @@ static bool dnnl_matches(const int64_t xs[4], const int64_t ws[4], const int64_t
     bool ok = ext_conv2d_dnnl(x, xs, w, ws, b, y, ys, at_, false, plus_one, &seen) == 0;
     naive_conv(x, xs, w, ws, b, ref, ys, at_);
     for (int64_t i = 0; i < ny && ok; i++)
-        ok = fabsf(y[i] - (ref[i] + 1.0f)) <= 1e-4f + 1e-4f * fabsf(ref[i] + 1.0f) && seen.seen[i] == 1;
+        ok = fabsf(y[i] - (ref[i] + 1.0f)) <= 1e-4f + 1e-4f * fabsf(ref[i] + 1.0f) &&
+             seen.seen[i] == 1;
     ok = ok && !seen.bad;
-    free(x); free(w); free(b); free(y); free(ref); free(seen.seen);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(ref);
+    free(seen.seen);
     return ok;
 }
 
@@ -447,7 +475,7 @@ TEST(externs_conv2d_params_dnnl) {
         for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN");
     ext_set_threads(threads > 1 ? 1 : 2);
     for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN, other threads");
-    ext_set_threads(3);   /* the parts' rows in 3 slices: 42 + 42 + 43 of 127 */
+    ext_set_threads(3); /* the parts' rows in 3 slices: 42 + 42 + 43 of 127 */
     for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, true, "oneDNN, 3 threads");
     ext_set_threads(threads);
 }
@@ -471,7 +499,7 @@ TEST(externs_blas_core_choice) {
     CHECK(!strcmp(ext_blas_core_choice(NULL, "SkylakeX", avx512, EXT_CPU_AVX2), "Haswell"));
     CHECK(!strcmp(ext_blas_core_choice("SkylakeX", "SkylakeX", avx512, EXT_CPU_AVX2), "Haswell"));
     CHECK(!strcmp(ext_blas_core_choice(NULL, "cooperlake", avx512, EXT_CPU_AVX2), "Haswell"));
-    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512, EXT_CPU_AVX2));   /* AVX2: within v3 */
+    CHECK(!ext_blas_core_choice(NULL, "Zen", avx512, EXT_CPU_AVX2)); /* AVX2: within v3 */
     /* v2 (no AVX): any AVX core becomes Nehalem's SSE kernels */
     CHECK(!strcmp(ext_blas_core_choice(NULL, "Zen", EXT_CPU_AVX2, 0), "Nehalem"));
     CHECK(!strcmp(ext_blas_core_choice(NULL, "Haswell", avx512, 0), "Nehalem"));

@@ -35,7 +35,7 @@
 
 #define RAND_PROGRAMS 500
 #define RAND_BATCH 50
-#define RAND_SEED0 1000     /* seeds RAND_SEED0 .. RAND_SEED0 + RAND_PROGRAMS - 1 */
+#define RAND_SEED0 1000 /* seeds RAND_SEED0 .. RAND_SEED0 + RAND_PROGRAMS - 1 */
 #define MAX_IO 256
 
 /* ===== environment ==================================================== */
@@ -51,14 +51,18 @@ static void enter_cache(void) {
     if (c) snprintf(saved_cache, sizeof saved_cache, "%s", c);
     char dir[600];
     const char *shared = getenv("KILN_TEST_CACHE_DIR");
-    if (shared) snprintf(dir, sizeof dir, "%s", shared);
-    else snprintf(dir, sizeof dir, "%s/fused-cache", test_tmpdir());
+    if (shared)
+        snprintf(dir, sizeof dir, "%s", shared);
+    else
+        snprintf(dir, sizeof dir, "%s/fused-cache", test_tmpdir());
     setenv("KILN_CACHE_DIR", dir, 1);
 }
 
 static void leave_cache(void) {
-    if (had_cache) setenv("KILN_CACHE_DIR", saved_cache, 1);
-    else unsetenv("KILN_CACHE_DIR");
+    if (had_cache)
+        setenv("KILN_CACHE_DIR", saved_cache, 1);
+    else
+        unsetenv("KILN_CACHE_DIR");
 }
 
 static int verbose(void) { return getenv("KILN_TEST_VERBOSE") != NULL; }
@@ -104,8 +108,10 @@ static double worst_excess(const kiln_tensor *got, const kiln_tensor *want, RtTo
     *at = 0;
     for (int64_t k = 0; k < n; k++) {
         double g = value_at(got, k), w = value_at(want, k), x;
-        if (want->dtype == KILN_BOOL) x = (g != 0.0) != (w != 0.0) ? INFINITY : 0.0;
-        else x = rt_excess((float)g, (float)w, tol);
+        if (want->dtype == KILN_BOOL)
+            x = (g != 0.0) != (w != 0.0) ? INFINITY : 0.0;
+        else
+            x = rt_excess((float)g, (float)w, tol);
         if (!(x <= worst)) worst = x, *at = k;
     }
     return worst;
@@ -136,7 +142,10 @@ static int run_rt(RtProgram *p, const kiln_tensor *in, kiln_tensor *out, char *e
     const float *fin[MAX_IO] = {0};
     float *fout[MAX_IO] = {0}, *owned[MAX_IO] = {0};
     for (int i = 0; i < nin; i++) {
-        if (in[i].dtype == KILN_F32) { fin[i] = in[i].data; continue; }
+        if (in[i].dtype == KILN_F32) {
+            fin[i] = in[i].data;
+            continue;
+        }
         int64_t n = kiln_tensor_numel(&in[i]);
         owned[i] = malloc(sizeof(float) * (size_t)n);
         for (int64_t k = 0; owned[i] && k < n; k++) owned[i][k] = ((unsigned char *)in[i].data)[k];
@@ -215,7 +224,8 @@ static int check_examples(const char *target, int *ran) {
         if (!is_kiln_file(e->d_name)) continue;
         char path[600], what[700];
         snprintf(path, sizeof path, "examples/%s", e->d_name);
-        snprintf(what, sizeof what, "%s%s%s", e->d_name, target ? " at " : "", target ? target : "");
+        snprintf(what, sizeof what, "%s%s%s", e->d_name, target ? " at " : "",
+                 target ? target : "");
         kiln_graph *g = kiln_graph_new();
         kiln_tensor in[MAX_IO];
         if (kiln_parse_file(g, path) != KILN_OK) {
@@ -245,7 +255,7 @@ TEST(fused_examples) {
 /* One program of a suite: its graph, inputs and compiled form. */
 typedef struct {
     char name[300];
-    const char *text;         /* the program, printed when it fails (may be NULL) */
+    const char *text; /* the program, printed when it fails (may be NULL) */
     kiln_graph *g;
     kiln_tensor in[MAX_IO];
     int nin;
@@ -256,10 +266,10 @@ typedef struct {
     Case *cases;
     int n;
     int nbatches;
-    JitLib **libs;            /* one per batch */
-    char (*err)[2048];        /* per batch: why it failed to compile */
-    int next;                 /* the next batch to compile (atomic) */
-    const KilnConfig *cfg;    /* NULL: the default configuration */
+    JitLib **libs;         /* one per batch */
+    char (*err)[2048];     /* per batch: why it failed to compile */
+    int next;              /* the next batch to compile (atomic) */
+    const KilnConfig *cfg; /* NULL: the default configuration */
 } Suite;
 
 static void *compile_worker(void *arg) {
@@ -288,12 +298,14 @@ static int suite_compile(Suite *s) {
     int nt = cpus < 1 ? 1 : cpus > 4 ? 4 : (int)cpus, failed = 0;
     pthread_t th[4];
     int started = 0;
-    for (int t = 0; t < nt; t++) started += pthread_create(&th[started], NULL, compile_worker, s) == 0;
+    for (int t = 0; t < nt; t++)
+        started += pthread_create(&th[started], NULL, compile_worker, s) == 0;
     if (!started) compile_worker(s);
     for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
     for (int b = 0; b < s->nbatches; b++)
         if (s->err[b][0]) {
-            printf("  batch %d (%s...): compile: %s\n", b, s->cases[b * RAND_BATCH].name, s->err[b]);
+            printf("  batch %d (%s...): compile: %s\n", b, s->cases[b * RAND_BATCH].name,
+                   s->err[b]);
             failed++;
         }
     return failed;
@@ -316,8 +328,9 @@ static int case_check(Case *c) {
     kiln_tensor got[MAX_IO], want[MAX_IO];
     char err[512];
     int nout = kiln_num_outputs(c->g), ok = 0;
-    if (!c->p) return 0;   /* its batch failed to compile (reported) */
-    if (!run_rt(c->p, c->in, got, err, sizeof err)) printf("  %s: run: %s\n", c->name, err);
+    if (!c->p) return 0; /* its batch failed to compile (reported) */
+    if (!run_rt(c->p, c->in, got, err, sizeof err))
+        printf("  %s: run: %s\n", c->name, err);
     else if (kiln_interpret(c->g, c->in, want) != KILN_OK)
         printf("  %s: interpret: %s\n", c->name, kiln_error(c->g));
     else {
@@ -391,9 +404,11 @@ TEST(fused_golden_cases) {
     while (s.n < 1024 && fgets(line, sizeof line, f)) {
         char *name = trim(line);
         if (!*name || *name == '#') continue;
-        if (golden_load(root, name, &s.cases[s.n])) s.n++;
-        else bad++, kiln_graph_free(s.cases[s.n].g), free_tensors(s.cases[s.n].in, s.cases[s.n].nin),
-             memset(&s.cases[s.n], 0, sizeof(Case));
+        if (golden_load(root, name, &s.cases[s.n]))
+            s.n++;
+        else
+            bad++, kiln_graph_free(s.cases[s.n].g), free_tensors(s.cases[s.n].in, s.cases[s.n].nin),
+                memset(&s.cases[s.n], 0, sizeof(Case));
     }
     fclose(f);
     enter_cache();
@@ -474,7 +489,8 @@ static int thread_case(const char *src, int exact) {
         return 0;
     }
     int nout = kiln_num_outputs(g);
-    if (rt_compile(g, NULL, &p, err, sizeof err) != KILN_OK) printf("  compile: %s\n", err);
+    if (rt_compile(g, NULL, &p, err, sizeof err) != KILN_OK)
+        printf("  compile: %s\n", err);
     else if (run_threads(p, 1, in, a)) {
         if (run_threads(p, 2, in, b)) {
             RtTolerance tol = rt_tolerance(rt_graph(p));
@@ -492,12 +508,14 @@ static int thread_case(const char *src, int exact) {
 
 TEST(fused_thread_count_independent) {
     enter_cache();
-    EXPECT(thread_case("input x: f32[256, 1000]\ny = softmax(x, dim=1)\nz = sum(x)\noutput y, z\n", 0),
-           "softmax / full sum differ across thread counts");
+    EXPECT(
+        thread_case("input x: f32[256, 1000]\ny = softmax(x, dim=1)\nz = sum(x)\noutput y, z\n", 0),
+        "softmax / full sum differ across thread counts");
     EXPECT(thread_case("input x: f32[300, 517]\ny = layer_norm(x, [517])\noutput y\n", 0),
            "layer_norm differs across thread counts");
     EXPECT(thread_case("input x: f32[512, 513]\nu = rand_like(x, seed=3)\n"
-                       "d = dropout(x, p=0.5, seed=9)\noutput u, d\n", 1),
+                       "d = dropout(x, p=0.5, seed=9)\noutput u, d\n",
+                       1),
            "random values differ across thread counts");
     EXPECT(thread_case("input x: f32[1024, 64]\ny = sin(relu(x + 1) * 2)\noutput y\n", 1),
            "a pointwise chain differs across thread counts");
@@ -538,7 +556,8 @@ TEST(fused_outputs_copied_and_converted) {
         kiln_tensor in[MAX_IO];
         char what[32];
         snprintf(what, sizeof what, "program %zu", i);
-        if (kiln_parse(g, progs[i], what) != KILN_OK) EXPECT(0, "%s: %s", what, kiln_error(g));
+        if (kiln_parse(g, progs[i], what) != KILN_OK)
+            EXPECT(0, "%s: %s", what, kiln_error(g));
         else if (fill_inputs(g, in, 3)) {
             EXPECT(check_graph(what, g, in), "%s differs", what);
             free_tensors(in, kiln_num_inputs(g));
@@ -557,8 +576,8 @@ TEST(fused_rejects_bad_inputs) {
     float data[6] = {0};
     kiln_tensor in = {KILN_F32, 2, {3, 2}, data}, out[1];
     EXPECT(kiln_program_run(p, &in, out) == KILN_ERR_INPUT, "a wrong shape was accepted");
-    EXPECT(strstr(kiln_program_error(p), "expected f32[2, 3], got f32[3, 2]") != NULL, "message: %s",
-           kiln_program_error(p));
+    EXPECT(strstr(kiln_program_error(p), "expected f32[2, 3], got f32[3, 2]") != NULL,
+           "message: %s", kiln_program_error(p));
     in.shape[0] = 2, in.shape[1] = 3;
     EXPECT(kiln_program_run(p, &in, out) == KILN_OK, "%s", kiln_program_error(p));
     EXPECT(((float *)out[0].data)[5] == 1.0f, "x + 1 of zeros");
@@ -584,8 +603,10 @@ static int run_one(const char *src, float *x, kiln_tensor *out, kiln_graph **gou
         if (!ok) printf("  run: %s\n", kiln_program_error(p));
     }
     kiln_program_free(p);
-    if (ok && gout) *gout = g;
-    else kiln_graph_free(g);
+    if (ok && gout)
+        *gout = g;
+    else
+        kiln_graph_free(g);
     return ok;
 }
 
@@ -597,9 +618,9 @@ static int run_one(const char *src, float *x, kiln_tensor *out, kiln_graph **gou
 TEST(fused_row_pairs) {
     enter_cache();
     static const char *paired = "input x: f32[512, 1024]\nm = amax(x, dim=1)\nn = amin(x, dim=1)\n"
-                             "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
+                                "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
     static const char *single = "input x: f32[511, 1024]\nm = amax(x, dim=1)\nn = amin(x, dim=1)\n"
-                               "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
+                                "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
     float *x = malloc(sizeof(float) * 512 * 1024);
     kiln_fill_randn(x, 512 * 1024, 5);
     x[3 * 1024 + 700] = NAN;
@@ -612,14 +633,18 @@ TEST(fused_row_pairs) {
     kiln_tensor in = kiln_input_desc(g, 0);
     in.data = x;
     CHECK(kiln_interpret(g, &in, want) == KILN_OK);
-    RtTolerance tol = {1e-4 * 32, 1e-4, 1024};   /* rt_tolerance for sums of 1024 */
-    EXPECT(compare_all("row pairs", g, tol, got, want) <= 1.0, "row pairs differ from the interpreter");
+    RtTolerance tol = {1e-4 * 32, 1e-4, 1024}; /* rt_tolerance for sums of 1024 */
+    EXPECT(compare_all("row pairs", g, tol, got, want) <= 1.0,
+           "row pairs differ from the interpreter");
     for (int o = 0; o < 4; o++)
         for (int r = 0; r < 511; r++) {
             float a = ((float *)got[o].data)[r], b = ((float *)one[o].data)[r];
             float w = ((float *)want[o].data)[r];
-            EXPECT(!memcmp(&a, &b, sizeof a), "output %d row %d: %.9g in pairs, %.9g alone", o, r, a, b);
-            if (o < 2) EXPECT(a == w || (isnan(a) && isnan(w)), "max/min row %d: %.9g, want %.9g", r, a, w);
+            EXPECT(!memcmp(&a, &b, sizeof a), "output %d row %d: %.9g in pairs, %.9g alone", o, r,
+                   a, b);
+            if (o < 2)
+                EXPECT(a == w || (isnan(a) && isnan(w)), "max/min row %d: %.9g, want %.9g", r, a,
+                       w);
         }
     EXPECT(isnan(((float *)got[0].data)[3]) && isnan(((float *)got[0].data)[4]) &&
                !isnan(((float *)got[0].data)[2]) && !isnan(((float *)got[0].data)[5]),
@@ -637,9 +662,11 @@ TEST(fused_row_pairs) {
  * agree bit for bit (a row is never split between threads). */
 TEST(fused_row_pairs_threads) {
     enter_cache();
-    EXPECT(thread_case("input x: f32[16, 64, 1024]\nm = amax(x, dim=2)\ns = sum(relu(x + 1), dim=2)\n"
-                       "output m, s\n", 1),
-           "row pairs differ across thread counts");
+    EXPECT(
+        thread_case("input x: f32[16, 64, 1024]\nm = amax(x, dim=2)\ns = sum(relu(x + 1), dim=2)\n"
+                    "output m, s\n",
+                    1),
+        "row pairs differ across thread counts");
     rt_set_threads(0);
     leave_cache();
 }
@@ -654,30 +681,33 @@ TEST(fused_row_pairs_threads) {
 TEST(fused_divide_by_row_value) {
     enter_cache();
     enum { R = 8, C = 64 };
-    static const char *src = "input x: f32[8, 64]\ns = amax(x, dim=1, keepdim=true)\ny = x / s\noutput y\n";
+    static const char *src =
+        "input x: f32[8, 64]\ns = amax(x, dim=1, keepdim=true)\ny = x / s\noutput y\n";
     static float x[R * C];
     kiln_fill_randn(x, R * C, 11);
     for (int j = 0; j < C; j++) {
-        x[1 * C + j] = ldexpf((float)(j % 7 + 1), -149);     /* denormals: max 7 * 2^-149 */
-        x[2 * C + j] = 0.0f;                                 /* 0 / 0 */
+        x[1 * C + j] = ldexpf((float)(j % 7 + 1), -149); /* denormals: max 7 * 2^-149 */
+        x[2 * C + j] = 0.0f;                             /* 0 / 0 */
         x[4 * C + j] = (float)j;
-        x[5 * C + j] = -ldexpf((float)(j % 5 + 3), -110);    /* max -3 * 2^-110: scaled */
-        x[6 * C + j] = ldexpf((float)(j + 1), -140);         /* max 2^-134, denormal */
-        x[7 * C + j] = 1e36f * (float)(j + 1);               /* max 6.4e37 */
+        x[5 * C + j] = -ldexpf((float)(j % 5 + 3), -110); /* max -3 * 2^-110: scaled */
+        x[6 * C + j] = ldexpf((float)(j + 1), -140);      /* max 2^-134, denormal */
+        x[7 * C + j] = 1e36f * (float)(j + 1);            /* max 6.4e37 */
     }
-    x[3 * C + 5] = INFINITY;                                 /* x / inf = 0, inf / inf = NaN */
-    x[4 * C + 9] = NAN;                                      /* the max is NaN */
+    x[3 * C + 5] = INFINITY; /* x / inf = 0, inf / inf = NaN */
+    x[4 * C + 9] = NAN;      /* the max is NaN */
     kiln_tensor got[1];
     CHECK(run_one(src, x, got, NULL));
     const float *y = got[0].data;
     for (int r = 0; r < R; r++) {
         float s = -INFINITY;
-        for (int j = 0; j < C; j++) s = isnan(x[r * C + j]) || isnan(s) ? NAN : fmaxf(s, x[r * C + j]);
+        for (int j = 0; j < C; j++)
+            s = isnan(x[r * C + j]) || isnan(s) ? NAN : fmaxf(s, x[r * C + j]);
         for (int j = 0; j < C; j++) {
             float q = (float)((double)x[r * C + j] / (double)s), v = y[r * C + j];
             float ulp = fabsf(nextafterf(q, INFINITY) - q);
             bool ok = isnan(q) ? isnan(v) : isinf(q) ? v == q : fabsf(v - q) <= 2.0f * ulp;
-            EXPECT(ok, "row %d col %d: %.9g / %.9g = %.9g, fused %.9g", r, j, x[r * C + j], s, q, v);
+            EXPECT(ok, "row %d col %d: %.9g / %.9g = %.9g, fused %.9g", r, j, x[r * C + j], s, q,
+                   v);
             if (!ok) r = R;
             if (!ok) break;
         }
@@ -757,11 +787,12 @@ TEST(fused_lane_reductions) {
             CHECK(kiln_parse(g, src, "lanes") == KILN_OK && fill_inputs(g, in, 120 + (uint64_t)r));
             float *x = in[0].data;
             if (r >= 2) {
-                x[3 * len + 517] = NAN;     /* a lane in the middle of a block */
+                x[3 * len + 517] = NAN;      /* a lane in the middle of a block */
                 x[40 * len + len - 1] = NAN; /* the last element */
                 x[9 * len + 200] = -INFINITY;
             }
-            EXPECT(check_graph(src, g, in), "%s over rows of %d differs from the interpreter", red[r], len);
+            EXPECT(check_graph(src, g, in), "%s over rows of %d differs from the interpreter",
+                   red[r], len);
             free_tensors(in, kiln_num_inputs(g));
             kiln_graph_free(g);
         }
@@ -807,7 +838,8 @@ TEST(fused_guarded_outer_loop) {
     for (int i = 0; i < (int)(sizeof progs / sizeof progs[0]); i++) {
         kiln_graph *g = kiln_graph_new();
         kiln_tensor in[MAX_IO];
-        CHECK(kiln_parse(g, progs[i], "guarded") == KILN_OK && fill_inputs(g, in, 90 + (uint64_t)i));
+        CHECK(kiln_parse(g, progs[i], "guarded") == KILN_OK &&
+              fill_inputs(g, in, 90 + (uint64_t)i));
         EXPECT(check_graph(progs[i], g, in), "program %d differs from the interpreter", i);
         free_tensors(in, kiln_num_inputs(g));
         kiln_graph_free(g);
@@ -840,7 +872,8 @@ TEST(fused_every_tier) {
         }
         if ((int)def.target.tier == t) {
             printf("fused_every_tier: %s is the default tier: fused_examples and "
-                   "fused_random_programs ran it\n", name);
+                   "fused_random_programs ran it\n",
+                   name);
             tested++;
             continue;
         }
@@ -851,9 +884,10 @@ TEST(fused_every_tier) {
         int rfailed = suite_run(&s, name);
         leave_cache();
         printf("fused_every_tier: %s: %d examples and %d random programs against the interpreter, "
-               "%d differ\n", name, ran, s.n, failed + rfailed);
-        EXPECT(ran >= 10 && s.n == TIER_PROGRAMS, "%s: only %d examples and %d programs ran", name, ran,
-               s.n);
+               "%d differ\n",
+               name, ran, s.n, failed + rfailed);
+        EXPECT(ran >= 10 && s.n == TIER_PROGRAMS, "%s: only %d examples and %d programs ran", name,
+               ran, s.n);
         EXPECT(failed + rfailed + bad == 0, "%s: %d examples and %d random programs differ", name,
                failed, rfailed + bad);
         suite_free(&s);

@@ -38,8 +38,7 @@ static kiln_value indices(Prog *P, const char *name, int rank, const int64_t *sh
     return v;
 }
 
-static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape,
-                         uint64_t seed) {
+static kiln_value weight(Prog *P, const char *name, int rank, const int64_t *shape, uint64_t seed) {
     return test_random_weight(P->g, name, rank, shape, seed);
 }
 
@@ -74,8 +73,9 @@ TEST(gather_builder_shapes) {
     kiln_value i0 = kiln_input(g, "i0", KILN_F32, 0, NULL);
     kiln_value i2 = kiln_input(g, "i2", KILN_F32, 2, (int64_t[]){5, 6});
     int64_t s[KILN_MAX_RANK];
-    EXPECT(shape_of(g, kiln_gather(g, x, i2, 1), s) == 4 && s[0] == 2 && s[1] == 5 &&
-           s[2] == 6 && s[3] == 4, "axis 1, 2-d indices");
+    EXPECT(shape_of(g, kiln_gather(g, x, i2, 1), s) == 4 && s[0] == 2 && s[1] == 5 && s[2] == 6 &&
+               s[3] == 4,
+           "axis 1, 2-d indices");
     EXPECT(shape_of(g, kiln_gather(g, x, i0, -1), s) == 2 && s[0] == 2 && s[1] == 3,
            "axis -1, 0-d index");
     EXPECT(shape_of(g, kiln_gather(g, x, i2, 0), s) == 4 && s[0] == 5 && s[3] == 4, "axis 0");
@@ -125,8 +125,8 @@ static void expect_ct_error(int cin, int wc, int cog, int nbias, kiln_conv_trans
     kiln_graph_free(g);
 }
 
-static void expect_ct_shape(int cin, int cog, kiln_conv_transpose_params p, int64_t c,
-                            int64_t h, int64_t w) {
+static void expect_ct_shape(int cin, int cog, kiln_conv_transpose_params p, int64_t c, int64_t h,
+                            int64_t w) {
     kiln_graph *g;
     kiln_value y = try_ct(&g, cin, cin, cog, 0, p);
     const int64_t *s = y >= 0 ? kiln_value_shape(g, y) : NULL;
@@ -141,7 +141,7 @@ TEST(conv_transpose_builder) {
     expect_ct_shape(2, 3, ct(1, 0, 0, 1, 1), 3, 7, 6);
     expect_ct_shape(2, 3, ct(2, 1, 1, 1, 1), 3, 10, 8);
     expect_ct_shape(4, 3, ct(3, 0, 2, 1, 2), 6, 17, 14);
-    expect_ct_shape(2, 1, ct(1, 2, 1, 2, 1), 1, 6, 5);   /* output_padding < dilation */
+    expect_ct_shape(2, 1, ct(1, 2, 1, 2, 1), 1, 6, 5); /* output_padding < dilation */
     expect_ct_error(2, 2, 3, 0, ct(2, 0, 2, 1, 1),
                     "conv_transpose2d: output_padding 2 must be smaller than stride 2 or "
                     "dilation 1 (dim 2)");
@@ -161,9 +161,10 @@ TEST(conv_transpose_builder) {
     kiln_value x = kiln_input(g, "x", KILN_F32, 3, (int64_t[]){1, 2, 5});
     kiln_value w = kiln_input(g, "w", KILN_F32, 4, (int64_t[]){1, 2, 3, 3});
     EXPECT(kiln_conv_transpose2d(g, x, w, KILN_NONE, NULL) == KILN_NONE &&
-           strstr(kiln_error(g), "must be 4-D"), "rank 3 input: %s", kiln_error(g));
+               strstr(kiln_error(g), "must be 4-D"),
+           "rank 3 input: %s", kiln_error(g));
     kiln_graph_free(g);
-    g = kiln_graph_new();   /* NULL params: stride 1, no padding */
+    g = kiln_graph_new(); /* NULL params: stride 1, no padding */
     x = kiln_input(g, "x", KILN_F32, 4, (int64_t[]){1, 2, 5, 4});
     w = kiln_input(g, "w", KILN_F32, 4, (int64_t[]){2, 1, 3, 2});
     kiln_value y = kiln_conv_transpose2d(g, x, w, KILN_NONE, NULL);
@@ -188,17 +189,21 @@ static void build_gather(Prog *P) {
     kiln_output(g, kiln_gather(g, kiln_transpose(g, x, 0, 2), i1, 1), "of_transpose");
     kiln_output(g, kiln_gather(g, kiln_slice(g, x, 1, 1, 7, 2), i0, 2), "of_slice");
     kiln_value row = kiln_reshape(g, kiln_slice(g, x, 0, 2, 3, 1), 2, (int64_t[]){7, 5});
-    kiln_output(g, kiln_gather(g, kiln_expand(g, kiln_reshape(g, kiln_slice(g, row, 0, 0, 1, 1),
-                                                              1, (int64_t[]){5}),
-                                              2, (int64_t[]){3, 5}),
-                               i0, 1), "of_expand");
+    kiln_output(
+        g,
+        kiln_gather(g,
+                    kiln_expand(g,
+                                kiln_reshape(g, kiln_slice(g, row, 0, 0, 1, 1), 1, (int64_t[]){5}),
+                                2, (int64_t[]){3, 5}),
+                    i0, 1),
+        "of_expand");
     kiln_output(g, kiln_gather(g, x, kiln_transpose(g, i2, 0, 1), 0), "idx_view");
     kiln_value half = kiln_unary(g, "floor", kiln_binary(g, "mul", i1, kiln_scalar(g, 0.5)));
     kiln_output(g, kiln_gather(g, kiln_unary(g, "sin", x), half, 1), "computed");
     kiln_output(g, kiln_gather(g, e, tok, 0), "embed");
     kiln_value emb = kiln_gather(g, e, tok, 0);
-    kiln_value act = kiln_binary(g, "add", kiln_binary(g, "mul", emb, kiln_scalar(g, 2)),
-                                 kiln_scalar(g, 1));
+    kiln_value act =
+        kiln_binary(g, "add", kiln_binary(g, "mul", emb, kiln_scalar(g, 2)), kiln_scalar(g, 1));
     kiln_output(g, kiln_unary(g, "relu", act), "embed_relu");
 }
 
@@ -210,7 +215,8 @@ TEST(gather_fused_vs_interpreter) {
     if (compile_and_compare(&P, NULL, exact)) {
         const Kernel *k = kernel_of(&P, "embed_relu");
         EXPECT(k && k->kind == KK_EXTERN && !strcmp(k->kernel, "extern_kernels.gather") &&
-               k->n == 2, "relu(gather * 2 + 1) is not the gather's epilogue");
+                   k->n == 2,
+               "relu(gather * 2 + 1) is not the gather's epilogue");
     }
     test_prog_free(&P);
 }
@@ -238,14 +244,15 @@ static void expect_run(kiln_graph *g, kiln_program *p, kiln_tensor *in, const fl
     kiln_tensor out[1] = {{0}};
     kiln_status st = kiln_program_run(p, in, out);
     EXPECT(st == want, "compiled: status %d, want %d (%s)", st, want, kiln_program_error(p));
-    if (msg) EXPECT(!strcmp(kiln_program_error(p), msg), "compiled: '%s', want '%s'",
-                    kiln_program_error(p), msg);
+    if (msg)
+        EXPECT(!strcmp(kiln_program_error(p), msg), "compiled: '%s', want '%s'",
+               kiln_program_error(p), msg);
     EXPECT(st != KILN_OK || out[0].data, "no output");
     kiln_tensor_free(&out[0]);
     st = kiln_interpret(g, in, out);
     EXPECT(st == want, "interpreted: status %d, want %d", st, want);
-    if (msg) EXPECT(!strcmp(kiln_error(g), msg), "interpreted: '%s', want '%s'", kiln_error(g),
-                    msg);
+    if (msg)
+        EXPECT(!strcmp(kiln_error(g), msg), "interpreted: '%s', want '%s'", kiln_error(g), msg);
     kiln_tensor_free(&out[0]);
 }
 
@@ -253,9 +260,10 @@ TEST(gather_index_out_of_range) {
     kiln_graph *g = kiln_graph_new();
     kiln_value x = kiln_input(g, "x", KILN_F32, 2, (int64_t[]){3, 5});
     kiln_value i = kiln_input(g, "i", KILN_F32, 1, (int64_t[]){4});
-    kiln_output(g, kiln_unary(g, "relu", kiln_gather(g, x, i, 1)), "y");   /* with epilogue */
+    kiln_output(g, kiln_unary(g, "relu", kiln_gather(g, x, i, 1)), "y"); /* with epilogue */
     kiln_program *p = NULL;
-    CHECKF(test_compile_in_cache(g, "gather-cache", NULL, &p) == KILN_OK, "compile: %s", kiln_error(g));
+    CHECKF(test_compile_in_cache(g, "gather-cache", NULL, &p) == KILN_OK, "compile: %s",
+           kiln_error(g));
     kiln_tensor in[2] = {kiln_input_desc(g, 0), kiln_input_desc(g, 1)};
     kiln_tensor_alloc(&in[0]);
     kiln_tensor_alloc(&in[1]);
@@ -273,7 +281,7 @@ TEST(gather_index_out_of_range) {
                "gather: index inf is not an integer");
     expect_run(g, p, in, (float[]){3e9f, 0, 0, 0}, KILN_ERR_INPUT,
                "gather: index 3000000000 out of range for dim 1 of size 5");
-    expect_run(g, p, in, (float[]){4, 3, 2, 1}, KILN_OK, NULL);   /* usable again */
+    expect_run(g, p, in, (float[]){4, 3, 2, 1}, KILN_OK, NULL); /* usable again */
     kiln_tensor_free(&in[0]);
     kiln_tensor_free(&in[1]);
     kiln_program_free(p);
@@ -292,17 +300,17 @@ typedef struct {
 static void count_epi(void *ctx, float *c, int64_t start, int64_t count) {
     EpiCount *e = ctx;
     for (int64_t k = start; k < start + count; k++) {
-        #pragma omp atomic
+#pragma omp atomic
         e->seen[k]++;
         if (c[k] != 1.0f) {
-            #pragma omp atomic write
+#pragma omp atomic write
             e->written_late = 1;
         }
     }
 }
 
 TEST(ext_gather_epilogue_ranges) {
-    int64_t ds[3] = {3, 50, 700}, is[1] = {97};   /* 3 * 97 * 700 = 203700 outputs */
+    int64_t ds[3] = {3, 50, 700}, is[1] = {97}; /* 3 * 97 * 700 = 203700 outputs */
     ExtView dv = test_dense_view(3, ds), iv = test_dense_view(1, is);
     int64_t n = 3 * 97 * 700;
     float *data = malloc(sizeof(float) * 3 * 50 * 700), *out = calloc((size_t)n, sizeof(float));
@@ -320,11 +328,12 @@ TEST(ext_gather_epilogue_ranges) {
     for (int64_t k = 0; k < n; k++) bad += e.seen[k] != 1;
     EXPECT(bad == 0, "%lld elements not handed to the epilogue exactly once", (long long)bad);
     EXPECT(!e.written_late, "the epilogue saw an element before it was written");
-    idx[40] = 50;   /* out of range: nothing may be written, no epilogue runs */
+    idx[40] = 50; /* out of range: nothing may be written, no epilogue runs */
     memset(out, 0, sizeof(float) * (size_t)n);
     memset(e.seen, 0, sizeof(int) * (size_t)n);
     rc = ext_gather(data, &dv, idx, &iv, 1, out, count_epi, &e, err, sizeof err);
-    EXPECT(rc == EXT_ERR_INPUT && !strcmp(err, "gather: index 50 out of range for dim 1 of size 50"),
+    EXPECT(rc == EXT_ERR_INPUT &&
+               !strcmp(err, "gather: index 50 out of range for dim 1 of size 50"),
            "rc %d, '%s'", rc, err);
     int64_t touched = 0;
     for (int64_t k = 0; k < n; k++) touched += out[k] != 0.0f || e.seen[k];
@@ -336,8 +345,8 @@ TEST(ext_gather_epilogue_ranges) {
 
 /* ===== conv_transpose2d: compiled against the interpreter =========================== */
 
-static kiln_value ct_out(Prog *P, const char *name, kiln_value x, int64_t cin, int64_t cog,
-                         int kh, int kw, bool bias, kiln_conv_transpose_params p) {
+static kiln_value ct_out(Prog *P, const char *name, kiln_value x, int64_t cin, int64_t cog, int kh,
+                         int kw, bool bias, kiln_conv_transpose_params p) {
     kiln_graph *g = P->g;
     char wn[64], bn[64];
     snprintf(wn, sizeof wn, "%s_w", name);
@@ -360,7 +369,7 @@ static void build_ct(Prog *P) {
     ct_out(P, "depthwise", x, 4, 1, 4, 4, true, ct(2, 1, 0, 1, 4));
     ct_out(P, "dilated", x, 4, 2, 3, 3, false, ct(1, 2, 1, 2, 1));
     ct_out(P, "k1_stride3", x, 4, 5, 1, 1, true, ct(3, 0, 2, 1, 2));
-    kiln_value xt = kiln_transpose(g, x, 2, 3);   /* a view the library needs packed */
+    kiln_value xt = kiln_transpose(g, x, 2, 3); /* a view the library needs packed */
     ct_out(P, "of_view", xt, 4, 2, 2, 2, false, ct(2, 0, 0, 1, 1));
     /* large enough for the parallel col2im and epilogue per plane */
     kiln_value y = ct_out(P, "big_plain", big, 16, 8, 4, 4, true, ct(2, 1, 0, 1, 1));
@@ -376,8 +385,9 @@ TEST(conv_transpose_fused_vs_interpreter) {
     CHECKF(!*kiln_error(P.g), "build: %s", kiln_error(P.g));
     if (compile_and_compare(&P, NULL, NULL)) {
         const Kernel *k = kernel_of(&P, "small_relu");
-        EXPECT(k && k->kind == KK_EXTERN && !strcmp(k->kernel, "extern_kernels.conv_transpose2d")
-               && k->n == 2, "relu(conv_transpose2d) * 3 is not the call's epilogue");
+        EXPECT(k && k->kind == KK_EXTERN && !strcmp(k->kernel, "extern_kernels.conv_transpose2d") &&
+                   k->n == 2,
+               "relu(conv_transpose2d) * 3 is not the call's epilogue");
         k = kernel_of(&P, "big_relu");
         EXPECT(k && k->kind == KK_EXTERN && k->n == 2, "big relu is not an epilogue");
     }
@@ -394,7 +404,8 @@ TEST(conv_transpose_threads) {
     if (compile_and_compare(&P, &o, NULL)) {
         kiln_program *p4 = NULL;
         o.threads = 4;
-        CHECKF(test_compile_in_cache(P.g, "gather-cache", &o, &p4) == KILN_OK, "%s", kiln_error(P.g));
+        CHECKF(test_compile_in_cache(P.g, "gather-cache", &o, &p4) == KILN_OK, "%s",
+               kiln_error(P.g));
         CHECKF(kiln_program_run(p4, P.in, one) == KILN_OK, "%s", kiln_program_error(p4));
         RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(p4)));
         for (int i = 0; i < kiln_num_outputs(P.g); i++) {
@@ -421,7 +432,7 @@ TEST(gather_traffic_counts_picked_rows) {
     static const struct {
         int64_t d0, d1, nidx;
         int axis;
-        int64_t read;            /* bytes of data read */
+        int64_t read; /* bytes of data read */
     } cases[] = {
         {1000, 64, 5, 0, 5 * 64 * 4},
         {64, 1000, 7, 1, 64 * 7 * 4},
@@ -440,8 +451,9 @@ TEST(gather_traffic_counts_picked_rows) {
         int64_t out = (cases[c].axis == 0 ? cases[c].d1 : cases[c].d0) * cases[c].nidx * 4;
         int64_t want = cases[c].read + cases[c].nidx * 4 + out;
         EXPECT(p->sched->fused_bytes == want && p->sched->unfused_bytes == want,
-               "case %d: fused %lld, unfused %lld bytes, want %lld", c, (long long)p->sched->fused_bytes,
-               (long long)p->sched->unfused_bytes, (long long)want);
+               "case %d: fused %lld, unfused %lld bytes, want %lld", c,
+               (long long)p->sched->fused_bytes, (long long)p->sched->unfused_bytes,
+               (long long)want);
         plan_free(p);
         kiln_graph_free(g);
     }

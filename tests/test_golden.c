@@ -43,8 +43,7 @@ typedef struct {
     char dir[512];
 } Case;
 
-static void case_fail(const Case *c, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+static void case_fail(const Case *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void case_fail(const Case *c, const char *fmt, ...) {
     char msg[2048];
     va_list ap;
@@ -72,8 +71,8 @@ static int path_in(char *buf, size_t len, const char *dir, const char *file) {
 static void shape_str(char *buf, size_t len, const kiln_tensor *t) {
     size_t off = (size_t)snprintf(buf, len, "%s[", kiln_dtype_name(t->dtype));
     for (int i = 0; i < t->rank && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "",
-                                (long long)t->shape[i]);
+        off +=
+            (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
     if (off < len) snprintf(buf + off, len - off, "]");
 }
 
@@ -93,14 +92,13 @@ static void index_str(char *buf, size_t len, const kiln_tensor *t, int64_t flat)
     }
     size_t off = (size_t)snprintf(buf, len, "[");
     for (int i = 0; i < t->rank && off < len; i++)
-        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "",
-                                (long long)idx[i]);
+        off += (size_t)snprintf(buf + off, len - off, "%s%lld", i ? ", " : "", (long long)idx[i]);
     if (off < len) snprintf(buf + off, len - off, "]");
 }
 
 /* How far outside the tolerance got is (> 1: a failure). */
 static double excess(float got, float want) {
-    if (!isfinite(want))   /* NaN matches NaN, inf the same inf */
+    if (!isfinite(want)) /* NaN matches NaN, inf the same inf */
         return (isnan(want) ? isnan(got) : got == want) ? 0.0 : INFINITY;
     if (!isfinite(got)) return INFINITY;
     return fabs((double)got - (double)want) / (ATOL + RTOL * fabs((double)want));
@@ -124,21 +122,23 @@ static int compare(const Case *c, const char *out, const kiln_tensor *got,
         else if (want->dtype == KILN_F32)
             x = excess(((const float *)got->data)[i], ((const float *)want->data)[i]);
         else
-            x = 2.0;   /* gen.py writes only f32 and bool */
+            x = 2.0; /* gen.py writes only f32 and bool */
         if (x > 1.0) bad++;
         if (x > worst_x) worst_x = x, worst = i;
     }
     if (!bad) return 1;
     index_str(is, sizeof is, want, worst);
     if (want->dtype == KILN_BOOL)
-        case_fail(c, "output %s: %lld of %lld differ; first at %s: got %d want %d",
-                  out, (long long)bad, (long long)n, is,
-                  ((const uint8_t *)got->data)[worst], ((const uint8_t *)want->data)[worst]);
+        case_fail(c, "output %s: %lld of %lld differ; first at %s: got %d want %d", out,
+                  (long long)bad, (long long)n, is, ((const uint8_t *)got->data)[worst],
+                  ((const uint8_t *)want->data)[worst]);
     else if (want->dtype == KILN_F32) {
         float g = ((const float *)got->data)[worst], w = ((const float *)want->data)[worst];
-        case_fail(c, "output %s: %lld of %lld out of tolerance; worst at %s: got %.9g want %.9g "
-                  "(|diff| %.3g, tol %.3g)", out, (long long)bad, (long long)n, is, g, w,
-                  fabs((double)g - w), ATOL + RTOL * fabs((double)w));
+        case_fail(c,
+                  "output %s: %lld of %lld out of tolerance; worst at %s: got %.9g want %.9g "
+                  "(|diff| %.3g, tol %.3g)",
+                  out, (long long)bad, (long long)n, is, g, w, fabs((double)g - w),
+                  ATOL + RTOL * fabs((double)w));
     } else
         case_fail(c, "output %s: unexpected dtype %s", out, kiln_dtype_name(want->dtype));
     return 0;

@@ -39,7 +39,8 @@ TEST(hugepage_fresh_outputs_advised_and_right) {
     kiln_graph *g = kiln_graph_new();
     /* a 16 MiB output, above runtime.c's 4 MiB threshold */
     CHECKF(kiln_parse(g, "input x: f32[2048, 2048]\ny = relu(x + 1)\noutput y\n", "huge.kiln") ==
-               KILN_OK, "%s", kiln_error(g));
+               KILN_OK,
+           "%s", kiln_error(g));
     kiln_tensor in = kiln_input_desc(g, 0), out, ref;
     CHECK(kiln_tensor_alloc(&in) == KILN_OK);
     kiln_fill_randn(in.data, kiln_tensor_numel(&in), 11);

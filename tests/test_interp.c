@@ -11,42 +11,34 @@
  * that each failure reports KILN_ERR_NOMEM and leaks nothing.
  */
 #include "test.h"
-#include "base/base.h"   /* util_rand_uniform: the documented RAND stream */
+#include "base/base.h" /* util_rand_uniform: the documented RAND stream */
 
 /* ---- helpers --------------------------------------------------------------- */
 
-static kiln_tensor tensor(kiln_dtype dt, int rank, const int64_t *shape, void *data)
-{
+static kiln_tensor tensor(kiln_dtype dt, int rank, const int64_t *shape, void *data) {
     kiln_tensor t = {.dtype = dt, .rank = rank, .data = data};
-    for (int d = 0; d < rank; d++)
-        t.shape[d] = shape[d];
+    for (int d = 0; d < rank; d++) t.shape[d] = shape[d];
     return t;
 }
 
 /* Element i of a result as a float (bool bytes as 0/1). */
-static float at(const kiln_tensor *t, int64_t i)
-{
-    if (t->dtype == KILN_BOOL)
-        return ((const unsigned char *)t->data)[i] ? 1.0f : 0.0f;
+static float at(const kiln_tensor *t, int64_t i) {
+    if (t->dtype == KILN_BOOL) return ((const unsigned char *)t->data)[i] ? 1.0f : 0.0f;
     return ((const float *)t->data)[i];
 }
 
-static int same_shape(const kiln_tensor *t, int rank, const int64_t *shape)
-{
-    if (t->rank != rank)
-        return 0;
+static int same_shape(const kiln_tensor *t, int rank, const int64_t *shape) {
+    if (t->rank != rank) return 0;
     for (int d = 0; d < rank; d++)
-        if (t->shape[d] != shape[d])
-            return 0;
+        if (t->shape[d] != shape[d]) return 0;
     return 1;
 }
 
 /* |got - want| <= tol * max(1, |want|) for every element; NaN matches NaN. */
-static int close_to(const kiln_tensor *t, const float *want, int64_t n, double tol)
-{
+static int close_to(const kiln_tensor *t, const float *want, int64_t n, double tol) {
     for (int64_t i = 0; i < n; i++) {
         double g = at(t, i), w = want[i];
-        if ((isnan(w) && isnan(g)) || g == w)   /* also inf == inf */
+        if ((isnan(w) && isnan(g)) || g == w) /* also inf == inf */
             continue;
         if (!(fabs(g - w) <= tol * fmax(1.0, fabs(w)))) {
             printf("  element %lld: got %.9g, want %.9g\n", (long long)i, g, w);
@@ -56,33 +48,27 @@ static int close_to(const kiln_tensor *t, const float *want, int64_t n, double t
     return 1;
 }
 
-static void free_all(kiln_tensor *t, int n)
-{
-    for (int i = 0; i < n; i++)
-        kiln_tensor_free(&t[i]);
+static void free_all(kiln_tensor *t, int n) {
+    for (int i = 0; i < n; i++) kiln_tensor_free(&t[i]);
 }
 
 /* Interpret g; on failure print the graph's message. */
-static kiln_status interp(kiln_graph *g, const kiln_tensor *in, kiln_tensor *out)
-{
+static kiln_status interp(kiln_graph *g, const kiln_tensor *in, kiln_tensor *out) {
     kiln_status st = kiln_interpret(g, in, out);
-    if (st != KILN_OK)
-        printf("  kiln_interpret: %s\n", kiln_error(g));
+    if (st != KILN_OK) printf("  kiln_interpret: %s\n", kiln_error(g));
     return st;
 }
 
 /* ---- pointwise --------------------------------------------------------- */
 
-TEST(interp_broadcast_add)
-{
+TEST(interp_broadcast_add) {
     int64_t xs[3] = {2, 3, 4}, ys[2] = {3, 1};
     float x[24], y[3], want[24];
     for (int i = 0; i < 24; i++) x[i] = (float)i;
     for (int i = 0; i < 3; i++) y[i] = 100.0f * (float)(i + 1);
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 3; b++)
-            for (int c = 0; c < 4; c++)
-                want[(a * 3 + b) * 4 + c] = x[(a * 3 + b) * 4 + c] + y[b];
+            for (int c = 0; c < 4; c++) want[(a * 3 + b) * 4 + c] = x[(a * 3 + b) * 4 + c] + y[b];
     kiln_graph *g = kiln_graph_new();
     kiln_value vx = kiln_input(g, "x", KILN_F32, 3, xs);
     kiln_value vy = kiln_input(g, "y", KILN_F32, 2, ys);
@@ -97,10 +83,9 @@ TEST(interp_broadcast_add)
 
 /* Both operands broadcast at once: [3,1] op [1,4] -> [3,4]. */
 static const char *binops[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                               "lt", "le", "gt", "ge", "eq", "ne"};
+                               "lt",  "le",  "gt",  "ge",  "eq",  "ne"};
 
-static double binop_ref(int op, double a, double b)
-{
+static double binop_ref(int op, double a, double b) {
     switch (op) {
     case 0: return (float)a + (float)b;
     case 1: return (float)a - (float)b;
@@ -118,8 +103,7 @@ static double binop_ref(int op, double a, double b)
     }
 }
 
-TEST(interp_binary_ops)
-{
+TEST(interp_binary_ops) {
     int64_t as[2] = {3, 1}, bs[2] = {1, 4}, os[2] = {3, 4};
     float a[3] = {0.5f, 2.0f, 3.25f}, b[4] = {2.0f, 0.5f, 3.25f, 1.5f};
     for (int op = 0; op < 13; op++) {
@@ -131,8 +115,7 @@ TEST(interp_binary_ops)
         CHECK(interp(g, in, out) == KILN_OK);
         float want[12];
         for (int i = 0; i < 3; i++)
-            for (int j = 0; j < 4; j++)
-                want[i * 4 + j] = (float)binop_ref(op, a[i], b[j]);
+            for (int j = 0; j < 4; j++) want[i * 4 + j] = (float)binop_ref(op, a[i], b[j]);
         EXPECT(same_shape(&out[0], 2, os), "%s: shape", binops[op]);
         EXPECT(out[0].dtype == (op >= 7 ? KILN_BOOL : KILN_F32), "%s: dtype", binops[op]);
         EXPECT(close_to(&out[0], want, 12, op == 4 ? 1e-6 : 0), "%s: values", binops[op]);
@@ -141,12 +124,11 @@ TEST(interp_binary_ops)
     }
 }
 
-static const char *unops[] = {"neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt",
-                              "rsqrt", "sin", "cos", "erf", "floor", "ceil", "reciprocal",
-                              "contiguous", "gelu", "silu"};
+static const char *unops[] = {"neg",   "abs",  "relu",       "sigmoid",    "tanh", "exp",
+                              "log",   "sqrt", "rsqrt",      "sin",        "cos",  "erf",
+                              "floor", "ceil", "reciprocal", "contiguous", "gelu", "silu"};
 
-static double unop_ref(int op, double x)
-{
+static double unop_ref(int op, double x) {
     switch (op) {
     case 0: return -x;
     case 1: return fabs(x);
@@ -164,26 +146,24 @@ static double unop_ref(int op, double x)
     case 13: return ceil(x);
     case 14: return 1 / x;
     case 15: return x;
-    case 16: return 0.5 * x * (1 + erf(x / sqrt(2.0)));   /* torch's exact gelu */
+    case 16: return 0.5 * x * (1 + erf(x / sqrt(2.0))); /* torch's exact gelu */
     default: return x / (1 + exp(-x));
     }
 }
 
-TEST(interp_unary_ops)
-{
+TEST(interp_unary_ops) {
     int64_t s[1] = {8};
     float x[8] = {-2.5f, -1.0f, -0.3f, 0.0f, 0.4f, 1.0f, 2.7f, 7.5f};
     float pos[8] = {0.01f, 0.25f, 0.5f, 1.0f, 2.0f, 3.5f, 10.0f, 1e4f};
     for (int op = 0; op < 18; op++) {
-        int positive = op >= 6 && op <= 8;   /* log, sqrt, rsqrt */
+        int positive = op >= 6 && op <= 8; /* log, sqrt, rsqrt */
         float *data = positive ? pos : x, want[8];
         kiln_graph *g = kiln_graph_new();
         kiln_value v = kiln_input(g, "x", KILN_F32, 1, s);
         CHECK(kiln_output(g, kiln_unary(g, unops[op], v), "y") == KILN_OK);
         kiln_tensor in[1] = {tensor(KILN_F32, 1, s, data)}, out[1];
         CHECK(interp(g, in, out) == KILN_OK);
-        for (int i = 0; i < 8; i++)
-            want[i] = (float)unop_ref(op, data[i]);
+        for (int i = 0; i < 8; i++) want[i] = (float)unop_ref(op, data[i]);
         /* primitives round once; gelu and silu are several float ops */
         EXPECT(close_to(&out[0], want, 8, op >= 16 ? 1e-6 : 2e-7), "%s: values", unops[op]);
         free_all(out, 1);
@@ -191,8 +171,7 @@ TEST(interp_unary_ops)
     }
 }
 
-TEST(interp_where_and_bools)
-{
+TEST(interp_where_and_bools) {
     int64_t s[1] = {5};
     float x[5] = {-2, -1, 0, 1, 2}, y[5] = {10, 20, 30, 40, 50};
     unsigned char m[5] = {1, 0, 1, 0, 1};
@@ -203,13 +182,14 @@ TEST(interp_where_and_bools)
     kiln_value pos = kiln_binary(g, "gt", vx, kiln_scalar(g, 0));
     kiln_value w = kiln_where(g, pos, vx, vy);
     kiln_value nm = kiln_unary(g, "logical_not", vm);
-    kiln_value both = kiln_where(g, nm, pos, vm);   /* bool where bool: stays bool */
+    kiln_value both = kiln_where(g, nm, pos, vm); /* bool where bool: stays bool */
     CHECK(kiln_output(g, w, "w") == KILN_OK);
     CHECK(kiln_output(g, nm, "nm") == KILN_OK);
     CHECK(kiln_output(g, both, "both") == KILN_OK);
     CHECK(kiln_output(g, kiln_binary(g, "mul", vm, vy), "my") == KILN_OK);
     kiln_tensor in[3] = {tensor(KILN_F32, 1, s, x), tensor(KILN_F32, 1, s, y),
-                         tensor(KILN_BOOL, 1, s, m)}, out[4];
+                         tensor(KILN_BOOL, 1, s, m)},
+                out[4];
     CHECK(interp(g, in, out) == KILN_OK);
     float w_want[5] = {10, 20, 30, 1, 2}, nm_want[5] = {0, 1, 0, 1, 0};
     float both_want[5] = {1, 0, 1, 1, 1}, my_want[5] = {10, 0, 30, 0, 50};
@@ -224,8 +204,7 @@ TEST(interp_where_and_bools)
 }
 
 /* NaN propagates through maximum, minimum and amax, as in torch. */
-TEST(interp_nan_propagates)
-{
+TEST(interp_nan_propagates) {
     int64_t s[1] = {3};
     float x[3] = {1.0f, NAN, -1.0f}, z[3] = {0, 0, 0};
     kiln_graph *g = kiln_graph_new();
@@ -246,10 +225,9 @@ TEST(interp_nan_propagates)
 
 /* ---- scalars and rank 6 -------------------------------------------------- */
 
-TEST(interp_rank0)
-{
+TEST(interp_rank0) {
     float x = 3.0f;
-    int64_t none[1] = {0};   /* rank 0: the shape is not read */
+    int64_t none[1] = {0}; /* rank 0: the shape is not read */
     kiln_graph *g = kiln_graph_new();
     kiln_value vx = kiln_input(g, "x", KILN_F32, 0, none);
     kiln_value y = kiln_binary(g, "mul", vx, kiln_scalar(g, 2.5));
@@ -267,8 +245,7 @@ TEST(interp_rank0)
 
 /* A rank-6 add where both sides broadcast, then a rank-6 permute, against
  * index arithmetic written out for these shapes. */
-TEST(interp_rank6)
-{
+TEST(interp_rank6) {
     enum { NX = 24, NY = 24, NO = 288 };
     int64_t xs[6] = {2, 1, 3, 1, 2, 2}, ys[5] = {4, 1, 3, 2, 1}, os[6] = {2, 4, 3, 3, 2, 2};
     int perm[6] = {5, 3, 0, 4, 2, 1};
@@ -277,16 +254,22 @@ TEST(interp_rank6)
     for (int i = 0; i < NY; i++) y[i] = 1000.0f * (float)(i + 1);
     for (int64_t i = 0; i < NO; i++) {
         int64_t r = i, o[6];
-        for (int d = 5; d >= 0; d--) { o[d] = r % os[d]; r /= os[d]; }
-        int64_t xi = ((o[0] * 3 + o[2]) * 2 + o[4]) * 2 + o[5];   /* x: [2,1,3,1,2,2] */
-        int64_t yi = (o[1] * 3 + o[3]) * 2 + o[4];                /* y: [4,1,3,2,1] */
+        for (int d = 5; d >= 0; d--) {
+            o[d] = r % os[d];
+            r /= os[d];
+        }
+        int64_t xi = ((o[0] * 3 + o[2]) * 2 + o[4]) * 2 + o[5]; /* x: [2,1,3,1,2,2] */
+        int64_t yi = (o[1] * 3 + o[3]) * 2 + o[4];              /* y: [4,1,3,2,1] */
         sum[i] = x[xi] + y[yi];
     }
     int64_t ps[6];
     for (int d = 0; d < 6; d++) ps[d] = os[perm[d]];
-    for (int64_t i = 0; i < NO; i++) {   /* permuted dim d is sum's dim perm[d] */
+    for (int64_t i = 0; i < NO; i++) { /* permuted dim d is sum's dim perm[d] */
         int64_t r = i, src[6], k = 0;
-        for (int d = 5; d >= 0; d--) { src[perm[d]] = r % ps[d]; r /= ps[d]; }
+        for (int d = 5; d >= 0; d--) {
+            src[perm[d]] = r % ps[d];
+            r /= ps[d];
+        }
         for (int d = 0; d < 6; d++) k = k * os[d] + src[d];
         want[i] = sum[k];
     }
@@ -306,8 +289,7 @@ TEST(interp_rank6)
 
 /* ---- views ---------------------------------------------------------------- */
 
-TEST(interp_transpose_2x2)
-{
+TEST(interp_transpose_2x2) {
     int64_t s[2] = {2, 2};
     float x[4] = {1, 2, 3, 4}, want[4] = {1, 3, 2, 4};
     kiln_graph *g = kiln_graph_new();
@@ -320,8 +302,7 @@ TEST(interp_transpose_2x2)
     kiln_graph_free(g);
 }
 
-TEST(interp_slice_step)
-{
+TEST(interp_slice_step) {
     int64_t s1[1] = {10}, s2[2] = {3, 5};
     float x[10], m[15];
     for (int i = 0; i < 10; i++) x[i] = (float)i;
@@ -329,11 +310,11 @@ TEST(interp_slice_step)
     kiln_graph *g = kiln_graph_new();
     kiln_value vx = kiln_input(g, "x", KILN_F32, 1, s1);
     kiln_value vm = kiln_input(g, "m", KILN_F32, 2, s2);
-    CHECK(kiln_output(g, kiln_slice(g, vx, 0, 1, 9, 3), "a") == KILN_OK);      /* 1 4 7 */
-    CHECK(kiln_output(g, kiln_slice(g, vx, 0, -3, 100, 1), "b") == KILN_OK);   /* 7 8 9 */
-    CHECK(kiln_output(g, kiln_slice(g, vm, -1, 1, 5, 2), "c") == KILN_OK);     /* cols 1, 3 */
-    kiln_value rows = kiln_slice(g, vm, 0, 0, 3, 2);                           /* rows 0, 2 */
-    CHECK(kiln_output(g, kiln_slice(g, rows, 1, 4, 5, 1), "d") == KILN_OK);    /* col 4 */
+    CHECK(kiln_output(g, kiln_slice(g, vx, 0, 1, 9, 3), "a") == KILN_OK);    /* 1 4 7 */
+    CHECK(kiln_output(g, kiln_slice(g, vx, 0, -3, 100, 1), "b") == KILN_OK); /* 7 8 9 */
+    CHECK(kiln_output(g, kiln_slice(g, vm, -1, 1, 5, 2), "c") == KILN_OK);   /* cols 1, 3 */
+    kiln_value rows = kiln_slice(g, vm, 0, 0, 3, 2);                         /* rows 0, 2 */
+    CHECK(kiln_output(g, kiln_slice(g, rows, 1, 4, 5, 1), "d") == KILN_OK);  /* col 4 */
     kiln_tensor in[2] = {tensor(KILN_F32, 1, s1, x), tensor(KILN_F32, 2, s2, m)}, out[4];
     CHECK(interp(g, in, out) == KILN_OK);
     float a[3] = {1, 4, 7}, b[3] = {7, 8, 9}, c[6] = {1, 3, 6, 8, 11, 13}, d[2] = {4, 14};
@@ -348,8 +329,7 @@ TEST(interp_slice_step)
 
 /* reshape(transpose(x)) reads the transposed values in C order, with or
  * without an explicit contiguous() between them. */
-TEST(interp_reshape_of_transpose)
-{
+TEST(interp_reshape_of_transpose) {
     int64_t s[2] = {2, 3}, f[1] = {6};
     float x[6] = {0, 1, 2, 3, 4, 5}, want[6] = {0, 3, 1, 4, 2, 5};
     kiln_graph *g = kiln_graph_new();
@@ -369,8 +349,7 @@ TEST(interp_reshape_of_transpose)
     kiln_graph_free(g);
 }
 
-TEST(interp_expand)
-{
+TEST(interp_expand) {
     int64_t s[2] = {3, 1}, e[3] = {2, -1, 4}, es[3] = {2, 3, 4};
     float x[3] = {5, 6, 7}, want[24];
     for (int i = 0; i < 24; i++) want[i] = x[(i / 4) % 3];
@@ -386,11 +365,10 @@ TEST(interp_expand)
 
 /* ---- reductions ----------------------------------------------------------- */
 
-TEST(interp_reductions)
-{
+TEST(interp_reductions) {
     int64_t s[3] = {2, 3, 4};
     float x[24];
-    for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) - 5.0f;   /* mixed signs */
+    for (int i = 0; i < 24; i++) x[i] = (float)((i * 7) % 11) - 5.0f; /* mixed signs */
     float sum_last[6], amax_0_2[3], amin_1[8], prod_mid[8], all = 0;
     for (int a = 0; a < 2; a++)
         for (int b = 0; b < 3; b++) {
@@ -440,8 +418,7 @@ TEST(interp_reductions)
 }
 
 /* Sums accumulate in double: 1 + 1e-8 * 1e6 is 1.01, a float loop gives 1. */
-TEST(interp_sum_accumulates_in_double)
-{
+TEST(interp_sum_accumulates_in_double) {
     enum { N = 1000001 };
     int64_t s[1] = {N};
     float *x = malloc(sizeof(float) * N);
@@ -462,8 +439,7 @@ TEST(interp_sum_accumulates_in_double)
 
 /* ---- externs ---------------------------------------------------------------- */
 
-TEST(interp_matmul_2d)
-{
+TEST(interp_matmul_2d) {
     int64_t as[2] = {2, 3}, bs[2] = {3, 2}, os[2] = {2, 2};
     float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {7, 8, 9, 10, 11, 12};
     float want[4] = {58, 64, 139, 154};
@@ -479,8 +455,7 @@ TEST(interp_matmul_2d)
 }
 
 /* a [2,1,2,3] @ b [3,3,2] -> [2,3,2,2], batch dims broadcast; and 1-D. */
-TEST(interp_matmul_batched)
-{
+TEST(interp_matmul_batched) {
     int64_t as[4] = {2, 1, 2, 3}, bs[3] = {3, 3, 2}, os[4] = {2, 3, 2, 2}, vs[1] = {3};
     float a[12], b[18], v[3] = {1, -1, 2}, want[24], mv[12];
     for (int i = 0; i < 12; i++) a[i] = (float)(i % 5) - 1.0f;
@@ -494,7 +469,7 @@ TEST(interp_matmul_batched)
                         acc += a[(p * 2 + i) * 3 + k] * b[(q * 3 + k) * 2 + j];
                     want[((p * 3 + q) * 2 + i) * 2 + j] = (float)acc;
                 }
-    for (int r = 0; r < 4; r++) {   /* a viewed as [4, 3] rows, @ v */
+    for (int r = 0; r < 4; r++) { /* a viewed as [4, 3] rows, @ v */
         double acc = 0;
         for (int k = 0; k < 3; k++) acc += a[r * 3 + k] * v[k];
         mv[r] = (float)acc;
@@ -506,7 +481,8 @@ TEST(interp_matmul_batched)
     CHECK(kiln_output(g, kiln_matmul(g, va, vb), "c") == KILN_OK);
     CHECK(kiln_output(g, kiln_matmul(g, va, vv), "d") == KILN_OK);
     kiln_tensor in[3] = {tensor(KILN_F32, 4, as, a), tensor(KILN_F32, 3, bs, b),
-                         tensor(KILN_F32, 1, vs, v)}, out[2];
+                         tensor(KILN_F32, 1, vs, v)},
+                out[2];
     CHECK(interp(g, in, out) == KILN_OK);
     int64_t ds[3] = {2, 1, 2};
     EXPECT(same_shape(&out[0], 4, os) && close_to(&out[0], want, 24, 0), "batched");
@@ -517,8 +493,7 @@ TEST(interp_matmul_batched)
 
 /* A 3x3 kernel that is zero except w[0][2] = 1, padding 1: out[y][x] is
  * in[y - 1][x + 1] (0 outside), i.e. the image shifted down and left. */
-TEST(interp_conv_delta_shifts)
-{
+TEST(interp_conv_delta_shifts) {
     int64_t xs[4] = {1, 1, 4, 5}, ws[4] = {1, 1, 3, 3};
     float x[20], w[9] = {0, 0, 1, 0, 0, 0, 0, 0, 0}, want[20];
     for (int i = 0; i < 20; i++) x[i] = (float)(i + 1);
@@ -542,8 +517,7 @@ TEST(interp_conv_delta_shifts)
 
 /* Stride, asymmetric padding and dilation, 2 groups, a bias: against the
  * textbook sum over (c, kh, kw) with bounds checks. */
-TEST(interp_conv_general)
-{
+TEST(interp_conv_general) {
     enum { N = 2, C = 4, H = 7, W = 6, O = 6, G = 2, KH = 3, KW = 2 };
     const int sh = 2, sw = 1, ph = 1, pw = 2, dh = 2, dw = 3;
     const int OH = (H + 2 * ph - dh * (KH - 1) - 1) / sh + 1;
@@ -578,7 +552,8 @@ TEST(interp_conv_general)
     kiln_conv_params p = {{sh, sw}, {ph, pw}, {dh, dw}, G};
     CHECK(kiln_output(g, kiln_conv2d(g, vx, vw, vb, &p), "y") == KILN_OK);
     kiln_tensor in[3] = {tensor(KILN_F32, 4, xs, x), tensor(KILN_F32, 4, ws, w),
-                         tensor(KILN_F32, 1, bs, b)}, out[1];
+                         tensor(KILN_F32, 1, bs, b)},
+                out[1];
     CHECK(interp(g, in, out) == KILN_OK);
     int64_t os[4] = {N, O, OH, OW};
     EXPECT(same_shape(&out[0], 4, os), "shape");
@@ -589,8 +564,7 @@ TEST(interp_conv_general)
 
 /* ---- composites, through decomposition ------------------------------------ */
 
-TEST(interp_softmax_rows)
-{
+TEST(interp_softmax_rows) {
     int64_t s[2] = {3, 4};
     float x[12] = {1, 2, 3, 4, -1, 0, 1, 100, 5, 5, 5, 5}, sm[12], lsm[12];
     for (int r = 0; r < 3; r++) {
@@ -614,8 +588,7 @@ TEST(interp_softmax_rows)
     kiln_graph_free(g);
 }
 
-TEST(interp_norms_and_clamp)
-{
+TEST(interp_norms_and_clamp) {
     int64_t s[3] = {2, 3, 2}, c[1] = {3}, ln[1] = {2};
     float x[12], lw[2] = {2, -1}, lb[2] = {0.5f, 1};
     float mean[3] = {1, -1, 0}, var[3] = {4, 1, 0.25f}, bw[3] = {1, 2, 3}, bb[3] = {0, 1, -1};
@@ -654,8 +627,7 @@ TEST(interp_norms_and_clamp)
 enum { NRAND = 100000 };
 
 /* rand_like of a [rank, shape] input with this seed, into out (NRAND floats). */
-static int rand_run(int rank, const int64_t *shape, uint64_t seed, float *out)
-{
+static int rand_run(int rank, const int64_t *shape, uint64_t seed, float *out) {
     float *zeros = calloc(NRAND, sizeof(float));
     kiln_graph *g = kiln_graph_new();
     kiln_value vx = kiln_input(g, "x", KILN_F32, rank, shape);
@@ -671,8 +643,7 @@ static int rand_run(int rank, const int64_t *shape, uint64_t seed, float *out)
     return ok;
 }
 
-TEST(interp_rand_like)
-{
+TEST(interp_rand_like) {
     int64_t flat[1] = {NRAND}, grid[3] = {250, 4, 100};
     float *a = malloc(sizeof(float) * NRAND), *b = malloc(sizeof(float) * NRAND);
     float *c = malloc(sizeof(float) * NRAND);
@@ -700,8 +671,7 @@ TEST(interp_rand_like)
 
 /* dropout of x = 1 + i % 7 with probability p: returns the zero fraction,
  * and whether every kept value is x / (1 - p) within tol (relative). */
-static int dropout_run(double p, uint64_t seed, double tol, double *zero_frac, float *keep)
-{
+static int dropout_run(double p, uint64_t seed, double tol, double *zero_frac, float *keep) {
     int64_t s[1] = {NRAND};
     float *x = malloc(sizeof(float) * NRAND);
     kiln_graph *g = kiln_graph_new();
@@ -728,8 +698,7 @@ static int dropout_run(double p, uint64_t seed, double tol, double *zero_frac, f
     return ok;
 }
 
-TEST(interp_dropout)
-{
+TEST(interp_dropout) {
     double frac;
     const double ps[3] = {0.5, 0.75, 0.3};
     for (int k = 0; k < 3; k++) {
@@ -749,8 +718,7 @@ TEST(interp_dropout)
 
 /* ---- the public entry point -------------------------------------------- */
 
-TEST(interp_input_mismatch)
-{
+TEST(interp_input_mismatch) {
     int64_t s[2] = {2, 3}, bad[2] = {3, 2};
     float x[6] = {0};
     kiln_graph *g = kiln_graph_new();
@@ -771,7 +739,7 @@ TEST(interp_input_mismatch)
            "message: %s", kiln_error(g));
     kiln_graph_free(g);
 
-    g = kiln_graph_new();   /* a right type without data */
+    g = kiln_graph_new(); /* a right type without data */
     vx = kiln_input(g, "x", KILN_F32, 2, s);
     CHECK(kiln_output(g, kiln_unary(g, "neg", vx), "y") == KILN_OK);
     in[0] = tensor(KILN_F32, 2, s, NULL);
@@ -781,8 +749,7 @@ TEST(interp_input_mismatch)
 }
 
 /* A graph whose build failed reports that failure again. */
-TEST(interp_build_error_is_returned)
-{
+TEST(interp_build_error_is_returned) {
     int64_t s[1] = {3};
     kiln_graph *g = kiln_graph_new();
     kiln_value vx = kiln_input(g, "x", KILN_F32, 1, s);
@@ -797,8 +764,7 @@ TEST(interp_build_error_is_returned)
 }
 
 /* Inputs, weights and repeated values as outputs are copies the caller owns. */
-TEST(interp_outputs_alias)
-{
+TEST(interp_outputs_alias) {
     int64_t s[1] = {3};
     float x[3] = {1, 2, 3}, w[3] = {4, 5, 6}, y_want[3] = {5, 7, 9};
     kiln_graph *g = kiln_graph_new();
@@ -825,12 +791,11 @@ TEST(interp_outputs_alias)
 /* ---- allocation failures ------------------------------------------------- */
 
 static struct {
-    long budget;   /* allocations still allowed; < 0: unlimited */
-    long live;     /* blocks allocated and not yet freed */
+    long budget; /* allocations still allowed; < 0: unlimited */
+    long live;   /* blocks allocated and not yet freed */
 } hook_state;
 
-static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize)
-{
+static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize) {
     (void)ud;
     (void)oldsize;
     if (newsize == 0) {
@@ -838,10 +803,8 @@ static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize)
         free(ptr);
         return NULL;
     }
-    if (hook_state.budget == 0)
-        return NULL;
-    if (hook_state.budget > 0)
-        hook_state.budget--;
+    if (hook_state.budget == 0) return NULL;
+    if (hook_state.budget > 0) hook_state.budget--;
     void *p = realloc(ptr, newsize);
     if (p && !ptr) hook_state.live++;
     return p;
@@ -849,8 +812,7 @@ static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize)
 
 /* A graph that takes every path with an allocation in it: bool input,
  * weight, matmul, conv, reduction, composite, input and repeated outputs. */
-static kiln_graph *nomem_graph(void)
-{
+static kiln_graph *nomem_graph(void) {
     static const float w[6] = {1, 2, 3, 4, 5, 6}, k[4] = {1, 0, 0, 1};
     int64_t xs[2] = {2, 3}, ws[2] = {3, 2}, ms[2] = {2, 2}, is[4] = {1, 1, 2, 2};
     int64_t ks[4] = {1, 1, 2, 2};
@@ -859,8 +821,8 @@ static kiln_graph *nomem_graph(void)
     kiln_value m = kiln_input(g, "m", KILN_BOOL, 2, ms);
     kiln_value y = kiln_matmul(g, x, kiln_weight(g, "w", 2, ws, w));
     y = kiln_where(g, m, kiln_unary(g, "relu", y), kiln_scalar(g, 0));
-    kiln_value c = kiln_conv2d(g, kiln_reshape(g, y, 4, is), kiln_weight(g, "k", 4, ks, k),
-                               KILN_NONE, NULL);
+    kiln_value c =
+        kiln_conv2d(g, kiln_reshape(g, y, 4, is), kiln_weight(g, "k", 4, ks, k), KILN_NONE, NULL);
     int one = 1;
     kiln_output(g, kiln_softmax(g, y, 1), "sm");
     kiln_output(g, kiln_reduce(g, "sum", y, 1, &one, 0), "s");
@@ -871,8 +833,7 @@ static kiln_graph *nomem_graph(void)
     return g;
 }
 
-TEST(interp_nomem_leaks_nothing)
-{
+TEST(interp_nomem_leaks_nothing) {
     float x[6] = {1, -2, 3, -4, 5, -6};
     unsigned char m[4] = {1, 1, 0, 1};
     int64_t xs[2] = {2, 3}, ms[2] = {2, 2};
@@ -891,7 +852,7 @@ TEST(interp_nomem_leaks_nothing)
         hook_state.budget = -1;
         if (st == KILN_OK) {
             done = 1;
-            float c_want[1] = {at(&out[4], 0) + at(&out[4], 3)};   /* y1: diagonal kernel */
+            float c_want[1] = {at(&out[4], 0) + at(&out[4], 3)}; /* y1: diagonal kernel */
             EXPECT(out[2].rank == 4 && close_to(&out[2], c_want, 1, 0), "conv after retries");
             free_all(out, 6);
         } else {

@@ -9,7 +9,7 @@
  */
 #include "test.h"
 #include "runtime/runtime.h"
-#include "testing.h"   /* test hooks */
+#include "testing.h" /* test hooks */
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,8 +30,14 @@ static void save_env(void) {
 }
 
 static void restore_env(void) {
-    if (had_cc) setenv("CC", saved_cc, 1); else unsetenv("CC");
-    if (had_cache) setenv("KILN_CACHE_DIR", saved_cache, 1); else unsetenv("KILN_CACHE_DIR");
+    if (had_cc)
+        setenv("CC", saved_cc, 1);
+    else
+        unsetenv("CC");
+    if (had_cache)
+        setenv("KILN_CACHE_DIR", saved_cache, 1);
+    else
+        unsetenv("KILN_CACHE_DIR");
 }
 
 /* <tmp>/<name>, created empty; also the cache directory when cache. */
@@ -46,9 +52,14 @@ static const char *scratch(const char *name, int cache) {
 }
 
 /* Run one test body with the environment saved and restored around it. */
-#define JIT_TEST(name)                                                     \
-    static void name##_body(void);                                         \
-    TEST(name) { save_env(); unsetenv("CC"); name##_body(); restore_env(); } \
+#define JIT_TEST(name)             \
+    static void name##_body(void); \
+    TEST(name) {                   \
+        save_env();                \
+        unsetenv("CC");            \
+        name##_body();             \
+        restore_env();             \
+    }                              \
     static void name##_body(void)
 
 static int file_exists(const char *path) {
@@ -68,7 +79,10 @@ static int count_lines_with(const char *path, const char *needle) {
 
 static void write_file(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
-    if (f) { fputs(text, f); fclose(f); }
+    if (f) {
+        fputs(text, f);
+        fclose(f);
+    }
 }
 
 /* Compile src and return f(41) (or -1000 on a failure, with a message). */
@@ -131,7 +145,7 @@ JIT_TEST(jit_key_covers_source_and_flags) {
     CHECK(!s2.cache_hit && strcmp(s1.path, s2.path) != 0);
     int (*f1)(int) = (int (*)(int))jit_sym(l1, "f");
     int (*f2)(int) = (int (*)(int))jit_sym(l2, "f");
-    CHECK(f1 && f2 && f1(41) == 42 && f2(41) == 43);  /* both loaded at once */
+    CHECK(f1 && f2 && f1(41) == 42 && f2(41) == 43); /* both loaded at once */
     jit_close(l1);
     jit_close(l2);
 }
@@ -244,20 +258,21 @@ JIT_TEST(jit_concurrent_processes) {
     snprintf(cmd, sizeof cmd,
              "test $(ls -A '%s' | grep -v '^compiler-[0-9a-f]*\\.version$' | wc -l) -eq 2"
              " && test $(ls -A '%s' | grep -c '\\.c$') -eq 1"
-             " && test $(ls -A '%s' | grep -c '\\.so$') -eq 1", dir, dir, dir);
-    CHECKF(system(cmd) == 0, "cache dir holds more than the .c, the .so (and the compiler version)");
+             " && test $(ls -A '%s' | grep -c '\\.so$') -eq 1",
+             dir, dir, dir);
+    CHECKF(system(cmd) == 0,
+           "cache dir holds more than the .c, the .so (and the compiler version)");
 }
 
 /* A kernel as the code generator will write it: vecmath.h, OpenMP, and a
  * loop the compiler vectorizes; checked against libm. */
 JIT_TEST(jit_vecmath_openmp_kernel) {
     scratch("jit_kernel", 1);
-    const char *src =
-        "#include \"codegen/vecmath.h\"\n"
-        "void kern(const float *restrict x, float *restrict y, long n) {\n"
-        "#pragma omp parallel for\n"
-        "    for (long i = 0; i < n; i++) y[i] = kiln_expf(x[i]) + kiln_sinf(x[i]);\n"
-        "}\n";
+    const char *src = "#include \"codegen/vecmath.h\"\n"
+                      "void kern(const float *restrict x, float *restrict y, long n) {\n"
+                      "#pragma omp parallel for\n"
+                      "    for (long i = 0; i < n; i++) y[i] = kiln_expf(x[i]) + kiln_sinf(x[i]);\n"
+                      "}\n";
     char flags[600], err[8192];
     snprintf(flags, sizeof flags, "-I%s/../src", test_srcdir());
     JitLib *lib;
@@ -281,7 +296,10 @@ static long alloc_count, alloc_fail_at;
 
 static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize) {
     (void)ud, (void)oldsize;
-    if (newsize == 0) { free(ptr); return NULL; }
+    if (newsize == 0) {
+        free(ptr);
+        return NULL;
+    }
     if (alloc_count++ == alloc_fail_at) return NULL;
     return realloc(ptr, newsize);
 }

@@ -4,7 +4,7 @@
  * shapes (contiguous strides), not captured from the code's own output.
  */
 #include "test.h"
-#include "runtime/runtime.h"   /* plan_build */
+#include "runtime/runtime.h" /* plan_build */
 #include "randprog.h"
 
 /* A pool for direct index tests; freed by the caller. */
@@ -35,9 +35,7 @@ static Plan *compile(kiln_graph *g) {
 }
 
 /* The computed buffer that holds output number i. */
-static const Buffer *out_buf(const Plan *p, int i) {
-    return p->prog->bufs[p->prog->outputs[i]];
-}
+static const Buffer *out_buf(const Plan *p, int i) { return p->prog->bufs[p->prog->outputs[i]]; }
 
 static const char *load_index(Pool *P, const Expr *e) {
     while (e->kind == EX_OP) e = e->args[0];
@@ -93,12 +91,12 @@ TEST(lower_ix_unit_range_var_is_zero) {
 TEST(lower_ix_affine_and_vars) {
     Pool P = tpool();
     int64_t r[2] = {8, 8}, coef[2], off;
-    Index *e = ix_simplify(&P, ix_add(&P, ix_mul(&P, ix_var(&P, 1), 8), ix_add(&P, ix_var(&P, 0),
-                                                                             ix_const(&P, 3))),
-                           2, r);
+    Index *e = ix_simplify(
+        &P, ix_add(&P, ix_mul(&P, ix_var(&P, 1), 8), ix_add(&P, ix_var(&P, 0), ix_const(&P, 3))), 2,
+        r);
     CHECK(ix_affine(e, 2, coef, &off));
-    EXPECT(coef[0] == 1 && coef[1] == 8 && off == 3, "coef %lld %lld off %lld",
-           (long long)coef[0], (long long)coef[1], (long long)off);
+    EXPECT(coef[0] == 1 && coef[1] == 8 && off == 3, "coef %lld %lld off %lld", (long long)coef[0],
+           (long long)coef[1], (long long)off);
     EXPECT(ix_vars(e) == 3, "vars");
     EXPECT(!ix_affine(ix_simplify(&P, ix_mod(&P, ix_var(&P, 0), 3), 2, r), 2, coef, &off), "mod");
     pool_free(&P);
@@ -108,8 +106,14 @@ TEST(lower_ix_affine_and_vars) {
  * x at 48*v0 + v1, as [192] at v0, as [24,8] at 8*v0 + v1. */
 TEST(lower_reshape_contiguous_stays_affine) {
     static const int64_t xs[3] = {4, 6, 8}, s1[2] = {4, 48}, s2[1] = {192}, s3[2] = {24, 8};
-    static const struct { int rank; const int64_t *shape; const char *ix; } cases[] = {
-        {2, s1, "48*v0 + v1"}, {1, s2, "v0"}, {2, s3, "8*v0 + v1"},
+    static const struct {
+        int rank;
+        const int64_t *shape;
+        const char *ix;
+    } cases[] = {
+        {2, s1, "48*v0 + v1"},
+        {1, s2, "v0"},
+        {2, s3, "8*v0 + v1"},
     };
     for (int i = 0; i < 3; i++) {
         kiln_graph *g = kiln_graph_new();
@@ -133,7 +137,7 @@ TEST(lower_reshape_of_transpose) {
     static const int64_t xs[2] = {6, 4}, flat[1] = {24}, back[2] = {4, 6};
     kiln_graph *g = kiln_graph_new();
     int x = kiln_input(g, "x", KILN_F32, 2, xs);
-    int t = kiln_transpose(g, x, 0, 1);                  /* [4, 6]: t[i,j] = x[j,i] */
+    int t = kiln_transpose(g, x, 0, 1); /* [4, 6]: t[i,j] = x[j,i] */
     int f = kiln_reshape(g, t, 1, flat);
     int y = kiln_binary(g, "add", kiln_reshape(g, f, 2, back), kiln_scalar(g, 0));
     int z = kiln_binary(g, "mul", f, kiln_scalar(g, 2));
@@ -144,7 +148,7 @@ TEST(lower_reshape_of_transpose) {
     Pool P = tpool();
     const char *yi = load_index(&P, out_buf(p, 0)->expr);
     const char *zi = load_index(&P, out_buf(p, 1)->expr);
-    EXPECT(!strcmp(yi, "v0 + 4*v1"), "y: %s", yi);   /* x[j, i] = 4*j + i */
+    EXPECT(!strcmp(yi, "v0 + 4*v1"), "y: %s", yi); /* x[j, i] = 4*j + i */
     EXPECT(strstr(zi, "//") && strstr(zi, "%"), "z keeps div/mod: %s", zi);
     pool_free(&P);
     plan_free(p);
@@ -174,8 +178,10 @@ TEST(lower_chain_is_one_buffer) {
     static const int64_t s[2] = {1024, 1024};
     kiln_graph *g = kiln_graph_new();
     int x = kiln_input(g, "x", KILN_F32, 2, s);
-    int y = kiln_unary(g, "sin", kiln_binary(g, "mul", kiln_unary(g, "relu",
-                       kiln_binary(g, "add", x, kiln_scalar(g, 1))), kiln_scalar(g, 2)));
+    int y = kiln_unary(
+        g, "sin",
+        kiln_binary(g, "mul", kiln_unary(g, "relu", kiln_binary(g, "add", x, kiln_scalar(g, 1))),
+                    kiln_scalar(g, 2)));
     kiln_output(g, y, "y");
     Plan *p = compile(g);
     CHECK(p);
@@ -191,7 +197,8 @@ TEST(lower_chain_is_one_buffer) {
     lower_print_buffer(f, p->prog, b);
     fclose(f);
     EXPECT(!strcmp(text, "buf0: Pointwise([1024, 1024], sin(relu(load(x, 1024*v0 + v1) + 1.0) * "
-                         "2.0)) origins=[add, mul, relu, sin] (output)\n"), "%s", text);
+                         "2.0)) origins=[add, mul, relu, sin] (output)\n"),
+           "%s", text);
     free(text);
     plan_free(p);
 }
@@ -212,7 +219,7 @@ TEST(lower_inline_policy) {
     const InlineDecision *d = decision_for_op(p->prog, OP_EXP);
     CHECK(d && d->buf >= 0 && strstr(d->reason, "expensive op (exp)"));
     d = decision_for_op(p->prog, OP_SUB);
-    CHECK(d && d->buf < 0);          /* x - amax is recomputed in exp */
+    CHECK(d && d->buf < 0); /* x - amax is recomputed in exp */
     plan_free(p);
     /* a cheap value with 5 users is materialized, with 2 users it is not */
     g = kiln_graph_new();
@@ -228,7 +235,8 @@ TEST(lower_inline_policy) {
     CHECK(d && d->buf >= 0 && !strcmp(d->reason, "5 users > max_inline_users 4"));
     d = NULL;
     for (int i = 0; i < p->prog->ndec; i++)
-        if (graph_node(p->prog->g, p->prog->dec[i].node)->op == OP_MUL && p->prog->dec[i].users == 2)
+        if (graph_node(p->prog->g, p->prog->dec[i].node)->op == OP_MUL &&
+            p->prog->dec[i].users == 2)
             d = &p->prog->dec[i];
     CHECK(d && d->buf < 0);
     plan_free(p);
@@ -246,7 +254,8 @@ TEST(lower_max_inline_ops) {
     CHECK(p);
     CHECK(p->prog->ncomputed == 2);
     int cut = 0;
-    for (int i = 0; i < p->prog->ndec; i++) cut += strstr(p->prog->dec[i].reason, "max_inline_ops") != NULL;
+    for (int i = 0; i < p->prog->ndec; i++)
+        cut += strstr(p->prog->dec[i].reason, "max_inline_ops") != NULL;
     EXPECT(cut == 1, "cut %d", cut);
     EXPECT(p->sched->nkernels == 1, "kernels %d", p->sched->nkernels);
     plan_free(p);
@@ -374,12 +383,8 @@ static int64_t ix_eval(const Index *ix, const int64_t *v) {
         for (int i = 0; i < ix->n; i++) r += ix_eval(ix->a[i], v);
         return r;
     case IX_MUL: return ix_eval(ix->a[0], v) * ix->v;
-    case IX_FLOORDIV:
-        a = ix_eval(ix->a[0], v);
-        return a / ix->v - (a % ix->v != 0 && a < 0);
-    case IX_MOD:
-        a = ix_eval(ix->a[0], v) % ix->v;
-        return a < 0 ? a + ix->v : a;
+    case IX_FLOORDIV: a = ix_eval(ix->a[0], v); return a / ix->v - (a % ix->v != 0 && a < 0);
+    case IX_MOD: a = ix_eval(ix->a[0], v) % ix->v; return a < 0 ? a + ix->v : a;
     }
     return 0;
 }
@@ -428,7 +433,7 @@ static float apply(Op op, const float *x) {
 static float ev(float **data, const Expr *e, const int64_t *v) {
     if (e->kind == EX_CONST) return (float)e->value;
     if (e->kind == EX_LOAD) return data[e->buf][ix_eval(e->index, v)];
-    if (e->kind == EX_SELECT) {   /* only the chosen branch: the other may read out of bounds */
+    if (e->kind == EX_SELECT) { /* only the chosen branch: the other may read out of bounds */
         int64_t i = ix_eval(e->index, v);
         bool in = (e->lo == EX_NOLO || i >= e->lo) && (e->hi == EX_NOHI || i < e->hi);
         return ev(data, e->args[in ? 0 : 1], v);
@@ -456,8 +461,10 @@ static void eval_reduction(float **data, const Buffer *b) {
     memcpy(sizes + b->np, b->rsize, sizeof(int64_t) * (size_t)b->nr);
     double *acc = malloc(sizeof(double) * (size_t)b->numel);
     for (int64_t i = 0; i < b->numel; i++)
-        acc[i] = b->rop == ROP_SUM ? 0.0 : b->rop == ROP_PROD ? 1.0
-               : b->rop == ROP_AMAX ? -INFINITY : INFINITY;
+        acc[i] = b->rop == ROP_SUM    ? 0.0
+                 : b->rop == ROP_PROD ? 1.0
+                 : b->rop == ROP_AMAX ? -INFINITY
+                                      : INFINITY;
     do {
         int64_t at = 0;
         for (int d = 0; d < b->np; d++) at = at * b->size[d] + v[d];
@@ -465,8 +472,12 @@ static void eval_reduction(float **data, const Buffer *b) {
         switch (b->rop) {
         case ROP_SUM: acc[at] += x; break;
         case ROP_PROD: acc[at] *= x; break;
-        case ROP_AMAX: if (x != x || x > acc[at]) acc[at] = x; break;
-        case ROP_AMIN: if (x != x || x < acc[at]) acc[at] = x; break;
+        case ROP_AMAX:
+            if (x != x || x > acc[at]) acc[at] = x;
+            break;
+        case ROP_AMIN:
+            if (x != x || x < acc[at]) acc[at] = x;
+            break;
         }
     } while (step(b->np + b->nr, sizes, v));
     for (int64_t i = 0; i < b->numel; i++) data[b->id][i] = (float)acc[i];
@@ -494,7 +505,8 @@ static void eval_matmul(float **data, const Buffer *b) {
         data[b->id][o] = acc;
         step(r, b->shape, v);
     }
-    (void)M; (void)Nn;
+    (void)M;
+    (void)Nn;
 }
 
 static void eval_buffer(float **data, const Buffer *b) {
@@ -507,7 +519,8 @@ static void eval_buffer(float **data, const Buffer *b) {
         }
         return;
     case BODY_RAND:
-        for (int64_t i = 0; i < b->numel; i++) data[b->id][i] = util_rand_uniform(b->seed, (uint64_t)i);
+        for (int64_t i = 0; i < b->numel; i++)
+            data[b->id][i] = util_rand_uniform(b->seed, (uint64_t)i);
         return;
     case BODY_REDUCTION: eval_reduction(data, b); return;
     case BODY_EXTERN: eval_matmul(data, b); return;
@@ -542,7 +555,7 @@ static int check_against_interpreter(Plan *pl, uint64_t seed, double *worst) {
     float **out = calloc((size_t)p->noutputs + 1, sizeof(float *));
     for (int b = 0; b < p->nbufs; b++) {
         data[b] = malloc(sizeof(float) * (size_t)(p->bufs[b]->numel + 1));
-        for (int64_t i = 0; i < p->bufs[b]->numel; i++) data[b][i] = NAN;  /* unwritten: NaN */
+        for (int64_t i = 0; i < p->bufs[b]->numel; i++) data[b][i] = NAN; /* unwritten: NaN */
         if (p->bufs[b]->body == BODY_WEIGHT)
             memcpy(data[b], p->bufs[b]->data, sizeof(float) * (size_t)p->bufs[b]->numel);
     }
@@ -554,7 +567,7 @@ static int check_against_interpreter(Plan *pl, uint64_t seed, double *worst) {
         in[i] = data[b->id];
     }
     int bad = 0, *seen = calloc((size_t)s->nnodes + 1, sizeof(int));
-    for (int k = 0; k < s->nkernels; k++)            /* every node in exactly one kernel */
+    for (int k = 0; k < s->nkernels; k++) /* every node in exactly one kernel */
         for (int i = 0; i < s->kernels[k].n; i++) seen[s->kernels[k].members[i]]++;
     for (int i = 0; i < s->nnodes; i++) bad += seen[i] != 1;
     free(seen);
@@ -570,7 +583,8 @@ static int check_against_interpreter(Plan *pl, uint64_t seed, double *worst) {
             double x = data[b->id][i], y = out[o][i], err = fabs(x - y) / (1.0 + fabs(y));
             if (x != x && y != y) continue;
             if (!(err <= 1e-4)) {
-                printf("  output %d [%lld]: loop IR %.9g, interpreter %.9g\n", o, (long long)i, x, y);
+                printf("  output %d [%lld]: loop IR %.9g, interpreter %.9g\n", o, (long long)i, x,
+                       y);
                 bad++;
                 break;
             }
@@ -592,14 +606,14 @@ TEST(lower_matches_interpreter_random) {
     for (uint64_t seed = 1; seed <= (uint64_t)want; seed++) {
         randprog(seed, src, sizeof src);
         kiln_graph *g = kiln_graph_new();
-        CHECKF(kiln_parse(g, src, "rand.kiln") == KILN_OK, "seed %llu: %s", (unsigned long long)seed,
-               kiln_error(g));
+        CHECKF(kiln_parse(g, src, "rand.kiln") == KILN_OK, "seed %llu: %s",
+               (unsigned long long)seed, kiln_error(g));
         Plan *p = compile(g);
         CHECK(p);
         int bad = check_against_interpreter(p, seed, &worst);
         plan_free(p);
-        CHECKF(!bad, "seed %llu: loop IR differs from the interpreter\n%s", (unsigned long long)seed,
-               src);
+        CHECKF(!bad, "seed %llu: loop IR differs from the interpreter\n%s",
+               (unsigned long long)seed, src);
         checked++;
     }
     EXPECT(checked == want, "checked %d", checked);
@@ -645,20 +659,26 @@ static void rowprog(uint64_t seed, char *buf, size_t cap) {
     uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
 #define RND(n) (s ^= s << 13, s ^= s >> 7, s ^= s << 17, (int)(s % (uint64_t)(n)))
     int R = 1 + RND(9), C = 1 + RND(12), n = 6 + RND(18), nv = 2;
-    size_t w = (size_t)snprintf(buf, cap, "input v0: f32[%d, %d]\ninput v1: f32[%d, %d]\n", R, C, R, C);
+    size_t w =
+        (size_t)snprintf(buf, cap, "input v0: f32[%d, %d]\ninput v1: f32[%d, %d]\n", R, C, R, C);
     static const char *const un[] = {"tanh", "sin", "relu", "abs", "sigmoid", "neg"};
     static const char *const bin[] = {"+", "-", "*"};
     static const char *const red[] = {"sum", "amax", "amin", "mean"};
     char outs[2048] = "";
     for (int i = 0; i < n; i++, nv++) {
         int a = RND(nv), b = RND(nv), k = RND(8), u = RND(6), o = RND(3), r = RND(4), d = RND(2);
-        if (k < 2) w += (size_t)snprintf(buf + w, cap - w, "v%d = %s(v%d)\n", nv, un[u], a);
-        else if (k < 4) w += (size_t)snprintf(buf + w, cap - w, "v%d = v%d %s v%d\n", nv, a, bin[o], b);
-        else if (k < 6) w += (size_t)snprintf(buf + w, cap - w,
-                                              "v%d = %s(v%d, dim=%d, keepdim=true) * 0.5 + v%d\n",
-                                              nv, red[r], a, d, b);
-        else if (k < 7) w += (size_t)snprintf(buf + w, cap - w, "v%d = softmax(v%d, 1) + v%d\n", nv, a, b);
-        else w += (size_t)snprintf(buf + w, cap - w, "v%d = v%d - mean(v%d)\n", nv, a, b);
+        if (k < 2)
+            w += (size_t)snprintf(buf + w, cap - w, "v%d = %s(v%d)\n", nv, un[u], a);
+        else if (k < 4)
+            w += (size_t)snprintf(buf + w, cap - w, "v%d = v%d %s v%d\n", nv, a, bin[o], b);
+        else if (k < 6)
+            w += (size_t)snprintf(buf + w, cap - w,
+                                  "v%d = %s(v%d, dim=%d, keepdim=true) * 0.5 + v%d\n", nv, red[r],
+                                  a, d, b);
+        else if (k < 7)
+            w += (size_t)snprintf(buf + w, cap - w, "v%d = softmax(v%d, 1) + v%d\n", nv, a, b);
+        else
+            w += (size_t)snprintf(buf + w, cap - w, "v%d = v%d - mean(v%d)\n", nv, a, b);
         if (RND(3) == 0 || i == n - 1) {
             size_t l = strlen(outs);
             snprintf(outs + l, sizeof outs - l, "%sv%d", *outs ? ", " : "", nv);
@@ -675,7 +695,8 @@ TEST(lower_matches_interpreter_rowprogs) {
     for (int seed = 1; seed <= want; seed++) {
         rowprog((uint64_t)seed, src, sizeof src);
         kiln_graph *g = kiln_graph_new();
-        CHECKF(kiln_parse(g, src, "row.kiln") == KILN_OK, "seed %d: %s\n%s", seed, kiln_error(g), src);
+        CHECKF(kiln_parse(g, src, "row.kiln") == KILN_OK, "seed %d: %s\n%s", seed, kiln_error(g),
+               src);
         Plan *p = compile(g);
         CHECK(p);
         int bad = check_against_interpreter(p, (uint64_t)seed, &worst);

@@ -6,13 +6,20 @@
 #include <unistd.h>
 
 #define MAX_TESTS 1024
-static struct { const char *name; test_fn fn; } tests[MAX_TESTS];
+static struct {
+    const char *name;
+    test_fn fn;
+} tests[MAX_TESTS];
 static int ntests;
 int test_failed;
 static const char *current;
 
 void test_register(const char *name, test_fn fn) {
-    if (ntests < MAX_TESTS) { tests[ntests].name = name; tests[ntests].fn = fn; ntests++; }
+    if (ntests < MAX_TESTS) {
+        tests[ntests].name = name;
+        tests[ntests].fn = fn;
+        ntests++;
+    }
 }
 
 void test_failf(const char *file, int line, const char *fmt, ...) {
@@ -50,8 +57,7 @@ static int cmp(const void *a, const void *b) {
 static int selected(const char *name, int n, char **filters) {
     for (int k = 0; k < n; k++) {
         const char *f = filters[k];
-        if (f[0] == '^' ? !strncmp(name, f + 1, strlen(f + 1)) : strstr(name, f) != NULL)
-            return 1;
+        if (f[0] == '^' ? !strncmp(name, f + 1, strlen(f + 1)) : strstr(name, f) != NULL) return 1;
     }
     return 0;
 }
@@ -66,7 +72,10 @@ int main(int argc, char **argv) {
         test_failed = 0;
         tests[i].fn();
         printf("%s: %s\n", test_failed ? "FAIL" : "PASS", tests[i].name);
-        if (test_failed) failed++; else passed++;
+        if (test_failed)
+            failed++;
+        else
+            passed++;
     }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", test_tmpdir());

@@ -25,7 +25,10 @@ static const char *pathf(const char *dir, const char *name) {
     static int next;
     char *p = pool[next++ % 8];
     size_t d = strlen(dir), n = strlen(name);
-    if (d + n + 2 > sizeof pool[0]) { fprintf(stderr, "path too long\n"); abort(); }
+    if (d + n + 2 > sizeof pool[0]) {
+        fprintf(stderr, "path too long\n");
+        abort();
+    }
     memmove(p, dir, d);
     p[d] = '/';
     memcpy(p + d + 1, name, n + 1);
@@ -66,8 +69,8 @@ static void write_raw(const char *path, const void *bytes, size_t n) {
 
 /* Build a .npy file in the scratch dir: magic, version major.0, the header
  * length for that version, the header text exactly as given, then data. */
-static const char *make_npy(const char *name, int major, const char *header,
-                            const void *data, size_t n) {
+static const char *make_npy(const char *name, int major, const char *header, const void *data,
+                            size_t n) {
     unsigned char buf[4096];
     size_t h = strlen(header), at = 0;
     memcpy(buf, "\x93NUMPY", 6);
@@ -98,18 +101,20 @@ static void reject(int line, const char *path, kiln_status st, const char *phras
     kiln_tensor t;
     char err[512] = "";
     kiln_status got = kiln_npy_read(path, &t, err, sizeof err);
-    if (got != st)
-        test_failf(__FILE__, line, "%s: status %d, want %d (%s)", path, got, st, err);
+    if (got != st) test_failf(__FILE__, line, "%s: status %d, want %d (%s)", path, got, st, err);
     if (!strstr(err, phrase))
         test_failf(__FILE__, line, "message \"%s\" lacks \"%s\"", err, phrase);
     if (strncmp(err, path, strlen(path)) != 0)
         test_failf(__FILE__, line, "message \"%s\" does not name %s", err, path);
-    if (t.data) { test_failf(__FILE__, line, "data left allocated"); kiln_tensor_free(&t); }
+    if (t.data) {
+        test_failf(__FILE__, line, "data left allocated");
+        kiln_tensor_free(&t);
+    }
 }
 
 /* Read path, expecting success with this dtype and shape. */
-static bool read_ok(int line, const char *path, kiln_tensor *t, kiln_dtype dt,
-                    int rank, const int64_t *shape) {
+static bool read_ok(int line, const char *path, kiln_tensor *t, kiln_dtype dt, int rank,
+                    const int64_t *shape) {
     char err[512] = "";
     if (kiln_npy_read(path, t, err, sizeof err) != KILN_OK) {
         test_failf(__FILE__, line, "reading %s failed: %s", path, err);
@@ -118,8 +123,8 @@ static bool read_ok(int line, const char *path, kiln_tensor *t, kiln_dtype dt,
     bool same = t->dtype == dt && t->rank == rank;
     for (int i = 0; same && i < rank; i++) same = t->shape[i] == shape[i];
     if (!same) {
-        test_failf(__FILE__, line, "%s: dtype %d rank %d, want %d rank %d (or shape differs)",
-                   path, t->dtype, t->rank, dt, rank);
+        test_failf(__FILE__, line, "%s: dtype %d rank %d, want %d rank %d (or shape differs)", path,
+                   t->dtype, t->rank, dt, rank);
         kiln_tensor_free(t);
     }
     return same;
@@ -210,8 +215,8 @@ TEST(npy_numpy_rejected) {
 /* ---- writing: byte-identical to np.save --------------------------------- */
 
 /* Write t and compare the file with the fixture NumPy saved. */
-static void same_as_numpy(int line, const char *name, kiln_dtype dt, int rank,
-                          const int64_t *shape, const void *data) {
+static void same_as_numpy(int line, const char *name, kiln_dtype dt, int rank, const int64_t *shape,
+                          const void *data) {
     kiln_tensor t = {dt, rank, {0}, (void *)data};
     memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
     char err[512] = "";
@@ -245,12 +250,24 @@ TEST(npy_write_matches_numpy) {
 static void fill(kiln_tensor *t, int64_t n) {
     for (int64_t i = 0; i < n; i++) {
         switch (t->dtype) {
-        case KILN_F32: ((float *)t->data)[i] = i == 0 ? -0.0f : i == 1 ? (float)NAN
-                           : i == 2 ? -(float)INFINITY : 1e-40f * (float)i - 3.7f * (float)i; break;
-        case KILN_F64: ((double *)t->data)[i] = i == 0 ? -0.0 : i == 1 ? NAN
-                           : i == 2 ? INFINITY : 1e-310 - 1e300 / (double)i; break;
-        case KILN_I32: ((int32_t *)t->data)[i] = i == 0 ? INT32_MIN : (int32_t)(i * 977 - 20000); break;
-        case KILN_I64: ((int64_t *)t->data)[i] = i == 0 ? INT64_MIN : i * 1000000007 * 1000 - 1; break;
+        case KILN_F32:
+            ((float *)t->data)[i] = i == 0   ? -0.0f
+                                    : i == 1 ? (float)NAN
+                                    : i == 2 ? -(float)INFINITY
+                                             : 1e-40f * (float)i - 3.7f * (float)i;
+            break;
+        case KILN_F64:
+            ((double *)t->data)[i] = i == 0   ? -0.0
+                                     : i == 1 ? NAN
+                                     : i == 2 ? INFINITY
+                                              : 1e-310 - 1e300 / (double)i;
+            break;
+        case KILN_I32:
+            ((int32_t *)t->data)[i] = i == 0 ? INT32_MIN : (int32_t)(i * 977 - 20000);
+            break;
+        case KILN_I64:
+            ((int64_t *)t->data)[i] = i == 0 ? INT64_MIN : i * 1000000007 * 1000 - 1;
+            break;
         case KILN_BOOL: ((unsigned char *)t->data)[i] = (i * 7) % 3 == 0; break;
         }
     }
@@ -261,7 +278,10 @@ static void fill(kiln_tensor *t, int64_t n) {
 static void round_trip(kiln_dtype dt, int rank, const int64_t *shape) {
     kiln_tensor t = {dt, rank, {0}, NULL}, back;
     memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
-    if (kiln_tensor_alloc(&t) != KILN_OK) { test_failf(__FILE__, __LINE__, "alloc"); return; }
+    if (kiln_tensor_alloc(&t) != KILN_OK) {
+        test_failf(__FILE__, __LINE__, "alloc");
+        return;
+    }
     int64_t n = kiln_tensor_numel(&t);
     size_t bytes = (size_t)n * kiln_dtype_size(dt);
     fill(&t, n);
@@ -310,7 +330,7 @@ TEST(npy_reject_bad_magic) {
     size_t n = 0;
     unsigned char *b = slurp(p, &n);
     CHECK(b && n > 6);
-    b[5] = 'Z';     /* \x93NUMPZ */
+    b[5] = 'Z'; /* \x93NUMPZ */
     write_raw(p, b, n);
     free(b);
     REJECT(p, KILN_ERR_INPUT, "not a .npy file");
@@ -342,15 +362,16 @@ TEST(npy_reject_truncated_header) {
 }
 
 /* A header that must be refused, and the phrase saying why. */
-static const struct { const char *header, *phrase; } bad_headers[] = {
+static const struct {
+    const char *header, *phrase;
+} bad_headers[] = {
     {"[1, 2]\n", "malformed header: expected a dict literal"},
     {"", "malformed header: expected a dict literal"},
     {"{'descr': '<f4', 'fortran_order': False, }\n", "missing key 'shape'"},
     {"{'fortran_order': False, 'shape': (2, 3)}\n", "missing key 'descr'"},
     {"{'descr': '<f4', 'shape': (2, 3)}\n", "missing key 'fortran_order'"},
     {"{}\n", "missing key 'descr'"},
-    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}\n",
-     "unexpected key 'x'"},
+    {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x': 1}\n", "unexpected key 'x'"},
     {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}\n",
      "duplicate key 'descr'"},
     {"{'descr': '<f4', 'fortran_order': 0, 'shape': (2, 3)}\n",
@@ -359,7 +380,8 @@ static const struct { const char *header, *phrase; } bad_headers[] = {
      "'fortran_order' must be True or False"},
     {"{'descr': <f4, 'fortran_order': False, 'shape': (2, 3)}\n", "'descr' must be a dtype string"},
     {"{'descr': '<f4, 'fortran_order': False, 'shape': (2, 3)}\n", "expected ',' or '}'"},
-    {"{'descr' '<f4', 'fortran_order': False, 'shape': (2, 3)}\n", "expected ':' after key 'descr'"},
+    {"{'descr' '<f4', 'fortran_order': False, 'shape': (2, 3)}\n",
+     "expected ':' after key 'descr'"},
     {"{descr: '<f4', 'fortran_order': False, 'shape': (2, 3)}\n", "expected a quoted string"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (6)}\n", "(6) is not a tuple"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': [2, 3]}\n", "tuple of integers"},
@@ -377,8 +399,7 @@ static const struct { const char *header, *phrase; } bad_headers[] = {
      "unexpected text after the closing '}'"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3)}}\n",
      "unexpected text after the closing '}'"},
-    {"{'fortran_order': False, 'shape': (2, 3), 'descr': [('a', '<f4'),\n",
-     "unterminated list"},
+    {"{'fortran_order': False, 'shape': (2, 3), 'descr': [('a', '<f4'),\n", "unterminated list"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), 'x\n': 1}\n",
      "unterminated string"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (1, 1, 1, 1, 1, 1, 1)}\n",
@@ -414,7 +435,8 @@ TEST(npy_reject_data_size) {
 TEST(npy_reject_bool_byte) {
     unsigned char b[4] = {0, 1, 2, 1};
     REJECT(make_npy("bool2.npy", 1, "{'descr': '|b1', 'fortran_order': False, 'shape': (4,), }\n",
-                    b, 4), KILN_ERR_INPUT, "bool element 2 holds byte 2; bool bytes must be 0 or 1");
+                    b, 4),
+           KILN_ERR_INPUT, "bool element 2 holds byte 2; bool bytes must be 0 or 1");
 }
 
 TEST(npy_reject_paths) {
@@ -440,7 +462,8 @@ static const char *const good_headers[] = {
     "  {\t'descr' :'<f4' ,\n'fortran_order':False,'shape':(2,3,),}   \n\n",
     "{'descr': '=f4', 'fortran_order': False, 'shape': (2L, 3L), }\n",
     "{'descr': 'f4', 'fortran_order': False, 'shape': ( 2 , 3 ) }\n",
-    "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }" "        \n",
+    "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }"
+    "        \n",
     "{u'descr': u'<f4', r'fortran_order': False, U\"shape\": (2, 3)}\f\n",
     "{'descr': '<f4', # float32\n 'fortran_order': False, 'shape': (2, 3)} # '}\n",
 };
@@ -462,7 +485,8 @@ TEST(npy_accept_byte_orders) {
     for (int i = 0; i < 4; i++) {
         char h[128];
         kiln_tensor t;
-        snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (4,)}\n", descrs[i]);
+        snprintf(h, sizeof h, "{'descr': '%s', 'fortran_order': False, 'shape': (4,)}\n",
+                 descrs[i]);
         const unsigned char b[4] = {1, 0, 0, 1};
         if (!READ_OK(make_npy("bo.npy", 1, h, b, 4), &t, KILN_BOOL, 1, 4)) continue;
         EXPECT(memcmp(t.data, b, 4) == 0, "%s: values differ", descrs[i]);
@@ -473,8 +497,8 @@ TEST(npy_accept_byte_orders) {
 TEST(npy_accept_trivial_fortran) {
     /* With at most one dim above 1, Fortran order is the same bytes. */
     kiln_tensor t;
-    const char *p = make_npy("f13.npy", 1,
-        "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 6, 1)}\n", f32_2x3, 24);
+    const char *p = make_npy(
+        "f13.npy", 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (1, 6, 1)}\n", f32_2x3, 24);
     if (!READ_OK(p, &t, KILN_F32, 3, 1, 6, 1)) return;
     EXPECT(memcmp(t.data, f32_2x3, 24) == 0, "values differ");
     kiln_tensor_free(&t);
@@ -551,7 +575,10 @@ TEST(npy_write_unwritable_dir) {
     const char *dir = tmp("readonly");
     mkdir(dir, 0555);
     chmod(dir, 0555);
-    if (access(dir, W_OK) == 0) { printf("note: skipped, %s stays writable\n", dir); return; }
+    if (access(dir, W_OK) == 0) {
+        printf("note: skipped, %s stays writable\n", dir);
+        return;
+    }
     kiln_tensor t = small_f32();
     char err[512] = "";
     const char *p = pathf(dir, "x.npy");
@@ -610,8 +637,12 @@ TEST(npy_write_bad_tensor) {
 static int allocs_left;
 
 static void *failing_alloc(void *ud, void *ptr, size_t old, size_t n) {
-    (void)ud; (void)old;
-    if (n == 0) { free(ptr); return NULL; }
+    (void)ud;
+    (void)old;
+    if (n == 0) {
+        free(ptr);
+        return NULL;
+    }
     if (allocs_left-- <= 0) return NULL;
     return realloc(ptr, n);
 }

@@ -9,7 +9,7 @@
  * pass; it is skipped with a message when the package is absent.
  */
 #include "test.h"
-#include "cli/cli.h"   /* ox_run_test: the conformance runner */
+#include "cli/cli.h" /* ox_run_test: the conformance runner */
 #include <stdint.h>
 #include <string.h>
 #include <dirent.h>
@@ -34,9 +34,7 @@ static void blocks_free(BlockList *pool) {
     pool->n = 0;
 }
 
-static char *pstr(BlockList *pool, const char *s) {
-    return strcpy(palloc(pool, strlen(s) + 1), s);
-}
+static char *pstr(BlockList *pool, const char *s) { return strcpy(palloc(pool, strlen(s) + 1), s); }
 
 /* A tensor value info; a dim of -1 is symbolic ("N"). */
 static Onnx__ValueInfoProto *vinfo(BlockList *pool, const char *name, int elem, int rank,
@@ -343,7 +341,7 @@ TEST(onnx_int_input_boundary) {
     kiln_tensor xi = {KILN_I64, 1, {4}, x}, xf, yi;
     char err[256];
     CHECK(kiln_tensor_convert(&xi, KILN_F32, &xf, err, sizeof err) == KILN_OK);
-    float want[4] = {2, -2, 3, 0};   /* integer division truncates toward zero */
+    float want[4] = {2, -2, 3, 0}; /* integer division truncates toward zero */
     CHECK(run_both(g, &xf, want, 4));
     kiln_tensor_free(&xf);
     /* f32 back to int64 is exact; 2^25 + 1 does not fit f32 exactly */
@@ -450,8 +448,8 @@ TEST(onnx_error_messages) {
     r.nodes[r.nnodes++] = node(&pool, "Reshape", "x shape", "y", NULL);
     g = kiln_graph_new();
     CHECK(import(g, &pool, &r, 0, NULL, NULL) == KILN_ERR_INPUT);
-    EXPECT(has_text(g, "node 0 ('Reshape', Reshape)") && has_text(g, "computed at run time"),
-           "%s", kiln_error(g));
+    EXPECT(has_text(g, "node 0 ('Reshape', Reshape)") && has_text(g, "computed at run time"), "%s",
+           kiln_error(g));
     kiln_graph_free(g);
     /* given its value, the model specializes to it */
     int64_t sv[2] = {4, 2};
@@ -543,10 +541,13 @@ static void *hook_alloc(void *ud, void *ptr, size_t old, size_t n) {
     Hook *h = ud;
     (void)old;
     for (int i = h->nlive - 1; ptr && i >= 0; i--)
-        if (h->live[i] == ptr) { h->live[i] = h->live[--h->nlive]; break; }
+        if (h->live[i] == ptr) {
+            h->live[i] = h->live[--h->nlive];
+            break;
+        }
     if (n == 0) return free(ptr), NULL;
     if (++h->requests == h->fail_at || h->nlive == 4096) {
-        if (ptr) h->live[h->nlive++] = ptr;   /* a failed realloc keeps the block */
+        if (ptr) h->live[h->nlive++] = ptr; /* a failed realloc keeps the block */
         return NULL;
     }
     void *p = realloc(ptr, n);
@@ -558,8 +559,8 @@ static void *hook_alloc(void *ud, void *ptr, size_t old, size_t n) {
 static kiln_status import_with_hook(Hook *h, const uint8_t *buf, size_t len, int *leaked) {
     kiln_set_allocator(hook_alloc, h);
     kiln_graph *g = kiln_graph_new();
-    kiln_status st = g ? kiln_onnx_import_buffer(g, buf, len, "a.onnx", 0, NULL, NULL)
-                       : KILN_ERR_NOMEM;
+    kiln_status st =
+        g ? kiln_onnx_import_buffer(g, buf, len, "a.onnx", 0, NULL, NULL) : KILN_ERR_NOMEM;
     kiln_graph_free(g);
     kiln_set_allocator(NULL, NULL);
     *leaked = h->nlive;
@@ -601,8 +602,8 @@ TEST(onnx_alloc_fail_each) {
         Hook h = {.fail_at = k};
         kiln_status st = import_with_hook(&h, buf, len, &leaked);
         if (st == KILN_ERR_NOMEM && leaked == 0) continue;
-        test_failf(__FILE__, __LINE__, "allocation %ld refused: status %d, %d leaked", k,
-                   (int)st, leaked);
+        test_failf(__FILE__, __LINE__, "allocation %ld refused: status %d, %d leaked", k, (int)st,
+                   leaked);
         bad++;
     }
     printf("  (onnx import: refused each of allocations 1..%ld in turn)\n", clean.requests);
@@ -751,16 +752,25 @@ static const char *const must_pass[] = {
  * concat, pools, gather, conv_transpose2d, negative slice steps): they
  * must pass now that those builders exist. */
 static const char *const must_pass_builders[] = {
-    "node/test_maxpool_2d_pads", "node/test_maxpool_with_argmax_2d_precomputed_pads",
-    "node/test_averagepool_2d_pads_count_include_pad", "node/test_averagepool_2d_ceil",
-    "node/test_averagepool_3d_default", "node/test_concat_3d_axis_negative_2",
-    "node/test_constant_pad", "node/test_edge_pad", "node/test_reflect_pad",
-    "node/test_gather_1", "node/test_gather_negative_indices", "node/test_convtranspose_pads",
-    "node/test_convtranspose_3d", "node/test_slice_neg_steps",
+    "node/test_maxpool_2d_pads",
+    "node/test_maxpool_with_argmax_2d_precomputed_pads",
+    "node/test_averagepool_2d_pads_count_include_pad",
+    "node/test_averagepool_2d_ceil",
+    "node/test_averagepool_3d_default",
+    "node/test_concat_3d_axis_negative_2",
+    "node/test_constant_pad",
+    "node/test_edge_pad",
+    "node/test_reflect_pad",
+    "node/test_gather_1",
+    "node/test_gather_negative_indices",
+    "node/test_convtranspose_pads",
+    "node/test_convtranspose_3d",
+    "node/test_slice_neg_steps",
     "node/test_conv_with_strides_and_asymmetric_padding",
     "pytorch-converted/test_Conv3d_stride_padding",
     "pytorch-converted/test_MaxPool1d_stride_padding_dilation",
-    "pytorch-converted/test_ConvTranspose2d", "pytorch-operator/test_operator_concat2",
+    "pytorch-converted/test_ConvTranspose2d",
+    "pytorch-operator/test_operator_concat2",
 };
 
 /* Do the other branches' builders exist? A stub fails "not implemented". */
@@ -771,10 +781,9 @@ static bool builders_ready(void) {
     kiln_value xs[2] = {x, x};
     kiln_pool_params p = {.nspatial = 2, .kernel = {2, 2}, .stride = {1, 1}, .dilation = {1, 1}};
     kiln_conv_transpose_params t = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
-    bool ok = kiln_pad(g, x, KILN_PAD_CONSTANT, 4, z, z, 0) >= 0 &&
-              kiln_concat(g, 2, xs, 1) >= 0 && kiln_max_pool(g, x, &p) >= 0 &&
-              kiln_avg_pool(g, x, &p) >= 0 && kiln_gather(g, x, i, 3) >= 0 &&
-              kiln_conv_transpose2d(g, x, x, KILN_NONE, &t) >= 0 &&
+    bool ok = kiln_pad(g, x, KILN_PAD_CONSTANT, 4, z, z, 0) >= 0 && kiln_concat(g, 2, xs, 1) >= 0 &&
+              kiln_max_pool(g, x, &p) >= 0 && kiln_avg_pool(g, x, &p) >= 0 &&
+              kiln_gather(g, x, i, 3) >= 0 && kiln_conv_transpose2d(g, x, x, KILN_NONE, &t) >= 0 &&
               kiln_slice(g, x, 3, 3, -5, -1) >= 0;
     if (!ok) printf("  (builders from other branches absent: %s)\n", kiln_error(g));
     kiln_graph_free(g);
@@ -799,7 +808,8 @@ TEST(onnx_conformance_fixed_list) {
     const char *root = "/usr/share/libonnx-testdata/data";
     if (access(root, R_OK) != 0) {
         printf("onnx_conformance_fixed_list: skipped: %s is absent "
-               "(apt-get install libonnx-testdata)\n", root);
+               "(apt-get install libonnx-testdata)\n",
+               root);
         return;
     }
     int failed = run_list(root, must_pass, sizeof must_pass / sizeof must_pass[0]);

@@ -298,16 +298,18 @@ TEST(pad_concat_inner_loops_vectorize) {
          * any line up to the next inner loop */
         int line = 1, marks = 0, missed = 0, at[16];
         for (const char *q = out.source; *q && marks < 16; q++) {
-            if (*q == '\n') line++;
-            else if (!strncmp(q, CG_INNER_MARK, strlen(CG_INNER_MARK))) at[marks++] = line;
+            if (*q == '\n')
+                line++;
+            else if (!strncmp(q, CG_INNER_MARK, strlen(CG_INNER_MARK)))
+                at[marks++] = line;
         }
         for (int m = 0; m < marks; m++) {
             int end = m + 1 < marks ? at[m + 1] - 2 : at[m] + 16, ok = 0;
             for (int l = at[m]; l <= end && !ok; l++) ok = test_vectorized_at(report, c, l, true);
             missed += !ok;
         }
-        EXPECT(marks >= 4 && missed == 0, "%d of %d inner loops not vectorized (%s)", missed,
-               marks, c);
+        EXPECT(marks >= 4 && missed == 0, "%d of %d inner loops not vectorized (%s)", missed, marks,
+               c);
     } else {
         test_failf(__FILE__, __LINE__, "generated C does not compile");
     }
@@ -327,7 +329,10 @@ TEST(pad_concat_pool_errors) {
     static const int64_t s4[4] = {1, 2, 5, 5}, s3[3] = {1, 2, 5}, s2[3] = {1, 3, 5};
     static const int64_t b1[4] = {0, 0, 1, 1}, b5[4] = {0, 0, 5, 0}, bneg[4] = {0, 0, -3, 0};
     static const int64_t a0[4] = {0, 0, 0, 0}, aneg[4] = {0, 0, -2, 0};
-    struct { int what; const char *want; } cases[] = {
+    struct {
+        int what;
+        const char *want;
+    } cases[] = {
         {0, "pad: 3 pad widths given for a tensor of rank 4"},
         {1, "pad: reflect padding of 5 and 0 needs dim 2"},
         {2, "pad: cropping 3 and 2 leaves nothing of dim 2"},
@@ -348,8 +353,8 @@ TEST(pad_concat_pool_errors) {
         kiln_value x = kiln_input(g, "x", KILN_F32, 4, s4);
         kiln_value y = kiln_input(g, "y", KILN_F32, 3, s3), z = kiln_input(g, "z", KILN_F32, 3, s2);
         kiln_value parts[2] = {y, z}, v = 0;
-        kiln_pool_params pp = {.nspatial = 2, .kernel = {3, 3}, .stride = {1, 1},
-                               .dilation = {3, 1}};
+        kiln_pool_params pp = {
+            .nspatial = 2, .kernel = {3, 3}, .stride = {1, 1}, .dilation = {3, 1}};
         int64_t crop[4] = {0, 0, -6, 0};
         switch (cases[i].what) {
         case 0: v = kiln_pad(g, x, KILN_PAD_CONSTANT, 3, b1, b1, 0); break;
@@ -358,10 +363,22 @@ TEST(pad_concat_pool_errors) {
         case 3: v = kiln_pad(g, x, (kiln_pad_mode)7, 4, b1, b1, 0); break;
         case 4: v = kiln_concat(g, 2, parts, 1); break;
         case 5: v = kiln_concat(g, 0, parts, 0); break;
-        case 6: pp.nspatial = 4; v = kiln_max_pool(g, x, &pp); break;
-        case 7: pp.nspatial = 1; v = kiln_avg_pool(g, x, &pp); break;
-        case 8: pp.pad_end[0] = 1; v = kiln_max_pool(g, x, &pp); break;
-        case 9: pp.stride[1] = 0; v = kiln_avg_pool(g, x, &pp); break;
+        case 6:
+            pp.nspatial = 4;
+            v = kiln_max_pool(g, x, &pp);
+            break;
+        case 7:
+            pp.nspatial = 1;
+            v = kiln_avg_pool(g, x, &pp);
+            break;
+        case 8:
+            pp.pad_end[0] = 1;
+            v = kiln_max_pool(g, x, &pp);
+            break;
+        case 9:
+            pp.stride[1] = 0;
+            v = kiln_avg_pool(g, x, &pp);
+            break;
         case 10: v = kiln_slice(g, x, 3, 0, 5, 0); break;
         case 11: v = kiln_slice(g, x, 1, 1, 3, -1); break;
         case 12: v = kiln_pad(g, x, KILN_PAD_CONSTANT, 4, crop, a0, 0); break;
@@ -370,7 +387,7 @@ TEST(pad_concat_pool_errors) {
                          a0, 0.5);
             break;
         }
-        if (cases[i].what == 4) {   /* dim 0 differs too: use dim 2 for the message */
+        if (cases[i].what == 4) { /* dim 0 differs too: use dim 2 for the message */
             kiln_graph_free(g);
             g = kiln_graph_new();
             y = kiln_input(g, "y", KILN_F32, 3, s3);
@@ -385,7 +402,9 @@ TEST(pad_concat_pool_errors) {
 
 /* .kiln: the mode string, the pad list, cat's list of tensors. */
 TEST(pad_concat_pool_parse_errors) {
-    static const struct { const char *src, *want; } cases[] = {
+    static const struct {
+        const char *src, *want;
+    } cases[] = {
         {"input x: f32[2, 3]\ny = pad(x, [1, 1], mode=\"wrap\")\noutput y\n",
          "pad: mode must be \"constant\", \"replicate\" or \"reflect\""},
         {"input x: f32[2, 3]\ny = pad(x, [1, 1, 1])\noutput y\n",

@@ -19,8 +19,7 @@
 /* ---- helpers --------------------------------------------------------------- */
 
 /* Parse src as "t.kiln"; NULL (and a test failure) when it does not parse. */
-static kiln_graph *parse_ok(const char *src)
-{
+static kiln_graph *parse_ok(const char *src) {
     kiln_graph *g = kiln_graph_new();
     if (kiln_parse(g, src, "t.kiln") == KILN_OK) return g;
     test_failf(__FILE__, __LINE__, "parse failed:\n%s\n--- program:\n%s", kiln_error(g), src);
@@ -29,8 +28,7 @@ static kiln_graph *parse_ok(const char *src)
 }
 
 /* Line n (1-based) of src, into buf. */
-static void source_line(const char *src, int n, char *buf, size_t size)
-{
+static void source_line(const char *src, int n, char *buf, size_t size) {
     while (--n > 0 && strchr(src, '\n')) src = strchr(src, '\n') + 1;
     size_t len = strcspn(src, "\n");
     if (len >= size) len = size - 1;
@@ -39,10 +37,9 @@ static void source_line(const char *src, int n, char *buf, size_t size)
 }
 
 /* The three lines of an error: "FILE:L:C: error: MSG", the source, the caret. */
-static void check_message(const char *msg, const char *src, const char *first, const char *caret)
-{
+static void check_message(const char *msg, const char *src, const char *first, const char *caret) {
     char want_src[256];
-    int line = 0;   /* from "FILE:LINE:COL: error:", FILE may hold ':' */
+    int line = 0; /* from "FILE:LINE:COL: error:", FILE may hold ':' */
     const char *e = strstr(first, ": error:");
     if (e) {
         const char *c = e - 1;
@@ -56,19 +53,19 @@ static void check_message(const char *msg, const char *src, const char *first, c
     if (!nl1 || !nl2) return;
     EXPECT((size_t)(nl1 - msg) == strlen(first) && !strncmp(msg, first, strlen(first)),
            "first line\n    got:  [%.*s]\n    want: [%s]", (int)(nl1 - msg), msg, first);
-    EXPECT((size_t)(nl2 - nl1 - 1) == strlen(want_src) && !strncmp(nl1 + 1, want_src, strlen(want_src)),
+    EXPECT((size_t)(nl2 - nl1 - 1) == strlen(want_src) &&
+               !strncmp(nl1 + 1, want_src, strlen(want_src)),
            "source line of [%s]\n    got:  [%.*s]\n    want: [%s]", first, (int)(nl2 - nl1 - 1),
            nl1 + 1, want_src);
-    EXPECT(!strcmp(nl2 + 1, caret), "caret of [%s]\n    got:  [%s]\n    want: [%s]", first,
-           nl2 + 1, caret);
+    EXPECT(!strcmp(nl2 + 1, caret), "caret of [%s]\n    got:  [%s]\n    want: [%s]", first, nl2 + 1,
+           caret);
 }
 
 typedef struct {
     const char *src, *first, *caret;
 } ErrCase;
 
-static void expect_error(const ErrCase *c)
-{
+static void expect_error(const ErrCase *c) {
     kiln_graph *g = kiln_graph_new();
     kiln_status st = kiln_parse(g, c->src, "t.kiln");
     EXPECT(st == KILN_ERR_INPUT, "status %d for [%s]", (int)st, c->first);
@@ -76,15 +73,13 @@ static void expect_error(const ErrCase *c)
     kiln_graph_free(g);
 }
 
-static void expect_errors(const ErrCase *cases, size_t n)
-{
+static void expect_errors(const ErrCase *cases, size_t n) {
     for (size_t i = 0; i < n; i++) expect_error(&cases[i]);
 }
 
 #define EXPECT_ERRORS(cases) expect_errors(cases, sizeof cases / sizeof cases[0])
 
-static void format_shape(const kiln_tensor *t, char *buf, size_t size)
-{
+static void format_shape(const kiln_tensor *t, char *buf, size_t size) {
     size_t n = (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < t->rank; i++)
         n += (size_t)snprintf(buf + n, size - n, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
@@ -92,16 +87,14 @@ static void format_shape(const kiln_tensor *t, char *buf, size_t size)
 }
 
 /* Element i of a result as a float (bool bytes as 0/1). */
-static float at(const kiln_tensor *t, int64_t i)
-{
+static float at(const kiln_tensor *t, int64_t i) {
     if (t->dtype == KILN_BOOL) return ((const unsigned char *)t->data)[i] ? 1.0f : 0.0f;
     return ((const float *)t->data)[i];
 }
 
 /* Parse and interpret; in[i] is input i's data. Returns the output count,
  * -1 on failure. */
-static int run(const char *src, void *const *in, kiln_tensor *out)
-{
+static int run(const char *src, void *const *in, kiln_tensor *out) {
     kiln_graph *g = parse_ok(src);
     if (!g) return -1;
     kiln_tensor ins[8];
@@ -116,26 +109,24 @@ static int run(const char *src, void *const *in, kiln_tensor *out)
     return st == KILN_OK ? n : -1;
 }
 
-static void free_outputs(kiln_tensor *out, int n)
-{
+static void free_outputs(kiln_tensor *out, int n) {
     for (int i = 0; i < n; i++) kiln_tensor_free(&out[i]);
 }
 
 /* Run two programs with the same inputs; their first outputs must be equal. */
-static bool same_results(const char *a, const char *b, void *const *in)
-{
+static bool same_results(const char *a, const char *b, void *const *in) {
     kiln_tensor oa[4], ob[4];
     int na = run(a, in, oa), nb = run(b, in, ob);
     bool same = na > 0 && nb > 0 && oa[0].rank == ob[0].rank &&
                 kiln_tensor_numel(&oa[0]) == kiln_tensor_numel(&ob[0]);
-    for (int64_t i = 0; same && i < kiln_tensor_numel(&oa[0]); i++) same = at(&oa[0], i) == at(&ob[0], i);
+    for (int64_t i = 0; same && i < kiln_tensor_numel(&oa[0]); i++)
+        same = at(&oa[0], i) == at(&ob[0], i);
     free_outputs(oa, na > 0 ? na : 0);
     free_outputs(ob, nb > 0 ? nb : 0);
     return same;
 }
 
-static void write_text(const char *path, const char *text)
-{
+static void write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "w");
     if (!f) return;
     fputs(text, f);
@@ -144,8 +135,7 @@ static void write_text(const char *path, const char *text)
 
 /* ---- statements ------------------------------------------------------------- */
 
-TEST(parse_statements)
-{
+TEST(parse_statements) {
     kiln_graph *g = parse_ok("input x: f32[2, 3]\n"
                              "input m: bool[3]\n"
                              "input s: f32[]\n"
@@ -173,8 +163,7 @@ TEST(parse_statements)
 
 /* "input", "weight" and "output" are statement keywords only when a name
  * follows, so PyTorch-style variable names still work. */
-TEST(parse_keywords_as_names)
-{
+TEST(parse_keywords_as_names) {
     kiln_graph *g = parse_ok("input input: f32[2]\n"
                              "output = input + 1\n"
                              "weight = output * 2\n"
@@ -185,15 +174,15 @@ TEST(parse_keywords_as_names)
     kiln_graph_free(g);
 }
 
-TEST(parse_weight_inits)
-{
+TEST(parse_weight_inits) {
     kiln_tensor out[5];
     int n = run("weight a: f32[5] = randn(7)\n"
                 "weight b: f32[2, 2] = zeros\n"
                 "weight c: f32[2] = zeros()\n"
                 "weight d: f32[] = ones\n"
                 "weight e: f32[3] = ones()\n"
-                "output a, b, c, d, e\n", NULL, out);
+                "output a, b, c, d, e\n",
+                NULL, out);
     CHECK(n == 5);
     float want[5];
     kiln_fill_randn(want, 5, 7);
@@ -206,8 +195,7 @@ TEST(parse_weight_inits)
 }
 
 /* file("w.npy") is found next to the program, not in the working directory. */
-TEST(parse_weight_file)
-{
+TEST(parse_weight_file) {
     char dir[512], npy[600], prog[600], err[256];
     snprintf(dir, sizeof dir, "%s/parse_weight_file", test_tmpdir());
     mkdir(dir, 0755);
@@ -227,8 +215,7 @@ TEST(parse_weight_file)
 }
 
 /* Every program shipped in examples/ parses. */
-TEST(parse_examples)
-{
+TEST(parse_examples) {
     char dir[512];
     snprintf(dir, sizeof dir, "%s/../examples", test_srcdir());
     DIR *d = opendir(dir);
@@ -257,16 +244,29 @@ typedef struct {
 
 /* Scalar programs through the interpreter: precedence, associativity,
  * unary minus, number syntax, comparisons. */
-TEST(parse_precedence)
-{
+TEST(parse_precedence) {
     static const ScalarCase cases[] = {
-        {"1 + 2 * 3 - -4", 11},   {"10 - 3 - 2", 5},         {"2 - 1 - 1 - 1", -1},
-        {"12 / 2 / 3", 2},        {"2 * 3 + 4 * 5", 26},     {"(1 + 2) * 3", 9},
-        {"-2 * 3", -6},           {"- -2", 2},               {"-(1 + 2)", -3},
-        {"2 * -3", -6},           {"1 + 1 < 3", 1},          {"2 * 2 == 4", 1},
-        {"1 - 2 >= 0", 0},        {"3 != 3", 0},             {"2 <= 2", 1},
-        {"3 > 1 + 1", 1},         {".5 + 1e1 + 2.5e-1", 10.75f}, {"1.5E+1", 15},
-        {"8 / 2 * 4", 16},        {"pow(2, 3) - 1", 7},      {"-relu(-2) + 1", 1},
+        {"1 + 2 * 3 - -4", 11},
+        {"10 - 3 - 2", 5},
+        {"2 - 1 - 1 - 1", -1},
+        {"12 / 2 / 3", 2},
+        {"2 * 3 + 4 * 5", 26},
+        {"(1 + 2) * 3", 9},
+        {"-2 * 3", -6},
+        {"- -2", 2},
+        {"-(1 + 2)", -3},
+        {"2 * -3", -6},
+        {"1 + 1 < 3", 1},
+        {"2 * 2 == 4", 1},
+        {"1 - 2 >= 0", 0},
+        {"3 != 3", 0},
+        {"2 <= 2", 1},
+        {"3 > 1 + 1", 1},
+        {".5 + 1e1 + 2.5e-1", 10.75f},
+        {"1.5E+1", 15},
+        {"8 / 2 * 4", 16},
+        {"pow(2, 3) - 1", 7},
+        {"-relu(-2) + 1", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char src[256];
@@ -279,17 +279,17 @@ TEST(parse_precedence)
     }
 }
 
-TEST(parse_tensor_operators)
-{
+TEST(parse_tensor_operators) {
     float a = 10, b = 3, c = 2, x[3] = {1, -2, 3};
     void *in[4] = {&a, &b, &c, x};
     kiln_tensor out[4];
     int n = run("input a: f32[]\ninput b: f32[]\ninput c: f32[]\ninput x: f32[3]\n"
-                "s = a - b - c\n"      /* left-assoc: 5, not 9 */
+                "s = a - b - c\n" /* left-assoc: 5, not 9 */
                 "d = a / b / c\n"
                 "n = -x * 2\n"
                 "k = x > 0\n"
-                "output s, d, n, k\n", in, out);
+                "output s, d, n, k\n",
+                in, out);
     CHECK(n == 4);
     EXPECT(at(&out[0], 0) == 5.0f, "a - b - c = %g", at(&out[0], 0));
     EXPECT(at(&out[1], 0) == 10.0f / 3.0f / 2.0f, "a / b / c = %g", at(&out[1], 0));
@@ -302,8 +302,7 @@ TEST(parse_tensor_operators)
 
 /* '@' binds like '*': b + x @ w is b + (x @ w); (b + x) @ w would not
  * broadcast [4] against [2, 3]. */
-TEST(parse_matmul_operator)
-{
+TEST(parse_matmul_operator) {
     kiln_graph *g = parse_ok("input x: f32[2, 3]\ninput w: f32[3, 4]\ninput b: f32[4]\n"
                              "y = b + x @ w * 2\noutput y\n");
     CHECK(g);
@@ -312,8 +311,7 @@ TEST(parse_matmul_operator)
     kiln_graph_free(g);
 }
 
-TEST(parse_comments_and_lines)
-{
+TEST(parse_comments_and_lines) {
     kiln_graph *g = parse_ok("# a program\n"
                              "\n"
                              "   \t\n"
@@ -342,67 +340,114 @@ typedef struct {
     const char *expr, *shape;
 } ShapeCase;
 
-static const char PRELUDE[] =
-    "input x: f32[2, 3]\n"
-    "input x4: f32[2, 3, 4, 5]\n"
-    "input m: bool[2, 3]\n"
-    "input v: f32[3]\n"
-    "input img: f32[1, 2, 5, 5]\n"
-    "input k: f32[4, 2, 3, 3]\n"
-    "input kg: f32[4, 1, 3, 3]\n"
-    "input kb: f32[4]\n"
-    "input c: f32[2]\n";
+static const char PRELUDE[] = "input x: f32[2, 3]\n"
+                              "input x4: f32[2, 3, 4, 5]\n"
+                              "input m: bool[2, 3]\n"
+                              "input v: f32[3]\n"
+                              "input img: f32[1, 2, 5, 5]\n"
+                              "input k: f32[4, 2, 3, 3]\n"
+                              "input kg: f32[4, 1, 3, 3]\n"
+                              "input kb: f32[4]\n"
+                              "input c: f32[2]\n";
 
 static const ShapeCase SHAPES[] = {
-    {"neg(x)", "[2, 3]"}, {"abs(x)", "[2, 3]"}, {"relu(x)", "[2, 3]"}, {"sigmoid(x)", "[2, 3]"},
-    {"tanh(x)", "[2, 3]"}, {"exp(x)", "[2, 3]"}, {"log(x)", "[2, 3]"}, {"sqrt(x)", "[2, 3]"},
-    {"rsqrt(x)", "[2, 3]"}, {"sin(x)", "[2, 3]"}, {"cos(x)", "[2, 3]"}, {"erf(x)", "[2, 3]"},
-    {"gelu(x)", "[2, 3]"}, {"silu(x)", "[2, 3]"}, {"floor(x)", "[2, 3]"}, {"ceil(x)", "[2, 3]"},
-    {"reciprocal(x)", "[2, 3]"}, {"logical_not(m)", "[2, 3]"}, {"contiguous(x)", "[2, 3]"},
+    {"neg(x)", "[2, 3]"},
+    {"abs(x)", "[2, 3]"},
+    {"relu(x)", "[2, 3]"},
+    {"sigmoid(x)", "[2, 3]"},
+    {"tanh(x)", "[2, 3]"},
+    {"exp(x)", "[2, 3]"},
+    {"log(x)", "[2, 3]"},
+    {"sqrt(x)", "[2, 3]"},
+    {"rsqrt(x)", "[2, 3]"},
+    {"sin(x)", "[2, 3]"},
+    {"cos(x)", "[2, 3]"},
+    {"erf(x)", "[2, 3]"},
+    {"gelu(x)", "[2, 3]"},
+    {"silu(x)", "[2, 3]"},
+    {"floor(x)", "[2, 3]"},
+    {"ceil(x)", "[2, 3]"},
+    {"reciprocal(x)", "[2, 3]"},
+    {"logical_not(m)", "[2, 3]"},
+    {"contiguous(x)", "[2, 3]"},
     {"relu(input=x)", "[2, 3]"},
-    {"add(x, v)", "[2, 3]"}, {"sub(1, x)", "[2, 3]"}, {"mul(x, 2.5)", "[2, 3]"},
-    {"div(v, x)", "[2, 3]"}, {"pow(x, 2)", "[2, 3]"}, {"maximum(x, 0)", "[2, 3]"},
-    {"minimum(x, v)", "[2, 3]"}, {"lt(x, 0)", "[2, 3]"}, {"le(x, v)", "[2, 3]"},
-    {"gt(x, 1)", "[2, 3]"}, {"ge(x, v)", "[2, 3]"}, {"eq(x, x)", "[2, 3]"},
-    {"ne(x, 0)", "[2, 3]"}, {"add(input=x, other=1)", "[2, 3]"}, {"add(1, 2)", "[]"},
-    {"where(m, x, 0)", "[2, 3]"}, {"where(x > 0, v, x)", "[2, 3]"},
+    {"add(x, v)", "[2, 3]"},
+    {"sub(1, x)", "[2, 3]"},
+    {"mul(x, 2.5)", "[2, 3]"},
+    {"div(v, x)", "[2, 3]"},
+    {"pow(x, 2)", "[2, 3]"},
+    {"maximum(x, 0)", "[2, 3]"},
+    {"minimum(x, v)", "[2, 3]"},
+    {"lt(x, 0)", "[2, 3]"},
+    {"le(x, v)", "[2, 3]"},
+    {"gt(x, 1)", "[2, 3]"},
+    {"ge(x, v)", "[2, 3]"},
+    {"eq(x, x)", "[2, 3]"},
+    {"ne(x, 0)", "[2, 3]"},
+    {"add(input=x, other=1)", "[2, 3]"},
+    {"add(1, 2)", "[]"},
+    {"where(m, x, 0)", "[2, 3]"},
+    {"where(x > 0, v, x)", "[2, 3]"},
     {"where(condition=m, input=1, other=v)", "[2, 3]"},
-    {"clamp(x, min=0)", "[2, 3]"}, {"clamp(x, max=1)", "[2, 3]"}, {"clamp(x, -1, 1)", "[2, 3]"},
+    {"clamp(x, min=0)", "[2, 3]"},
+    {"clamp(x, max=1)", "[2, 3]"},
+    {"clamp(x, -1, 1)", "[2, 3]"},
     {"clamp(x, None, 1)", "[2, 3]"},
-    {"sum(x)", "[]"}, {"sum(x, 1)", "[2]"}, {"sum(x, dim=[0, 1])", "[]"},
-    {"sum(x, 1, true)", "[2, 1]"}, {"sum(x4, dim=[1, -1])", "[2, 4]"},
-    {"sum(x, dim=None, keepdim=true)", "[1, 1]"}, {"mean(x, 0)", "[3]"},
-    {"amax(x4, dim=2, keepdim=true)", "[2, 3, 1, 5]"}, {"amin(x, -1)", "[2]"},
+    {"sum(x)", "[]"},
+    {"sum(x, 1)", "[2]"},
+    {"sum(x, dim=[0, 1])", "[]"},
+    {"sum(x, 1, true)", "[2, 1]"},
+    {"sum(x4, dim=[1, -1])", "[2, 4]"},
+    {"sum(x, dim=None, keepdim=true)", "[1, 1]"},
+    {"mean(x, 0)", "[3]"},
+    {"amax(x4, dim=2, keepdim=true)", "[2, 3, 1, 5]"},
+    {"amin(x, -1)", "[2]"},
     {"prod(x, dim=0)", "[3]"},
-    {"softmax(x, 1)", "[2, 3]"}, {"softmax(x4, dim=-1)", "[2, 3, 4, 5]"},
+    {"softmax(x, 1)", "[2, 3]"},
+    {"softmax(x4, dim=-1)", "[2, 3, 4, 5]"},
     {"log_softmax(x, dim=0)", "[2, 3]"},
-    {"layer_norm(x, 3)", "[2, 3]"}, {"layer_norm(x4, [4, 5], eps=1e-6)", "[2, 3, 4, 5]"},
-    {"layer_norm(x, [3], v, v)", "[2, 3]"}, {"layer_norm(x, [3], bias=v)", "[2, 3]"},
+    {"layer_norm(x, 3)", "[2, 3]"},
+    {"layer_norm(x4, [4, 5], eps=1e-6)", "[2, 3, 4, 5]"},
+    {"layer_norm(x, [3], v, v)", "[2, 3]"},
+    {"layer_norm(x, [3], bias=v)", "[2, 3]"},
     {"batch_norm(img, c, c)", "[1, 2, 5, 5]"},
     {"batch_norm(img, c, c, c, c, 1e-3)", "[1, 2, 5, 5]"},
     {"batch_norm(img, running_mean=c, running_var=c, weight=c, training=false)", "[1, 2, 5, 5]"},
-    {"transpose(x, 0, 1)", "[3, 2]"}, {"transpose(x4, dim0=1, dim1=-1)", "[2, 5, 4, 3]"},
-    {"permute(x4, [3, 2, 1, 0])", "[5, 4, 3, 2]"}, {"permute(x4, 0, 2, 1, 3)", "[2, 4, 3, 5]"},
+    {"transpose(x, 0, 1)", "[3, 2]"},
+    {"transpose(x4, dim0=1, dim1=-1)", "[2, 5, 4, 3]"},
+    {"permute(x4, [3, 2, 1, 0])", "[5, 4, 3, 2]"},
+    {"permute(x4, 0, 2, 1, 3)", "[2, 4, 3, 5]"},
     {"permute(x, dims=[1, 0])", "[3, 2]"},
-    {"reshape(x, [3, 2])", "[3, 2]"}, {"reshape(x, 6)", "[6]"}, {"reshape(x, -1)", "[6]"},
-    {"reshape(x4, 6, -1)", "[6, 20]"}, {"reshape(x, shape=[1, 6])", "[1, 6]"},
-    {"expand(v, [2, 3])", "[2, 3]"}, {"expand(v, 4, 3)", "[4, 3]"},
+    {"reshape(x, [3, 2])", "[3, 2]"},
+    {"reshape(x, 6)", "[6]"},
+    {"reshape(x, -1)", "[6]"},
+    {"reshape(x4, 6, -1)", "[6, 20]"},
+    {"reshape(x, shape=[1, 6])", "[1, 6]"},
+    {"expand(v, [2, 3])", "[2, 3]"},
+    {"expand(v, 4, 3)", "[4, 3]"},
     {"expand(x, size=[5, -1, 3])", "[5, 2, 3]"},
-    {"slice(x, 1, 0, 2)", "[2, 2]"}, {"slice(x, 1, 0, 3, 2)", "[2, 2]"},
-    {"slice(x, dim=0, start=1, end=2)", "[1, 3]"}, {"slice(x, -1, -2, 100)", "[2, 2]"},
-    {"matmul(x, transpose(x, 0, 1))", "[2, 2]"}, {"matmul(input=v, other=v)", "[]"},
+    {"slice(x, 1, 0, 2)", "[2, 2]"},
+    {"slice(x, 1, 0, 3, 2)", "[2, 2]"},
+    {"slice(x, dim=0, start=1, end=2)", "[1, 3]"},
+    {"slice(x, -1, -2, 100)", "[2, 2]"},
+    {"matmul(x, transpose(x, 0, 1))", "[2, 2]"},
+    {"matmul(input=v, other=v)", "[]"},
     {"x @ reshape(v, [3, 1])", "[2, 1]"},
-    {"conv2d(img, k)", "[1, 4, 3, 3]"}, {"conv2d(img, k, kb, padding=1)", "[1, 4, 5, 5]"},
+    {"conv2d(img, k)", "[1, 4, 3, 3]"},
+    {"conv2d(img, k, kb, padding=1)", "[1, 4, 5, 5]"},
     {"conv2d(img, k, None, 2, 1)", "[1, 4, 3, 3]"},
     {"conv2d(img, k, stride=[1, 2], padding=[1, 0])", "[1, 4, 5, 2]"},
-    {"conv2d(img, k, dilation=2)", "[1, 4, 1, 1]"}, {"conv2d(img, kg, groups=2)", "[1, 4, 3, 3]"},
-    {"rand_like(x)", "[2, 3]"}, {"rand_like(x, seed=3)", "[2, 3]"}, {"rand_like(x, 3)", "[2, 3]"},
-    {"dropout(x)", "[2, 3]"}, {"dropout(x, 0.2, 7)", "[2, 3]"},
+    {"conv2d(img, k, dilation=2)", "[1, 4, 1, 1]"},
+    {"conv2d(img, kg, groups=2)", "[1, 4, 3, 3]"},
+    {"rand_like(x)", "[2, 3]"},
+    {"rand_like(x, seed=3)", "[2, 3]"},
+    {"rand_like(x, 3)", "[2, 3]"},
+    {"dropout(x)", "[2, 3]"},
+    {"dropout(x, 0.2, 7)", "[2, 3]"},
     {"dropout(x, p=0.1, training=true)", "[2, 3]"},
 };
 
-TEST(parse_every_function)
-{
+TEST(parse_every_function) {
     for (size_t i = 0; i < sizeof SHAPES / sizeof SHAPES[0]; i++) {
         char src[1024], shape[64];
         snprintf(src, sizeof src, "%sy = %s\noutput y\n", PRELUDE, SHAPES[i].expr);
@@ -417,15 +462,17 @@ TEST(parse_every_function)
 }
 
 /* Each function of the language appears in SHAPES (the table is complete). */
-TEST(parse_every_function_listed)
-{
+TEST(parse_every_function_listed) {
     static const char *const names[] = {
-        "neg", "abs", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "sin", "cos",
-        "erf", "gelu", "silu", "floor", "ceil", "reciprocal", "logical_not", "contiguous", "add",
-        "sub", "mul", "div", "pow", "maximum", "minimum", "lt", "le", "gt", "ge", "eq", "ne",
-        "where", "clamp", "sum", "mean", "amax", "amin", "prod", "softmax", "log_softmax",
-        "layer_norm", "batch_norm", "transpose", "permute", "reshape", "expand", "slice",
-        "matmul", "conv2d", "rand_like", "dropout"};
+        "neg",        "abs",       "relu",      "sigmoid", "tanh",        "exp",
+        "log",        "sqrt",      "rsqrt",     "sin",     "cos",         "erf",
+        "gelu",       "silu",      "floor",     "ceil",    "reciprocal",  "logical_not",
+        "contiguous", "add",       "sub",       "mul",     "div",         "pow",
+        "maximum",    "minimum",   "lt",        "le",      "gt",          "ge",
+        "eq",         "ne",        "where",     "clamp",   "sum",         "mean",
+        "amax",       "amin",      "prod",      "softmax", "log_softmax", "layer_norm",
+        "batch_norm", "transpose", "permute",   "reshape", "expand",      "slice",
+        "matmul",     "conv2d",    "rand_like", "dropout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t len = strlen(names[i]);
         bool found = false;
@@ -436,8 +483,7 @@ TEST(parse_every_function_listed)
 }
 
 /* Keyword and positional spellings build the same computation. */
-TEST(parse_keyword_positional)
-{
+TEST(parse_keyword_positional) {
     float x[6] = {1, -2, 3, 0.5f, 5, -6}, img[50], k[72];
     for (int i = 0; i < 50; i++) img[i] = (float)(i % 7) - 3;
     for (int i = 0; i < 72; i++) k[i] = (float)(i % 5) * 0.25f - 0.5f;
@@ -456,11 +502,12 @@ TEST(parse_keyword_positional)
         {"dropout(x, 0.5, 3)", "dropout(x, seed=3, training=true)"},
         {"x + 1", "add(x, 1)"},
         {"x @ transpose(x, 0, 1)", "matmul(x, transpose(x, 0, 1))"},
-        {"x", "dropout(x, p=0.3, training=false)"},   /* eval mode: identity */
+        {"x", "dropout(x, p=0.3, training=false)"}, /* eval mode: identity */
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
         char a[512], b[512];
-        const char *head = "input x: f32[2, 3]\ninput img: f32[1, 2, 5, 5]\ninput k: f32[4, 2, 3, 3]\n";
+        const char *head =
+            "input x: f32[2, 3]\ninput img: f32[1, 2, 5, 5]\ninput k: f32[4, 2, 3, 3]\n";
         snprintf(a, sizeof a, "%sy = %s\noutput y\n", head, pairs[i][0]);
         snprintf(b, sizeof b, "%sy = %s\noutput y\n", head, pairs[i][1]);
         EXPECT(same_results(a, b, in), "%s differs from %s", pairs[i][0], pairs[i][1]);
@@ -468,8 +515,7 @@ TEST(parse_keyword_positional)
 }
 
 /* Nesting up to the limit parses; past it is an error, not a stack overflow. */
-TEST(parse_deep_nesting)
-{
+TEST(parse_deep_nesting) {
     char src[2048];
     int n = snprintf(src, sizeof src, "y = ");
     for (int i = 0; i < 150; i++) src[n++] = '(';
@@ -491,21 +537,20 @@ TEST(parse_deep_nesting)
 
 /* ---- errors ------------------------------------------------------------------ */
 
-TEST(parse_error_tokens)
-{
+TEST(parse_error_tokens) {
     static const ErrCase cases[] = {
-        {"input x: f32[2]\ny = x $ 1\noutput y",
-         "t.kiln:2:7: error: unexpected character '$'", "      ^"},
-        {"input x: f32[2]\n\ty =\tx ! 1\noutput y",
-         "t.kiln:2:8: error: unexpected character '!'", "\t   \t  ^"},
+        {"input x: f32[2]\ny = x $ 1\noutput y", "t.kiln:2:7: error: unexpected character '$'",
+         "      ^"},
+        {"input x: f32[2]\n\ty =\tx ! 1\noutput y", "t.kiln:2:8: error: unexpected character '!'",
+         "\t   \t  ^"},
         {"y = 1 \x01\n", "t.kiln:1:7: error: unexpected character '\\x01'", "      ^"},
         {"y = 1abc\noutput y", "t.kiln:1:5: error: invalid number '1abc'", "    ^"},
         {"y = 1.2.3\noutput y", "t.kiln:1:5: error: invalid number '1.2.3'", "    ^"},
         {"y = 99999999999999999999\n",
          "t.kiln:1:5: error: integer literal '99999999999999999999' is too large", "    ^"},
         {"y = 1e999\n", "t.kiln:1:5: error: number '1e999' is out of range", "    ^"},
-        {"weight w: f32[2] = file(\"w.npy)\noutput w",
-         "t.kiln:1:25: error: unterminated string", "                        ^"},
+        {"weight w: f32[2] = file(\"w.npy)\noutput w", "t.kiln:1:25: error: unterminated string",
+         "                        ^"},
         /* a bad token after a syntax error: the syntax error comes first */
         {"y = (\n$", "t.kiln:2:1: error: unexpected character '$'", "^"},
         {"y = )\n$", "t.kiln:1:5: error: expected expression", "    ^"},
@@ -513,20 +558,19 @@ TEST(parse_error_tokens)
     EXPECT_ERRORS(cases);
 }
 
-TEST(parse_error_syntax)
-{
+TEST(parse_error_syntax) {
     static const ErrCase cases[] = {
         {"input x: f32[2]\ny = relu(x x)\noutput y",
          "t.kiln:2:12: error: expected ')' after arguments", "           ^"},
-        {"input x: f32[2]\ny = relu(x\noutput y",
-         "t.kiln:3:1: error: expected ')' after arguments", "^"},
+        {"input x: f32[2]\ny = relu(x\noutput y", "t.kiln:3:1: error: expected ')' after arguments",
+         "^"},
         {"input x: f32[2]\ny = \noutput y", "t.kiln:2:5: error: expected expression", "    ^"},
         {"y = 1 + # nothing\n", "t.kiln:1:9: error: expected expression", "        ^"},
         {"y = (1 + 2", "t.kiln:1:11: error: expected ')'", "          ^"},
         {"y = reshape(1, [1, 2)\n", "t.kiln:1:21: error: expected ']' after list elements",
          "                    ^"},
-        {"input x: f32[2]\ny = x x\n", "t.kiln:2:7: error: expected end of line after the statement",
-         "      ^"},
+        {"input x: f32[2]\ny = x x\n",
+         "t.kiln:2:7: error: expected end of line after the statement", "      ^"},
         {"input x: f32[2]\ny = x)\n", "t.kiln:2:6: error: unmatched ')'", "     ^"},
         {"input x: f32[2]\nrelu(x)\n", "t.kiln:2:5: error: expected '=' after 'relu'", "    ^"},
         {"1 + 2\n", "t.kiln:1:1: error: expected a statement", "^"},
@@ -537,7 +581,8 @@ TEST(parse_error_syntax)
         {"input x: f32 2\n", "t.kiln:1:14: error: expected '[' after the dtype", "             ^"},
         {"input x: f32[2 3]\n", "t.kiln:1:16: error: expected ',' or ']' in the shape",
          "               ^"},
-        {"weight w: f32[2]\n", "t.kiln:1:17: error: expected '=' and an initializer after the weight type",
+        {"weight w: f32[2]\n",
+         "t.kiln:1:17: error: expected '=' and an initializer after the weight type",
          "                ^"},
         {"weight w: f32[2] = randn()\n", "t.kiln:1:26: error: expected an integer seed",
          "                         ^"},
@@ -549,14 +594,12 @@ TEST(parse_error_syntax)
         {"input x: f32[2]\noutput x,\n", "t.kiln:2:10: error: expected a name after ','",
          "         ^"},
         {"input x: f32[2]\ny = sum(x, dim=0, 1)\n",
-         "t.kiln:2:19: error: positional argument follows keyword argument",
-         "                  ^"},
+         "t.kiln:2:19: error: positional argument follows keyword argument", "                  ^"},
     };
     EXPECT_ERRORS(cases);
 }
 
-TEST(parse_error_calls)
-{
+TEST(parse_error_calls) {
     static const ErrCase cases[] = {
         {"input x: f32[2]\ny = foo(x)\n", "t.kiln:2:5: error: unknown function 'foo'", "    ^"},
         {"input x: f32[2]\ny = x(1)\n", "t.kiln:2:5: error: unknown function 'x'", "    ^"},
@@ -592,8 +635,7 @@ TEST(parse_error_calls)
          "t.kiln:2:16: error: argument 'dim' of sum must be an int, a list of ints or None, got a tensor",
          "               ^"},
         {"y = relu([1, 2])\n",
-         "t.kiln:1:10: error: argument 'input' of relu must be a tensor, got a list",
-         "         ^"},
+         "t.kiln:1:10: error: argument 'input' of relu must be a tensor, got a list", "         ^"},
         {"y = relu(None)\n",
          "t.kiln:1:10: error: argument 'input' of relu must be a tensor, got None", "         ^"},
         {"input x: f32[2]\ny = clamp(x, min=true)\n",
@@ -610,7 +652,8 @@ TEST(parse_error_calls)
          "t.kiln:2:19: error: argument 'dims' of permute must be a list of ints, got a tensor",
          "                  ^"},
         {"input x: f32[2]\ny = permute(x, [0], 1)\n",
-         "t.kiln:2:21: error: permute takes 2 positional arguments, got 3", "                    ^"},
+         "t.kiln:2:21: error: permute takes 2 positional arguments, got 3",
+         "                    ^"},
         {"input x: f32[1, 1, 4, 4]\ninput k: f32[1, 1, 1, 1]\ny = conv2d(x, k, stride=[1, 2, 3])\n",
          "t.kiln:3:25: error: argument 'stride' of conv2d must be an int or a list of 2 ints",
          "                        ^"},
@@ -624,8 +667,7 @@ TEST(parse_error_calls)
     EXPECT_ERRORS(cases);
 }
 
-TEST(parse_error_values)
-{
+TEST(parse_error_values) {
     static const ErrCase cases[] = {
         {"y = true\noutput y\n", "t.kiln:1:5: error: expected a tensor, got a boolean", "    ^"},
         {"y = [1, 2]\noutput y\n", "t.kiln:1:5: error: expected a tensor, got a list", "    ^"},
@@ -636,8 +678,7 @@ TEST(parse_error_values)
     EXPECT_ERRORS(cases);
 }
 
-TEST(parse_error_names)
-{
+TEST(parse_error_names) {
     static const ErrCase cases[] = {
         {"input x: f32[2]\ny = x + z\noutput y", "t.kiln:2:9: error: undefined name 'z'",
          "        ^"},
@@ -645,16 +686,15 @@ TEST(parse_error_names)
         {"input x: f32[2]\ny = relu\n", "t.kiln:2:5: error: undefined name 'relu'", "    ^"},
         {"input x: f32[2]\ny = x + 1\ny = x * 2\n",
          "t.kiln:3:1: error: 'y' is already defined (at line 2)", "^"},
-        {"input x: f32[2]\n\nx = x + 1\n",
-         "t.kiln:3:1: error: 'x' is already defined (at line 1)", "^"},
+        {"input x: f32[2]\n\nx = x + 1\n", "t.kiln:3:1: error: 'x' is already defined (at line 1)",
+         "^"},
         {"input x: f32[2]\nweight x: f32[2] = ones\n",
          "t.kiln:2:8: error: 'x' is already defined (at line 1)", "       ^"},
         {"input x: f32[2]\ninput x: bool[2]\n",
          "t.kiln:2:7: error: 'x' is already defined (at line 1)", "      ^"},
         {"true = 1\n", "t.kiln:1:1: error: 'true' is a reserved word", "^"},
         {"input None: f32[2]\n", "t.kiln:1:7: error: 'None' is a reserved word", "      ^"},
-        {"input x: f32[2]\noutput x, q\n", "t.kiln:2:11: error: undefined name 'q'",
-         "          ^"},
+        {"input x: f32[2]\noutput x, q\n", "t.kiln:2:11: error: undefined name 'q'", "          ^"},
         {"input x: f32[2]\noutput x\noutput x\n", "t.kiln:3:8: error: 'x' is already an output",
          "       ^"},
         {"input x: f32[2]\noutput x, x\n", "t.kiln:2:11: error: 'x' is already an output",
@@ -663,8 +703,7 @@ TEST(parse_error_names)
     EXPECT_ERRORS(cases);
 }
 
-TEST(parse_error_types)
-{
+TEST(parse_error_types) {
     static const ErrCase cases[] = {
         {"input x: f16[2]\n", "t.kiln:1:10: error: unknown dtype 'f16'", "         ^"},
         {"input x: f64[2]\n",
@@ -698,8 +737,7 @@ TEST(parse_error_types)
     EXPECT_ERRORS(cases);
 }
 
-TEST(parse_error_program)
-{
+TEST(parse_error_program) {
     static const ErrCase cases[] = {
         {"", "t.kiln:1:1: error: empty program: no statements", "^"},
         {"# only a comment\n\n", "t.kiln:1:1: error: empty program: no statements", "^"},
@@ -717,18 +755,27 @@ typedef struct {
     kiln_value (*direct)(kiln_graph *g, kiln_value a, kiln_value b);
 } BuilderCase;
 
-static kiln_value add_direct(kiln_graph *g, kiln_value a, kiln_value b) { return kiln_binary(g, "add", a, b); }
-static kiln_value mm_direct(kiln_graph *g, kiln_value a, kiln_value b) { (void)b; return kiln_matmul(g, a, a); }
-static kiln_value softmax_direct(kiln_graph *g, kiln_value a, kiln_value b) { (void)b; return kiln_softmax(g, a, 5); }
-static kiln_value neg_direct(kiln_graph *g, kiln_value a, kiln_value b) { (void)a; return kiln_unary(g, "neg", b); }
-static kiln_value conv_direct(kiln_graph *g, kiln_value a, kiln_value b)
-{
+static kiln_value add_direct(kiln_graph *g, kiln_value a, kiln_value b) {
+    return kiln_binary(g, "add", a, b);
+}
+static kiln_value mm_direct(kiln_graph *g, kiln_value a, kiln_value b) {
+    (void)b;
+    return kiln_matmul(g, a, a);
+}
+static kiln_value softmax_direct(kiln_graph *g, kiln_value a, kiln_value b) {
+    (void)b;
+    return kiln_softmax(g, a, 5);
+}
+static kiln_value neg_direct(kiln_graph *g, kiln_value a, kiln_value b) {
+    (void)a;
+    return kiln_unary(g, "neg", b);
+}
+static kiln_value conv_direct(kiln_graph *g, kiln_value a, kiln_value b) {
     kiln_conv_params p = kiln_conv_defaults();
     return kiln_conv2d(g, a, b, KILN_NONE, &p);
 }
 
-TEST(parse_error_builder)
-{
+TEST(parse_error_builder) {
     static const BuilderCase cases[] = {
         {"input a: f32[2, 3]\ninput b: bool[4]\ny = a + b\noutput y\n", 3, 7, add_direct},
         {"input a: f32[2, 3]\ninput b: bool[4]\ny = a @ a\noutput y\n", 3, 7, mm_direct},
@@ -740,21 +787,22 @@ TEST(parse_error_builder)
         const BuilderCase *c = &cases[i];
         kiln_graph *d = kiln_graph_new();
         int64_t sa[2] = {2, 3}, sb[1] = {4};
-        kiln_value a = kiln_input(d, "a", KILN_F32, 2, sa), b = kiln_input(d, "b", KILN_BOOL, 1, sb);
+        kiln_value a = kiln_input(d, "a", KILN_F32, 2, sa),
+                   b = kiln_input(d, "b", KILN_BOOL, 1, sb);
         EXPECT(c->direct(d, a, b) == KILN_NONE, "case %zu builds", i);
         char first[1200], caret[64];
         snprintf(first, sizeof first, "t.kiln:%d:%d: error: %s", c->line, c->col, kiln_error(d));
         memset(caret, ' ', (size_t)c->col - 1);
         snprintf(caret + c->col - 1, sizeof caret - (size_t)c->col + 1, "^");
-        EXPECT(kiln_error(d)[0] && !strchr(kiln_error(d), '\n'), "builder message [%s]", kiln_error(d));
+        EXPECT(kiln_error(d)[0] && !strchr(kiln_error(d), '\n'), "builder message [%s]",
+               kiln_error(d));
         ErrCase e = {c->src, first, caret};
         expect_error(&e);
         kiln_graph_free(d);
     }
 }
 
-TEST(parse_error_weight_file)
-{
+TEST(parse_error_weight_file) {
     char dir[512], path[600], err[256], src[1024], first[1200];
     snprintf(dir, sizeof dir, "%s/parse_error_weight_file", test_tmpdir());
     mkdir(dir, 0755);
@@ -765,7 +813,9 @@ TEST(parse_error_weight_file)
     CHECK(kiln_npy_write(path, &w64, err, sizeof err) == KILN_OK);
     snprintf(path, sizeof path, "%s/w32.npy", dir);
     CHECK(kiln_npy_write(path, &w32, err, sizeof err) == KILN_OK);
-    static const struct { const char *decl, *fmt, *caret; } cases[] = {
+    static const struct {
+        const char *decl, *fmt, *caret;
+    } cases[] = {
         {"f32[2, 3] = file(\"w64.npy\")",
          "%s/p.kiln:2:28: error: %s/w64.npy holds f64 data, weight 'w' must be f32",
          "                           ^"},
@@ -792,16 +842,15 @@ TEST(parse_error_weight_file)
     kiln_graph *g = kiln_graph_new();
     CHECK(kiln_parse_file(g, path) == KILN_ERR_INPUT);
     snprintf(first, sizeof first, "%s/p.kiln:1:25: error: cannot load weight 'w': ", dir);
-    CHECKF(!strncmp(kiln_error(g), first, strlen(first)) && strstr(kiln_error(g), "nope.npy"),
-           "%s", kiln_error(g));
+    CHECKF(!strncmp(kiln_error(g), first, strlen(first)) && strstr(kiln_error(g), "nope.npy"), "%s",
+           kiln_error(g));
     CHECKF(strstr(kiln_error(g), "\n                        ^"), "%s", kiln_error(g));
     kiln_graph_free(g);
 }
 
 /* A long line is shown as a window around the column; the caret still
  * points at the culprit and LINE:COL stay exact. */
-TEST(parse_error_long_line)
-{
+TEST(parse_error_long_line) {
     char src[1024], first[64];
     int n = snprintf(src, sizeof src, "input x: f32[2]\ny = ");
     for (int i = 0; i < 100; i++) n += snprintf(src + n, sizeof src - (size_t)n, "x + ");
@@ -819,8 +868,7 @@ TEST(parse_error_long_line)
     kiln_graph_free(g);
 }
 
-TEST(parse_error_missing_file)
-{
+TEST(parse_error_missing_file) {
     kiln_graph *g = kiln_graph_new();
     CHECK(kiln_parse_file(g, "/nonexistent/prog.kiln") == KILN_ERR_INPUT);
     CHECKF(!strcmp(kiln_error(g), "cannot read /nonexistent/prog.kiln: No such file or directory"),
@@ -836,12 +884,14 @@ TEST(parse_error_missing_file)
 
 /* ---- allocation failures -------------------------------------------------------- */
 
-static long alloc_budget;   /* allocations left before failing; < 0: unlimited */
+static long alloc_budget; /* allocations left before failing; < 0: unlimited */
 
-static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize)
-{
+static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize) {
     (void)ud, (void)oldsize;
-    if (newsize == 0) { free(ptr); return NULL; }
+    if (newsize == 0) {
+        free(ptr);
+        return NULL;
+    }
     if (alloc_budget == 0) return NULL;
     if (alloc_budget > 0) alloc_budget--;
     return realloc(ptr, newsize);
@@ -849,8 +899,7 @@ static void *failing_alloc(void *ud, void *ptr, size_t oldsize, size_t newsize)
 
 /* Make the n-th allocation fail for n = 0, 1, ...: each failure is
  * KILN_ERR_NOMEM (never a crash or a wrong error), and ASan sees no leak. */
-TEST(parse_nomem)
-{
+TEST(parse_nomem) {
     const char *src = "input x: f32[2, 3]\nweight w: f32[3, 4] = randn(1)\n"
                       "t = relu(x @ w + 1)\ns = sum(t, dim=1)\noutput t, s\n";
     kiln_set_allocator(failing_alloc, NULL);
@@ -863,7 +912,8 @@ TEST(parse_nomem)
         alloc_budget = n;
         st = kiln_parse(g, src, "t.kiln");
         alloc_budget = -1;
-        EXPECT(st == KILN_OK || st == KILN_ERR_NOMEM, "n=%d: status %d: %s", n, (int)st, kiln_error(g));
+        EXPECT(st == KILN_OK || st == KILN_ERR_NOMEM, "n=%d: status %d: %s", n, (int)st,
+               kiln_error(g));
         kiln_graph_free(g);
     }
     kiln_set_allocator(NULL, NULL);

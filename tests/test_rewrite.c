@@ -11,7 +11,7 @@
  */
 #include "test.h"
 #include "graph/graph.h"
-#include "runtime/runtime.h"   /* plan_build */
+#include "runtime/runtime.h" /* plan_build */
 
 /* One Conv-BN variant. */
 typedef struct {
@@ -23,12 +23,16 @@ typedef struct {
 
 /* Where each parameter lives. */
 enum {
-    P_CONV_W = 1 << 0, P_CONV_B = 1 << 1, P_MEAN = 1 << 2, P_VAR = 1 << 3,
-    P_GAMMA = 1 << 4, P_BETA = 1 << 5,
+    P_CONV_W = 1 << 0,
+    P_CONV_B = 1 << 1,
+    P_MEAN = 1 << 2,
+    P_VAR = 1 << 3,
+    P_GAMMA = 1 << 4,
+    P_BETA = 1 << 5,
     P_BN = P_MEAN | P_VAR | P_GAMMA | P_BETA,
 };
 
-#define MAXP 7   /* x and six parameters */
+#define MAXP 7 /* x and six parameters */
 
 /* Inputs of a built program, in declaration order (x first). */
 typedef struct {
@@ -37,7 +41,7 @@ typedef struct {
 } Bound;
 
 typedef struct {
-    float *data[MAXP];   /* x, w, b, mean, var, gamma, beta */
+    float *data[MAXP]; /* x, w, b, mean, var, gamma, beta */
     int64_t numel[MAXP];
 } Data;
 
@@ -50,7 +54,7 @@ static void make_data(const ConvBn *c, Data *d, uint64_t seed) {
         d->data[k] = malloc(sizeof(float) * (size_t)d->numel[k]);
         kiln_fill_randn(d->data[k], d->numel[k], seed + (uint64_t)k);
     }
-    kiln_fill_rand(d->data[4], c->o, seed + 99);   /* var in [0.25, 1.25) */
+    kiln_fill_rand(d->data[4], c->o, seed + 99); /* var in [0.25, 1.25) */
     for (int64_t i = 0; i < c->o; i++) d->data[4][i] += 0.25f;
 }
 
@@ -80,14 +84,13 @@ static kiln_graph *build(const ConvBn *c, const Data *d, unsigned consts, Bound 
     b->n = 0;
     kiln_value x = param(g, b, "x", 4, xs, d->data[0], false);
     kiln_value w = param(g, b, "w", 4, ws, d->data[1], consts & P_CONV_W);
-    kiln_value bias = c->conv_bias ? param(g, b, "b", 1, os, d->data[2], consts & P_CONV_B)
-                                   : KILN_NONE;
+    kiln_value bias =
+        c->conv_bias ? param(g, b, "b", 1, os, d->data[2], consts & P_CONV_B) : KILN_NONE;
     kiln_value mean = param(g, b, "mean", 1, os, d->data[3], consts & P_MEAN);
     kiln_value var = param(g, b, "var", 1, os, d->data[4], consts & P_VAR);
-    kiln_value gamma = c->gamma ? param(g, b, "gamma", 1, os, d->data[5], consts & P_GAMMA)
-                                : KILN_NONE;
-    kiln_value beta = c->beta ? param(g, b, "beta", 1, os, d->data[6], consts & P_BETA)
-                              : KILN_NONE;
+    kiln_value gamma =
+        c->gamma ? param(g, b, "gamma", 1, os, d->data[5], consts & P_GAMMA) : KILN_NONE;
+    kiln_value beta = c->beta ? param(g, b, "beta", 1, os, d->data[6], consts & P_BETA) : KILN_NONE;
     kiln_conv_params p = {{c->stride, c->stride}, {c->pad, c->pad}, {c->dil, c->dil}, c->groups};
     *conv = kiln_conv2d(g, x, w, bias, &p);
     kiln_value y = kiln_batch_norm(g, *conv, mean, var, gamma, beta, 1e-5);
@@ -107,8 +110,8 @@ static bool close_all(const kiln_tensor *a, const kiln_tensor *b, const char *wh
     const float *pa = a->data, *pb = b->data;
     for (int64_t i = 0; i < n; i++)
         if (!(fabsf(pa[i] - pb[i]) <= 1e-4f * (fabsf(pb[i]) + 1.0f))) {
-            test_failf(__FILE__, __LINE__, "%s: element %lld: %g vs %g", what, (long long)i,
-                       pa[i], pb[i]);
+            test_failf(__FILE__, __LINE__, "%s: element %lld: %g vs %g", what, (long long)i, pa[i],
+                       pb[i]);
             return false;
         }
     return true;
@@ -243,13 +246,15 @@ TEST(rewrite_declined_conv_has_other_users) {
         Bound b;
         kiln_value conv;
         kiln_graph *g = build(c, &d, ~0u, &b, &conv);
-        if (variant == 0) kiln_output(g, kiln_binary(g, "mul", conv, kiln_scalar(g, 2)), "z");
-        else kiln_output(g, conv, "c");
+        if (variant == 0)
+            kiln_output(g, kiln_binary(g, "mul", conv, kiln_scalar(g, 2)), "z");
+        else
+            kiln_output(g, conv, "c");
         kiln_graph *dg = decomposed(g);
-        EXPECT(count_op(dg, OP_RSQRT) == 1 && count_op(dg, OP_CONV2D) == 1,
-               "variant %d folded", variant);
-        EXPECT(has_note(dg, variant ? "is a program output" : "has another user"),
-               "variant %d: %s", variant, dg->notes ? dg->notes->text : "no note");
+        EXPECT(count_op(dg, OP_RSQRT) == 1 && count_op(dg, OP_CONV2D) == 1, "variant %d folded",
+               variant);
+        EXPECT(has_note(dg, variant ? "is a program output" : "has another user"), "variant %d: %s",
+               variant, dg->notes ? dg->notes->text : "no note");
         kiln_graph_free(dg);
         kiln_graph_free(g);
     }
@@ -288,8 +293,8 @@ TEST(rewrite_names_and_dropped_weights) {
     kiln_value m = kiln_weight(g, "m", 1, cs, p), v = kiln_weight(g, "v", 1, cs, p);
     kiln_value y1 = kiln_batch_norm(g, kiln_conv2d(g, xv, wv, KILN_NONE, NULL), m, v, KILN_NONE,
                                     KILN_NONE, 1e-5);
-    kiln_value y2 = kiln_batch_norm(g, kiln_conv2d(g, xv, wv, KILN_NONE, NULL), m, v, taken,
-                                    KILN_NONE, 1e-3);
+    kiln_value y2 =
+        kiln_batch_norm(g, kiln_conv2d(g, xv, wv, KILN_NONE, NULL), m, v, taken, KILN_NONE, 1e-3);
     kiln_output(g, y1, "y1");
     kiln_output(g, y2, "y2");
     kiln_output(g, kiln_binary(g, "add", m, taken), "mt");
@@ -312,13 +317,17 @@ TEST(rewrite_names_and_dropped_weights) {
     CHECKF(kiln_interpret(g, &in, out) == KILN_OK, "%s", kiln_error(g));
     float *y = out[0].data, *y2d = out[1].data;
     for (int o = 0; o < 3; o++) {
-        double acc = 0;   /* output (o, 1, 1): the full 3x3 window at the top left */
+        double acc = 0; /* output (o, 1, 1): the full 3x3 window at the top left */
         for (int ci = 0; ci < 2; ci++)
             for (int i = 0; i < 3; i++)
-                for (int j = 0; j < 3; j++) acc += (double)x[ci * 25 + i * 5 + j] * w[((o * 2 + ci) * 3 + i) * 3 + j];
-        double want1 = (acc - p[o]) / sqrt(p[o] + 1e-5), want2 = (acc - p[o]) / sqrt(p[o] + 1e-3) * p[o];
-        EXPECT(fabs(y[o * 9] - want1) <= 1e-4 * (fabs(want1) + 1), "y1[%d] %g vs %g", o, y[o * 9], want1);
-        EXPECT(fabs(y2d[o * 9] - want2) <= 1e-4 * (fabs(want2) + 1), "y2[%d] %g vs %g", o, y2d[o * 9], want2);
+                for (int j = 0; j < 3; j++)
+                    acc += (double)x[ci * 25 + i * 5 + j] * w[((o * 2 + ci) * 3 + i) * 3 + j];
+        double want1 = (acc - p[o]) / sqrt(p[o] + 1e-5),
+               want2 = (acc - p[o]) / sqrt(p[o] + 1e-3) * p[o];
+        EXPECT(fabs(y[o * 9] - want1) <= 1e-4 * (fabs(want1) + 1), "y1[%d] %g vs %g", o, y[o * 9],
+               want1);
+        EXPECT(fabs(y2d[o * 9] - want2) <= 1e-4 * (fabs(want2) + 1), "y2[%d] %g vs %g", o,
+               y2d[o * 9], want2);
     }
     for (int i = 0; i < 3; i++) kiln_tensor_free(&out[i]);
     kiln_graph_free(dg);
@@ -368,7 +377,8 @@ TEST(rewrite_example_program) {
 /* Out of memory anywhere in the fold: a clean KILN_ERR_NOMEM, nothing leaked. */
 static struct { long budget, live; } hook;
 static void *failing_alloc(void *ud, void *ptr, size_t old, size_t n) {
-    (void)ud; (void)old;
+    (void)ud;
+    (void)old;
     if (n == 0) {
         if (ptr) hook.live--;
         free(ptr);
@@ -398,8 +408,10 @@ TEST(rewrite_nomem) {
         hook.budget = n;
         kiln_status st = dec_run(g, dg);
         hook.budget = -1;
-        if (st == KILN_OK) done = is_folded(dg, c) ? 1 : -1;
-        else failures++;
+        if (st == KILN_OK)
+            done = is_folded(dg, c) ? 1 : -1;
+        else
+            failures++;
         EXPECT(st == KILN_OK || st == KILN_ERR_NOMEM, "n=%ld: status %d", n, (int)st);
         kiln_graph_free(dg);
         EXPECT(hook.live == before, "n=%ld: %ld blocks leaked", n, hook.live - before);

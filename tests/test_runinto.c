@@ -33,7 +33,7 @@ TEST(runinto_matches_run_and_interpreter) {
         mine[i] = kiln_output_desc(g, i);
         CHECK(kiln_tensor_alloc(&mine[i]) == KILN_OK);
     }
-    for (int round = 0; round < 2; round++) {  /* the same memory twice */
+    for (int round = 0; round < 2; round++) { /* the same memory twice */
         CHECKF(kiln_program_run_into(p, &in, mine) == KILN_OK, "%s", kiln_program_error(p));
         for (int i = 0; i < 2; i++) {
             size_t bytes = (size_t)kiln_tensor_numel(&mine[i]) * kiln_dtype_size(mine[i].dtype);
@@ -42,8 +42,8 @@ TEST(runinto_matches_run_and_interpreter) {
     }
     const float *y = mine[0].data, *r = ref[0].data;
     for (int64_t k = 0; k < kiln_tensor_numel(&mine[0]); k++)
-        EXPECT(fabsf(y[k] - r[k]) <= 1e-5f + 1e-4f * fabsf(r[k]), "y[%lld] %g vs %g",
-               (long long)k, y[k], r[k]);
+        EXPECT(fabsf(y[k] - r[k]) <= 1e-5f + 1e-4f * fabsf(r[k]), "y[%lld] %g vs %g", (long long)k,
+               y[k], r[k]);
     EXPECT(!memcmp(mine[1].data, ref[1].data, 37), "bool output m differs from the interpreter");
     for (int i = 0; i < 2; i++) {
         kiln_tensor_free(&fresh[i]);
@@ -66,13 +66,13 @@ TEST(runinto_rejects_wrong_outputs) {
         out[i] = kiln_output_desc(g, i);
         CHECK(kiln_tensor_alloc(&out[i]) == KILN_OK);
     }
-    out[0].shape[1] = 128;  /* wrong shape */
+    out[0].shape[1] = 128; /* wrong shape */
     EXPECT(kiln_program_run_into(p, &in, out) == KILN_ERR_INPUT, "wrong shape accepted");
     EXPECT(strstr(kiln_program_error(p), "output 'y': expected memory for f32[37, 129]") != NULL,
            "message: %s", kiln_program_error(p));
     out[0].shape[1] = 129;
     void *keep = out[1].data;
-    out[1].data = NULL;  /* no memory */
+    out[1].data = NULL; /* no memory */
     EXPECT(kiln_program_run_into(p, &in, out) == KILN_ERR_INPUT, "NULL data accepted");
     EXPECT(strstr(kiln_program_error(p), "output 'm'") != NULL, "message: %s",
            kiln_program_error(p));

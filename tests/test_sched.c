@@ -11,11 +11,11 @@
  * fused, every kernel loads each input once and stores what leaves it.
  */
 #include "test.h"
-#include "runtime/runtime.h"   /* plan_build */
+#include "runtime/runtime.h" /* plan_build */
 
 #define N 1024
 #define NN ((int64_t)N * N)
-#define F4 ((int64_t)4)       /* bytes of an f32 */
+#define F4 ((int64_t)4) /* bytes of an f32 */
 static const int64_t SQ[2] = {N, N};
 
 static KilnConfig quiet(void) {
@@ -48,7 +48,8 @@ static bool was_rejected(const Schedule *s, const char *a, const char *b, const 
 
 static int count_rejected(const Schedule *s, const char *reason) {
     int n = 0;
-    for (int i = 0; i < s->nrejected; i++) n += !strncmp(s->rejected[i].reason, reason, strlen(reason));
+    for (int i = 0; i < s->nrejected; i++)
+        n += !strncmp(s->rejected[i].reason, reason, strlen(reason));
     return n;
 }
 
@@ -64,12 +65,13 @@ static bool calls_are(const Schedule *s, int n, const char *const *names) {
     return true;
 }
 
-
 /* ---- the seed experiments (docs/design.md) ------------------------------------- */
 
 static int chain(kiln_graph *g, int x) {
-    return kiln_unary(g, "sin", kiln_binary(g, "mul", kiln_unary(g, "relu",
-                      kiln_binary(g, "add", x, kiln_scalar(g, 1))), kiln_scalar(g, 2)));
+    return kiln_unary(
+        g, "sin",
+        kiln_binary(g, "mul", kiln_unary(g, "relu", kiln_binary(g, "add", x, kiln_scalar(g, 1))),
+                    kiln_scalar(g, 2)));
 }
 
 /* chain sin(relu(x+1)*2): 1 node, found 0 possible fusions, 1 kernel;
@@ -154,7 +156,8 @@ TEST(sched_wall) {
     Plan *p = compile(g);
     CHECK(p);
     Schedule *s = p->sched;
-    CHECK(s->nnodes == 2 && s->nodes[0].body == BODY_REDUCTION && s->nodes[1].body == BODY_POINTWISE);
+    CHECK(s->nnodes == 2 && s->nodes[0].body == BODY_REDUCTION &&
+          s->nodes[1].body == BODY_POINTWISE);
     CHECK(s->nodes[0].numel == 1 && s->nodes[0].rnumel == NN);
     CHECK(s->nrounds == 1 && s->rounds[0].possible == 0);
     CHECK(was_rejected(s, "op0", "op1", "whole-tensor reduction"));
@@ -171,15 +174,18 @@ TEST(sched_wall) {
 TEST(sched_wall_shared_chain) {
     kiln_graph *g = kiln_graph_new();
     int x = kiln_input(g, "x", KILN_F32, 2, SQ);
-    int t = kiln_unary(g, "relu", kiln_binary(g, "add", kiln_binary(g, "mul", x, kiln_scalar(g, 2)),
-                                              kiln_scalar(g, 1)));
+    int t = kiln_unary(
+        g, "relu",
+        kiln_binary(g, "add", kiln_binary(g, "mul", x, kiln_scalar(g, 2)), kiln_scalar(g, 1)));
     int m = kiln_reduce(g, "mean", t, 0, NULL, 0);
-    kiln_output(g, kiln_binary(g, "mul", kiln_unary(g, "relu", kiln_binary(g, "sub", t, m)),
-                               kiln_scalar(g, 3)), "y");
+    kiln_output(g,
+                kiln_binary(g, "mul", kiln_unary(g, "relu", kiln_binary(g, "sub", t, m)),
+                            kiln_scalar(g, 3)),
+                "y");
     Plan *p = compile(g);
     CHECK(p);
     Schedule *s = p->sched;
-    CHECK(s->nnodes == 2 && p->prog->ncomputed == 2);   /* no buffer for t */
+    CHECK(s->nnodes == 2 && p->prog->ncomputed == 2); /* no buffer for t */
     CHECK(s->rounds[0].possible == 0);
     static const char *const calls[] = {"cpp_fused_add_mean_mul_relu_0",
                                         "cpp_fused_add_mean_mul_relu_sub_1"};
@@ -213,7 +219,8 @@ TEST(sched_softmax) {
     for (int i = 0; i < 3; i++) EXPECT(k->store[i] == STORE_ROW_LOCAL, "member %d local", i);
     EXPECT(k->store[3] == STORE_GLOBAL, "output stored");
     EXPECT(k->stage[0] == 0 && k->stage[1] == 1 && k->stage[2] == 1 && k->stage[3] == 2, "stages");
-    EXPECT(s->unfused_bytes == 8 * F4 * NN + 4 * F4 * N, "unfused %lld", (long long)s->unfused_bytes);
+    EXPECT(s->unfused_bytes == 8 * F4 * NN + 4 * F4 * N, "unfused %lld",
+           (long long)s->unfused_bytes);
     EXPECT(s->fused_bytes == 2 * F4 * NN, "fused %lld", (long long)s->fused_bytes);
     plan_free(p);
 }
@@ -225,8 +232,9 @@ TEST(sched_extern) {
     const int64_t M = 64, K = 32, Nc = 16;
     kiln_graph *g = kiln_graph_new();
     int x = kiln_input(g, "x", KILN_F32, 2, xs), w = kiln_input(g, "w", KILN_F32, 2, ws);
-    kiln_output(g, kiln_unary(g, "relu", kiln_matmul(g, kiln_binary(g, "add", x, kiln_scalar(g, 1)),
-                                                     w)), "y");
+    kiln_output(
+        g, kiln_unary(g, "relu", kiln_matmul(g, kiln_binary(g, "add", x, kiln_scalar(g, 1)), w)),
+        "y");
     KilnConfig c = quiet();
     c.extern_epilogue = false;
     Plan *p = compile_cfg(g, &c);
@@ -257,13 +265,14 @@ TEST(sched_folded_batch_named_mm) {
     int a = kiln_input(g, "a", KILN_F32, 3, as), b = kiln_input(g, "b", KILN_F32, 3, bs);
     int t = kiln_input(g, "t", KILN_F32, 3, ts), v = kiln_input(g, "v", KILN_F32, 2, vs);
     static const int perm[3] = {1, 0, 2};
-    kiln_output(g, kiln_matmul(g, x, w), "y");      /* [128, 1, 768]: one GEMM of 128 rows */
-    kiln_output(g, kiln_matmul(g, a, b), "z");      /* four B matrices */
+    kiln_output(g, kiln_matmul(g, x, w), "y"); /* [128, 1, 768]: one GEMM of 128 rows */
+    kiln_output(g, kiln_matmul(g, a, b), "z"); /* four B matrices */
     /* [4, 8, 16] with rows 64 apart inside a batch but batches 16 apart */
     kiln_output(g, kiln_matmul(g, kiln_permute(g, t, 3, perm), v), "u");
     Plan *p = compile(g);
     CHECK(p);
-    static const char *const calls[] = {"extern_kernels.mm", "extern_kernels.bmm", "extern_kernels.bmm"};
+    static const char *const calls[] = {"extern_kernels.mm", "extern_kernels.bmm",
+                                        "extern_kernels.bmm"};
     CHECK(calls_are(p->sched, 3, calls));
     plan_free(p);
 }
@@ -346,7 +355,7 @@ TEST(sched_layer_norm_one_kernel) {
     Plan *p = compile(g);
     CHECK(p);
     Schedule *s = p->sched;
-    CHECK(s->nnodes == 3);     /* sum(x), sum((x - mean)^2), the normalized output */
+    CHECK(s->nnodes == 3); /* sum(x), sum((x - mean)^2), the normalized output */
     static const char *const calls[] = {"cpp_fused_layer_norm_0"};
     CHECK(calls_are(s, 1, calls) && s->kernels[0].loop_nests == 1);
     CHECK(s->kernels[0].nstages == 3);
@@ -391,7 +400,8 @@ TEST(sched_whole_tensor_reduction_consumer) {
     CHECK(p);
     Schedule *s = p->sched;
     CHECK(s->nnodes == 3);
-    CHECK(was_rejected(s, "op0", "op1", "whole-tensor reduction: consumer needs the complete result"));
+    CHECK(was_rejected(s, "op0", "op1",
+                       "whole-tensor reduction: consumer needs the complete result"));
     CHECK(s->nkernels == 2 && s->kernels[0].n == 1 && s->kernels[1].n == 2);
     EXPECT(s->kernels[1].nstages == 2 && s->kernels[1].stage_kind[1] == STAGE_ROW, "row step");
     plan_free(p);
@@ -617,10 +627,10 @@ TEST(sched_reports) {
     ReportHooks h = {extra_json, NULL};
     report_json(f, p->sched, &h);
     fclose(f);
-    static const char *const keys[] = {"\"kernels\"", "\"calls\"", "\"fusion\"", "\"nodes_before\"",
-                                       "\"rounds\"", "\"rejected\"", "\"traffic\"",
-                                       "\"unfused_bytes\"", "\"peak_memory_bytes\"", "\"check\"",
-                                       "\"loop_nests\"", "\"origins\""};
+    static const char *const keys[] = {
+        "\"kernels\"",    "\"calls\"",   "\"fusion\"",        "\"nodes_before\"",      "\"rounds\"",
+        "\"rejected\"",   "\"traffic\"", "\"unfused_bytes\"", "\"peak_memory_bytes\"", "\"check\"",
+        "\"loop_nests\"", "\"origins\""};
     for (size_t i = 0; i < sizeof keys / sizeof *keys; i++)
         EXPECT(strstr(text, keys[i]), "json lacks %s", keys[i]);
     free(text);
@@ -631,7 +641,8 @@ TEST(sched_reports) {
     free(text);
     PlanSummary sum;
     sched_summary(p->sched, &sum);
-    EXPECT(sum.nextern == 1 && sum.nkernels == p->sched->nkernels && sum.fused_bytes > 0, "summary");
+    EXPECT(sum.nextern == 1 && sum.nkernels == p->sched->nkernels && sum.fused_bytes > 0,
+           "summary");
     plan_free(p);
 }
 
@@ -666,8 +677,12 @@ TEST(sched_fusion_log_format) {
 static struct { long count, fail_at; } oom;
 
 static void *failing_alloc(void *ud, void *ptr, size_t old, size_t n) {
-    (void)ud; (void)old;
-    if (n == 0) { free(ptr); return NULL; }
+    (void)ud;
+    (void)old;
+    if (n == 0) {
+        free(ptr);
+        return NULL;
+    }
     if (++oom.count == oom.fail_at) return NULL;
     return realloc(ptr, n);
 }
@@ -684,9 +699,9 @@ TEST(sched_out_of_memory) {
         char err[256];
         kiln_status st = plan_build(g, &c, &p, err, sizeof err);
         kiln_set_allocator(NULL, NULL);
-        if (st == KILN_OK) {               /* some module may tolerate a failure */
+        if (st == KILN_OK) { /* some module may tolerate a failure */
             plan_free(p);
-            if (oom.count < n) break;      /* nothing failed: every allocation was tried */
+            if (oom.count < n) break; /* nothing failed: every allocation was tried */
             continue;
         }
         failures++;

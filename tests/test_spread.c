@@ -129,8 +129,10 @@ TEST(spread_ill_conditioned_fuzz_cases) {
                                                        : ((float *)r.want[i].data)[k];
                 double x = rt_check_excess(r.want[i].dtype, r.got[i][k], w, s[k], r.tol);
                 if (x > 1.0) {
-                    EXPECT(0, "%s: output %d[%lld]: fused %.9g, interpreter %.9g, spread %.3g "
-                              "(%.3g x)", names[c], i, (long long)k, r.got[i][k], w, s[k], x);
+                    EXPECT(0,
+                           "%s: output %d[%lld]: fused %.9g, interpreter %.9g, spread %.3g "
+                           "(%.3g x)",
+                           names[c], i, (long long)k, r.got[i][k], w, s[k], x);
                     break;
                 }
             }
@@ -212,8 +214,11 @@ TEST(interp_reference_spread_analytic) {
      * to ulp(1000) = 6.1e-5, about half the spread of a row, so the
      * normalized values move by order 1. (The interpreter alone: no JIT.) */
     kiln_graph *g = kiln_graph_new();
-    EXPECT(kiln_parse(g, "input x: f32[4, 8]\ny = x * 2\nz = layer_norm(x * 0.0001 + 1000, [8])\n"
-                         "output y, z\n", "t") == KILN_OK, "parse");
+    EXPECT(kiln_parse(g,
+                      "input x: f32[4, 8]\ny = x * 2\nz = layer_norm(x * 0.0001 + 1000, [8])\n"
+                      "output y, z\n",
+                      "t") == KILN_OK,
+           "parse");
     kiln_tensor in = kiln_input_desc(g, 0), want[2], spread[2];
     kiln_tensor_alloc(&in);
     kiln_fill_randn(in.data, 32, 3);

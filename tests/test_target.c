@@ -13,13 +13,14 @@
 /* cpuid words of CPUs by generation (leaf 1 ecx, leaf 7 ebx, leaf
  * 0x80000001 ecx), bit by bit as the SDM numbers them. */
 #define B(n) (1u << (n))
-#define L1_CORE2 (B(0) | B(9) | B(13) | B(19))              /* SSE3 SSSE3 CX16 SSE4.1 */
-#define L1_NEHALEM (L1_CORE2 | B(20) | B(23))               /* + SSE4.2 POPCNT */
-#define L1_HASWELL (L1_NEHALEM | B(12) | B(22) | B(26) | B(27) | B(28) | B(29)) \
-                                                            /* + FMA MOVBE XSAVE OSXSAVE AVX F16C */
-#define L7_HASWELL (B(3) | B(5) | B(8))                     /* BMI1 AVX2 BMI2 */
+#define L1_CORE2 (B(0) | B(9) | B(13) | B(19)) /* SSE3 SSSE3 CX16 SSE4.1 */
+#define L1_NEHALEM (L1_CORE2 | B(20) | B(23))  /* + SSE4.2 POPCNT */
+#define L1_HASWELL                                        \
+    (L1_NEHALEM | B(12) | B(22) | B(26) | B(27) | B(28) | \
+     B(29))                             /* + FMA MOVBE XSAVE OSXSAVE AVX F16C */
+#define L7_HASWELL (B(3) | B(5) | B(8)) /* BMI1 AVX2 BMI2 */
 #define L7_SKX (L7_HASWELL | B(16) | B(17) | B(28) | B(30) | B(31)) /* + AVX512 F DQ CD BW VL */
-#define E1_LZCNT (B(0) | B(5))                              /* LAHF LZCNT */
+#define E1_LZCNT (B(0) | B(5))                                      /* LAHF LZCNT */
 
 static unsigned features(uint32_t l1, uint32_t l7, uint32_t e1, uint64_t xcr0) {
     return tgt_features_from_cpuid(l1, l7, e1, xcr0);
@@ -52,7 +53,8 @@ TEST(target_refuses_what_the_cpu_lacks) {
            "%s", err);
     unsigned neh = features(L1_NEHALEM, 0, 0x1, 0);
     CHECK(tgt_make(TGT_V3, neh, &t, err, sizeof err) == KILN_ERR_ENV);
-    EXPECT(strstr(err, "it lacks avx, avx2, bmi1, bmi2, f16c, fma, lzcnt, movbe, osxsave"), "%s", err);
+    EXPECT(strstr(err, "it lacks avx, avx2, bmi1, bmi2, f16c, fma, lzcnt, movbe, osxsave"), "%s",
+           err);
     CHECK(tgt_make(TGT_V2, features(L1_CORE2, 0, 0x1, 0), &t, err, sizeof err) == KILN_ERR_ENV);
     EXPECT(strstr(err, "it lacks sse4.2, popcnt"), "%s", err);
     /* native needs nothing */
@@ -133,8 +135,10 @@ TEST(target_compile_refused_first) {
         CHECK(kiln_compile_with(g, &o, &p) == KILN_ERR_ENV && !p);
         EXPECT(strstr(kiln_error(g), "this CPU cannot run") && !strstr(kiln_error(g), "compiler"),
                "%s", kiln_error(g));
-        if (cc) setenv("CC", keep, 1);
-        else unsetenv("CC");
+        if (cc)
+            setenv("CC", keep, 1);
+        else
+            unsetenv("CC");
     }
     kiln_graph_free(g);
 }
@@ -159,7 +163,7 @@ TEST(target_program_records_its_tier) {
         CHECK(!strcmp(s2->target, "v2") && !strcmp(sn->target, "native"));
         CHECK(strstr(s2->jit_flags, "-march=x86-64-v2") && strstr(sn->jit_flags, "-march=native"));
         const char *src2 = kiln_program_source(p2), *srcn = kiln_program_source(pn);
-        CHECK(!strcmp(src2, srcn));   /* one source, two objects */
+        CHECK(!strcmp(src2, srcn)); /* one source, two objects */
         CHECK(!s2->cache_hit && !sn->cache_hit);
         char *json = NULL;
         size_t len = 0;

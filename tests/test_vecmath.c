@@ -26,9 +26,9 @@
 
 typedef void (*array_fn)(const float *x, float *y, int n);
 
-#define ARRAY_FN(f)                                                        \
+#define ARRAY_FN(f)                                                          \
     static void arr_##f(const float *restrict x, float *restrict y, int n) { \
-        for (int i = 0; i < n; i++) y[i] = f(x[i]);                        \
+        for (int i = 0; i < n; i++) y[i] = f(x[i]);                          \
     }
 ARRAY_FN(kiln_expf)
 ARRAY_FN(kiln_logf)
@@ -87,8 +87,8 @@ static double ulp_error(float got, double ref) {
 }
 
 typedef struct {
-    double worst;      /* largest ulp error seen */
-    float worst_x;     /* where */
+    double worst;  /* largest ulp error seen */
+    float worst_x; /* where */
     long count;
 } Stats;
 
@@ -106,15 +106,63 @@ static void check_chunk(const Case *c, const float *x, int n, Stats *st) {
 }
 
 static const float specials[] = {
-    0.0f, -0.0f, 0.5f, -0.5f, 1.5f, -1.5f, 2.5f, -2.5f, 0.7f, -0.7f,
-    8388607.0f, -8388607.0f, 8388608.0f, -8388608.0f, 4194303.5f, -4194303.5f,
-    INFINITY, -INFINITY, NAN, -NAN, FLT_MIN, -FLT_MIN,
-    FLT_TRUE_MIN, -FLT_TRUE_MIN, FLT_MAX, -FLT_MAX, 1.0f, -1.0f, 0.5f,
-    88.72283935546875f, 88.7228394f, 88.72284f, 89.0f, -87.33654f,
-    -103.97207f, -103.972084f, -103.97283935546875f, -104.0f, 0.625f,
-    -0.625f, 1.0f, 3.9193f, 4.0f, 1e-20f, 1e-40f, 3.14159265f,
-    1.57079633f, 6.28318531f, 1e5f, -1e5f, 16777215.0f, 0x1p-126f,
-    0x1.fffffep-127f, 0.70710677f, 0.70710683f, 1.4142135f, 1.4142137f,
+    0.0f,
+    -0.0f,
+    0.5f,
+    -0.5f,
+    1.5f,
+    -1.5f,
+    2.5f,
+    -2.5f,
+    0.7f,
+    -0.7f,
+    8388607.0f,
+    -8388607.0f,
+    8388608.0f,
+    -8388608.0f,
+    4194303.5f,
+    -4194303.5f,
+    INFINITY,
+    -INFINITY,
+    NAN,
+    -NAN,
+    FLT_MIN,
+    -FLT_MIN,
+    FLT_TRUE_MIN,
+    -FLT_TRUE_MIN,
+    FLT_MAX,
+    -FLT_MAX,
+    1.0f,
+    -1.0f,
+    0.5f,
+    88.72283935546875f,
+    88.7228394f,
+    88.72284f,
+    89.0f,
+    -87.33654f,
+    -103.97207f,
+    -103.972084f,
+    -103.97283935546875f,
+    -104.0f,
+    0.625f,
+    -0.625f,
+    1.0f,
+    3.9193f,
+    4.0f,
+    1e-20f,
+    1e-40f,
+    3.14159265f,
+    1.57079633f,
+    6.28318531f,
+    1e5f,
+    -1e5f,
+    16777215.0f,
+    0x1p-126f,
+    0x1.fffffep-127f,
+    0.70710677f,
+    0.70710683f,
+    1.4142135f,
+    1.4142137f,
 };
 
 static long stride_from_env(long dflt) {
@@ -132,13 +180,16 @@ static void sweep(const Case *c) {
     check_chunk(c, specials, (int)(sizeof specials / sizeof specials[0]), &st);
     for (uint64_t u = 0; u <= 0xffffffffu; u += (uint64_t)stride) {
         x[n++] = from_bits((uint32_t)u);
-        if (n == CHUNK) { check_chunk(c, x, n, &st); n = 0; }
+        if (n == CHUNK) {
+            check_chunk(c, x, n, &st);
+            n = 0;
+        }
     }
     if (n) check_chunk(c, x, n, &st);
-    printf("vecmath: %-14s max %.3f ulp at x=%a (%ld values, stride %ld)\n",
-           c->name, st.worst, (double)st.worst_x, st.count, stride);
-    EXPECT(st.worst <= c->max_ulp, "%s: %.3f ulp at x=%a exceeds %.1f",
-           c->name, st.worst, (double)st.worst_x, c->max_ulp);
+    printf("vecmath: %-14s max %.3f ulp at x=%a (%ld values, stride %ld)\n", c->name, st.worst,
+           (double)st.worst_x, st.count, stride);
+    EXPECT(st.worst <= c->max_ulp, "%s: %.3f ulp at x=%a exceeds %.1f", c->name, st.worst,
+           (double)st.worst_x, c->max_ulp);
 }
 
 TEST(vecmath_expf) { sweep(&cases[0]); }
@@ -151,9 +202,7 @@ TEST(vecmath_sigmoidf) { sweep(&cases[6]); }
 
 /* gelu(x) = x Phi(x) in double, by erfc (no cancellation for x < 0); at
  * -inf that is -inf times 0, NaN, as torch gives. */
-static double ref_gelu(double x) {
-    return 0.5 * x * erfc(-x * M_SQRT1_2);
-}
+static double ref_gelu(double x) { return 0.5 * x * erfc(-x * M_SQRT1_2); }
 
 /* kiln_gelu over x[0..n): within 2 ulp for x >= 0; for x < 0, where the
  * result is in [-0.17, 0] and the erf form (torch's float formula too)
@@ -185,7 +234,10 @@ TEST(vecmath_gelu) {
     check_gelu(specials, (int)(sizeof specials / sizeof specials[0]), &worst_ulp, &worst_abs);
     for (uint64_t u = 0; u <= 0xffffffffu; u += (uint64_t)stride) {
         x[n++] = from_bits((uint32_t)u);
-        if (n == CHUNK) { check_gelu(x, n, &worst_ulp, &worst_abs); n = 0; }
+        if (n == CHUNK) {
+            check_gelu(x, n, &worst_ulp, &worst_abs);
+            n = 0;
+        }
     }
     if (n) check_gelu(x, n, &worst_ulp, &worst_abs);
     printf("vecmath: kiln_gelu      max %.3f ulp (x >= 0), abs %.3g (x < 0), stride %ld\n",
@@ -207,8 +259,8 @@ static void sweep_exact(const char *name, float (*f)(float), float (*ref)(float)
     }
     for (size_t i = 0; i < sizeof specials / sizeof specials[0]; i++) {
         float x = specials[i], y = f(x), r = ref(x);
-        EXPECT(isnan(r) ? isnan(y) : memcmp(&y, &r, sizeof y) == 0, "%s(%a) = %a, libm %a",
-               name, x, y, r);
+        EXPECT(isnan(r) ? isnan(y) : memcmp(&y, &r, sizeof y) == 0, "%s(%a) = %a, libm %a", name, x,
+               y, r);
     }
     EXPECT(bad == 0, "%s: %ld mismatches", name, bad);
 }
@@ -221,7 +273,6 @@ TEST(vecmath_floor_ceil_exact) {
     sweep_exact("kiln_ceilf", ceil_fn, ceilf);
     CHECK(signbit(kiln_ceilf(-0.7f)) && signbit(kiln_floorf(-0.0f)));
 }
-
 
 /* Exact results the sweep cannot see as errors: signed zeros, limits. */
 TEST(vecmath_special_values) {
@@ -236,7 +287,7 @@ TEST(vecmath_special_values) {
     CHECK(kiln_tanhf(INFINITY) == 1.0f && kiln_tanhf(-INFINITY) == -1.0f);
     CHECK(kiln_erff(INFINITY) == 1.0f && kiln_erff(-INFINITY) == -1.0f);
     CHECK(kiln_sigmoid(INFINITY) == 1.0f && kiln_sigmoid(-INFINITY) == 0.0f);
-    CHECK(kiln_sigmoid(-100.0f) > 0.0f);  /* a denormal, not 0 */
+    CHECK(kiln_sigmoid(-100.0f) > 0.0f); /* a denormal, not 0 */
 }
 
 TEST(vecmath_relu_max_min) {
@@ -263,10 +314,9 @@ TEST(vecmath_compare_where) {
  * fast float reduction of sin and cos (|x| < 4096 with FMA, see vecmath.h)
  * needs all its precision. */
 static const float near_half_pi[] = {
-    0x1.921fb6p+0f, 0x1.921fb6p+1f, 0x1.2d97c8p+2f, 0x1.2d97c8p+3f,
-    0x1.2d97c8p+4f, 0x1.2d97c8p+5f, 0x1.2d97c8p+6f, 0x1.f9cbe2p+7f,
-    0x1.f9cbe2p+8f, 0x1.f9cbe2p+9f, 0x1.f9cbe2p+10f, 0x1.17cc5p+11f,
-    4096.0f,   /* the end of the fast path: both paths in one vector */
+    0x1.921fb6p+0f,  0x1.921fb6p+1f, 0x1.2d97c8p+2f, 0x1.2d97c8p+3f, 0x1.2d97c8p+4f,
+    0x1.2d97c8p+5f,  0x1.2d97c8p+6f, 0x1.f9cbe2p+7f, 0x1.f9cbe2p+8f, 0x1.f9cbe2p+9f,
+    0x1.f9cbe2p+10f, 0x1.17cc5p+11f, 4096.0f, /* the end of the fast path: both paths in one vector */
 };
 
 /* Every float within 2048 ulps of each hard case, both signs. */
@@ -282,8 +332,8 @@ static void sweep_near(const Case *c) {
             check_chunk(c, x, CHUNK, &st);
         }
     }
-    printf("vecmath: %-14s max %.3f ulp at x=%a near multiples of pi/2\n", c->name,
-           st.worst, (double)st.worst_x);
+    printf("vecmath: %-14s max %.3f ulp at x=%a near multiples of pi/2\n", c->name, st.worst,
+           (double)st.worst_x);
     EXPECT(st.worst <= c->max_ulp, "%s: %.3f ulp at x=%a exceeds %.1f", c->name, st.worst,
            (double)st.worst_x, c->max_ulp);
 }
@@ -331,11 +381,11 @@ static float sin_c(float x) { return kiln_vm_sinf(x); }
 static float cos_c(float x) { return kiln_vm_cosf(x); }
 static float gelu_c(float x) { return kiln_vm_gelu(x); }
 
-#define NARROW_FNS(f)                                                          \
-    static void arr8_##f(const float *restrict x, float *restrict y, int n) { \
+#define NARROW_FNS(f)                                                              \
+    static void arr8_##f(const float *restrict x, float *restrict y, int n) {      \
         _Pragma("omp simd simdlen(8)") for (int i = 0; i < n; i++) y[i] = f(x[i]); \
-    }                                                                          \
-    static void arr4_##f(const float *restrict x, float *restrict y, int n) { \
+    }                                                                              \
+    static void arr4_##f(const float *restrict x, float *restrict y, int n) {      \
         _Pragma("omp simd simdlen(4)") for (int i = 0; i < n; i++) y[i] = f(x[i]); \
     }
 NARROW_FNS(kiln_expf)
@@ -345,7 +395,7 @@ NARROW_FNS(kiln_gelu)
 
 typedef struct {
     const char *name;
-    array_fn lanes[3];            /* the default loop, simdlen 8 and 4 */
+    array_fn lanes[3]; /* the default loop, simdlen 8 and 4 */
     float (*c)(float);
     float ranges[3][2];
 } SameBits;
@@ -371,20 +421,26 @@ static void same_bits(const SameBits *t, int dispatch) {
     long stride = stride_from_env(509), diff = 0, count = 0;
     int n = 0;
     diff += same_bits_chunk(t, specials, (int)(sizeof specials / sizeof specials[0]));
-    if (!dispatch) {  /* both sides are the C function: the specials only */
+    if (!dispatch) { /* both sides are the C function: the specials only */
         EXPECT(diff == 0, "%s: %ld values differ", t->name, diff);
         return;
     }
     for (uint64_t u = 0; u <= 0xffffffffu; u += (uint64_t)stride) {
         x[n++] = from_bits((uint32_t)u);
         count++;
-        if (n == CHUNK) { diff += same_bits_chunk(t, x, n); n = 0; }
+        if (n == CHUNK) {
+            diff += same_bits_chunk(t, x, n);
+            n = 0;
+        }
     }
     for (int k = 0; k < 3; k++)
         for (float v = t->ranges[k][0]; v <= t->ranges[k][1]; v = nextafterf(v, INFINITY)) {
             x[n++] = v;
             count++;
-            if (n == CHUNK) { diff += same_bits_chunk(t, x, n); n = 0; }
+            if (n == CHUNK) {
+                diff += same_bits_chunk(t, x, n);
+                n = 0;
+            }
         }
     if (n) diff += same_bits_chunk(t, x, n);
     printf("vecmath: %s vs the C function: %ld of %ld values differ (dispatch %d)\n", t->name, diff,
@@ -394,13 +450,21 @@ static void same_bits(const SameBits *t, int dispatch) {
 
 TEST(vecmath_variants_same_bits) {
     static const SameBits t[] = {
-        {"kiln_expf", {arr_kiln_expf, arr8_kiln_expf, arr4_kiln_expf}, exp_c,
+        {"kiln_expf",
+         {arr_kiln_expf, arr8_kiln_expf, arr4_kiln_expf},
+         exp_c,
          {{-104.5f, -86.5f}, {88.0f, 89.5f}, {-0.75f, -0.625f}}},
-        {"kiln_sinf", {arr_kiln_sinf, arr8_kiln_sinf, arr4_kiln_sinf}, sin_c,
+        {"kiln_sinf",
+         {arr_kiln_sinf, arr8_kiln_sinf, arr4_kiln_sinf},
+         sin_c,
          {{-0x1p-146f, 0x1p-146f}, {4000.0f, 4200.0f}, {16700000.0f, 16850000.0f}}},
-        {"kiln_cosf", {arr_kiln_cosf, arr8_kiln_cosf, arr4_kiln_cosf}, cos_c,
+        {"kiln_cosf",
+         {arr_kiln_cosf, arr8_kiln_cosf, arr4_kiln_cosf},
+         cos_c,
          {{-0x1p-146f, 0x1p-146f}, {-4200.0f, -4000.0f}, {-16850000.0f, -16700000.0f}}},
-        {"kiln_gelu", {arr_kiln_gelu, arr8_kiln_gelu, arr4_kiln_gelu}, gelu_c,
+        {"kiln_gelu",
+         {arr_kiln_gelu, arr8_kiln_gelu, arr4_kiln_gelu},
+         gelu_c,
          {{-6.0f, -5.0f}, {5.0f, 6.0f}, {-0x1p-140f, 0x1p-140f}}},
     };
     same_bits(&t[0], KILN_VM_EXP_DISPATCH);
@@ -435,13 +499,20 @@ TEST(vecmath_vectorized) {
 #include <stdarg.h>
 /* A minimal runner for the standalone build (see the top of this file). */
 #define MAX_TESTS 64
-static struct { const char *name; test_fn fn; } tests[MAX_TESTS];
+static struct {
+    const char *name;
+    test_fn fn;
+} tests[MAX_TESTS];
 static int ntests;
 static const char *current;
 int test_failed;
 
 void test_register(const char *name, test_fn fn) {
-    if (ntests < MAX_TESTS) { tests[ntests].name = name; tests[ntests].fn = fn; ntests++; }
+    if (ntests < MAX_TESTS) {
+        tests[ntests].name = name;
+        tests[ntests].fn = fn;
+        ntests++;
+    }
 }
 
 void test_failf(const char *file, int line, const char *fmt, ...) {

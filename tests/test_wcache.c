@@ -12,7 +12,7 @@
  */
 #include "test.h"
 #include "testutil.h"
-#include "testing.h"   /* ext_set_conv_backend */
+#include "testing.h" /* ext_set_conv_backend */
 
 /* A 3x3 conv oneDNN takes (and reorders the weights for): 16 -> 32 channels. */
 static const int64_t XS[4] = {2, 16, 9, 9}, WS[4] = {32, 16, 3, 3}, YS[4] = {2, 32, 9, 9};
@@ -55,13 +55,14 @@ static float *randbuf(int64_t n, uint64_t seed) {
 TEST(wcache_const_conv_keeps_weights) {
     ext_set_conv_backend(EXT_CONV_DNNL);
     float *x = randbuf(numel4(XS), 1), *w = randbuf(numel4(WS), 2);
-    float *y = malloc(sizeof(float) * (size_t)numel4(YS)), *ref = malloc(sizeof(float) * (size_t)numel4(YS));
+    float *y = malloc(sizeof(float) * (size_t)numel4(YS)),
+          *ref = malloc(sizeof(float) * (size_t)numel4(YS));
     int before = ext_kept_count_all(NULL);
     naive(x, w, ref);
     EXPECT(ext_conv2d_const_epi(x, XS, w, WS, NULL, y, YS, ATTR, NULL, NULL) == 0, "first call");
     EXPECT(max_err(y, ref) < 1e-3, "first call: error %g", max_err(y, ref));
-    EXPECT(ext_kept_count_all(NULL) == before + 1, "kept %d, before %d",
-           ext_kept_count_all(NULL), before);
+    EXPECT(ext_kept_count_all(NULL) == before + 1, "kept %d, before %d", ext_kept_count_all(NULL),
+           before);
     /* The same address with other data: the kept copy is what runs. */
     for (int64_t i = 0; i < numel4(WS); i++) w[i] = -w[i];
     EXPECT(ext_conv2d_const_epi(x, XS, w, WS, NULL, y, YS, ATTR, NULL, NULL) == 0, "second call");
@@ -87,8 +88,8 @@ TEST(wcache_const_conv_keeps_weights) {
 static kiln_graph *conv_graph(bool weight_input, const float *wdata) {
     kiln_graph *g = kiln_graph_new();
     kiln_value x = kiln_input(g, "x", KILN_F32, 4, XS);
-    kiln_value w = weight_input ? kiln_input(g, "w", KILN_F32, 4, WS)
-                                : kiln_weight(g, "w", 4, WS, wdata);
+    kiln_value w =
+        weight_input ? kiln_input(g, "w", KILN_F32, 4, WS) : kiln_weight(g, "w", 4, WS, wdata);
     kiln_conv_params p = kiln_conv_defaults();
     p.padding[0] = p.padding[1] = 1;
     kiln_value c = kiln_conv2d(g, x, w, KILN_NONE, &p);
@@ -201,7 +202,8 @@ TEST(wcache_conv1x1_keeps_packed_weights) {
     static const int64_t xs[4] = {C1_N, C1_C, 5, 7}, ws[4] = {C1_O, C1_C, 1, 1};
     static const int64_t ys[4] = {C1_N, C1_O, 5, 7}, attr[7] = {1, 1, 0, 0, 1, 1, 1};
     float *x = randbuf(numel4(xs), 8), *w = randbuf(numel4(ws), 9), *b = randbuf(C1_O, 10);
-    float *y = malloc(sizeof(float) * (size_t)numel4(ys)), *ref = malloc(sizeof(float) * (size_t)numel4(ys));
+    float *y = malloc(sizeof(float) * (size_t)numel4(ys)),
+          *ref = malloc(sizeof(float) * (size_t)numel4(ys));
     size_t wbytes = sizeof(float) * (size_t)numel4(ws);
     int packs = (ext_cpu_features() & EXT_CPU_AVX512) != 0, before = ext_kept_count_all(NULL);
     c1_naive(x, w, b, ref);

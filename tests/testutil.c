@@ -27,8 +27,9 @@ const char *test_tier_flags(int tier) {
     char err[256];
     /* as if this CPU had every feature the tier needs: only compiled */
     if (tier < 0 || tier >= TGT_COUNT) return "";
-    if (!flags[tier][0] && tgt_make((TargetTier)tier, tgt_tier_needs((TargetTier)tier) | tgt_cpu_features(),
-                                    &t, err, sizeof err) == KILN_OK)
+    if (!flags[tier][0] &&
+        tgt_make((TargetTier)tier, tgt_tier_needs((TargetTier)tier) | tgt_cpu_features(), &t, err,
+                 sizeof err) == KILN_OK)
         snprintf(flags[tier], sizeof flags[tier], "%s", t.flags);
     return flags[tier];
 }
@@ -66,8 +67,8 @@ bool test_vectorized_at(const char *report, const char *file, int line, bool all
             if (p != report && p[-1] != '\n') continue;
             const char *eol = strchr(p, '\n');
             const char *hit = strstr(p, "optimized: loop vectorized");
-            const char *lib = allow_libcall ? strstr(p, "split to 0 loops and 1 library calls")
-                                            : NULL;
+            const char *lib =
+                allow_libcall ? strstr(p, "split to 0 loops and 1 library calls") : NULL;
             if ((hit && (!eol || hit < eol)) || (lib && (!eol || lib < eol))) return true;
         }
     }
@@ -129,8 +130,10 @@ kiln_status test_compile_in_cache(kiln_graph *g, const char *cache, const kiln_o
     setenv("KILN_CACHE_DIR", dir, 1);
     kiln_options d = kiln_default_options();
     kiln_status st = kiln_compile_with(g, o ? o : &d, p);
-    if (old) setenv("KILN_CACHE_DIR", saved, 1);
-    else unsetenv("KILN_CACHE_DIR");
+    if (old)
+        setenv("KILN_CACHE_DIR", saved, 1);
+    else
+        unsetenv("KILN_CACHE_DIR");
     return st;
 }
 

@@ -23,7 +23,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-_Static_assert(KILN_RT_MAX_RANK == KILN_MAX_RANK, "kiln_rt.h's views hold every rank kiln.h allows");
+_Static_assert(KILN_RT_MAX_RANK == KILN_MAX_RANK,
+               "kiln_rt.h's views hold every rank kiln.h allows");
 
 /* Tensor data, weights and the runtime's arena start on a cache line. */
 #define KILN_ALIGN 64
@@ -32,7 +33,7 @@ _Static_assert(KILN_RT_MAX_RANK == KILN_MAX_RANK, "kiln_rt.h's views hold every 
 static inline void *util_on_line(void *p) {
     return (char *)p + (KILN_ALIGN - (uintptr_t)p % KILN_ALIGN) % KILN_ALIGN;
 }
-void *kmalloc(size_t n);             /* NULL when the hook refuses */
+void *kmalloc(size_t n); /* NULL when the hook refuses */
 void *kcalloc(size_t n, size_t size);
 /* MADV_HUGEPAGE on the whole pages of [mem, mem + bytes) when it spans at
  * least 4 MiB (Linux); advice only. */
@@ -49,14 +50,13 @@ typedef struct ArenaChunk ArenaChunk;
 typedef struct {
     ArenaChunk *head;
 } Arena;
-void *arena_alloc(Arena *a, size_t n);  /* zeroed; NULL when out of memory */
+void *arena_alloc(Arena *a, size_t n);       /* zeroed; NULL when out of memory */
 void *arena_alloc_lines(Arena *a, size_t n); /* the same, KILN_ALIGN-aligned */
 char *arena_strdup(Arena *a, const char *s);
 void arena_free(Arena *a);
 
 /* snprintf into a fixed buffer that never overflows. */
-void util_fmt(char *buf, size_t len, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+void util_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Philox-4x32-10: four 32-bit random words for (seed, counter). */
 /* Element i of the uniform [0,1) / standard normal stream of a seed. */
@@ -104,21 +104,39 @@ typedef enum { TGT_V2, TGT_V3, TGT_V4, TGT_NATIVE, TGT_COUNT } TargetTier;
 
 /* CPU features as bits (TF_*), each with its name in tgt_feature_name. */
 enum {
-    TF_SSE3, TF_SSSE3, TF_SSE41, TF_SSE42, TF_POPCNT, TF_CX16, TF_LAHF,
-    TF_AVX, TF_AVX2, TF_BMI1, TF_BMI2, TF_F16C, TF_FMA, TF_LZCNT, TF_MOVBE, TF_OSXSAVE,
-    TF_OS_AVX,       /* XCR0: the OS saves the SSE and AVX state */
-    TF_AVX512F, TF_AVX512BW, TF_AVX512CD, TF_AVX512DQ, TF_AVX512VL,
-    TF_OS_AVX512,    /* XCR0: the OS saves the opmask and ZMM state */
+    TF_SSE3,
+    TF_SSSE3,
+    TF_SSE41,
+    TF_SSE42,
+    TF_POPCNT,
+    TF_CX16,
+    TF_LAHF,
+    TF_AVX,
+    TF_AVX2,
+    TF_BMI1,
+    TF_BMI2,
+    TF_F16C,
+    TF_FMA,
+    TF_LZCNT,
+    TF_MOVBE,
+    TF_OSXSAVE,
+    TF_OS_AVX, /* XCR0: the OS saves the SSE and AVX state */
+    TF_AVX512F,
+    TF_AVX512BW,
+    TF_AVX512CD,
+    TF_AVX512DQ,
+    TF_AVX512VL,
+    TF_OS_AVX512, /* XCR0: the OS saves the opmask and ZMM state */
     TF_COUNT
 };
 #define TF_BIT(f) (1u << (f))
 
 typedef struct {
     TargetTier tier;
-    const char *name;      /* "v2", "v3", "v4", "native" */
-    char flags[160];       /* the compiler flags that select it */
-    int lanes;             /* floats in one vector of the kernels */
-    unsigned ext;          /* EXT_CPU_* bits the library kernels may use */
+    const char *name; /* "v2", "v3", "v4", "native" */
+    char flags[160];  /* the compiler flags that select it */
+    int lanes;        /* floats in one vector of the kernels */
+    unsigned ext;     /* EXT_CPU_* bits the library kernels may use */
 } Target;
 
 /* The feature bits of raw cpuid words: leaf 1 ecx/edx, leaf 7 (subleaf
@@ -156,17 +174,16 @@ kiln_status tgt_resolve(const char *name, Target *out, char *err, size_t errlen)
 /* The same for a tier and a feature set (tests describe other CPUs). */
 kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, size_t errlen);
 
-
 /* ===== configuration ================================================== */
 
 /* Topics of KILN_LOGS (a comma list: fusion,schedule,inline,loop_ir,rewrite;
  * "all"). */
 enum {
-    LOG_FUSION = 1 << 0,    /* rounds: candidates, rejections, fusions */
-    LOG_SCHEDULE = 1 << 1,  /* the scheduler nodes before fusion, final kernels */
-    LOG_INLINE = 1 << 2,    /* each pointwise value: inlined or materialized, why */
-    LOG_LOOP_IR = 1 << 3,   /* the loop IR after lowering */
-    LOG_REWRITE = 1 << 4,   /* graph rewrites applied or declined (Conv-BN folding) */
+    LOG_FUSION = 1 << 0,   /* rounds: candidates, rejections, fusions */
+    LOG_SCHEDULE = 1 << 1, /* the scheduler nodes before fusion, final kernels */
+    LOG_INLINE = 1 << 2,   /* each pointwise value: inlined or materialized, why */
+    LOG_LOOP_IR = 1 << 3,  /* the loop IR after lowering */
+    LOG_REWRITE = 1 << 4,  /* graph rewrites applied or declined (Conv-BN folding) */
 };
 
 /* Every threshold of lowering and fusion, with where its default comes from. */
@@ -220,10 +237,10 @@ void loop_log(const KilnConfig *cfg, unsigned topic, const char *fmt, ...)
 
 typedef struct {
     Arena arena;
-    jmp_buf *oom;            /* where to go on failure; NULL: abort() */
+    jmp_buf *oom; /* where to go on failure; NULL: abort() */
 } Pool;
 
-void *pool_alloc(Pool *p, size_t n);          /* zeroed, never NULL */
+void *pool_alloc(Pool *p, size_t n); /* zeroed, never NULL */
 char *pool_strdup(Pool *p, const char *s);
 char *pool_printf(Pool *p, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Grow an array held in the pool to hold at least `need` items (doubling). */
@@ -238,7 +255,6 @@ typedef struct {
 } Str;
 void str_init(Str *s, Pool *p);
 void str_putf(Str *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-const char *str_get(Str *s);     /* "" when nothing was written */
-
+const char *str_get(Str *s); /* "" when nothing was written */
 
 #endif

@@ -25,16 +25,20 @@ KilnConfig kiln_config_default(void) {
 }
 
 unsigned loop_logs_from_env(void) {
-    static const struct { const char *name; unsigned bit; } topics[] = {
-        {"fusion", LOG_FUSION}, {"schedule", LOG_SCHEDULE}, {"inline", LOG_INLINE},
-        {"loop_ir", LOG_LOOP_IR}, {"rewrite", LOG_REWRITE}, {"all", ~0u},
+    static const struct {
+        const char *name;
+        unsigned bit;
+    } topics[] = {
+        {"fusion", LOG_FUSION},   {"schedule", LOG_SCHEDULE}, {"inline", LOG_INLINE},
+        {"loop_ir", LOG_LOOP_IR}, {"rewrite", LOG_REWRITE},   {"all", ~0u},
     };
     const char *env = getenv("KILN_LOGS");
     unsigned bits = 0;
     while (env && *env) {
         size_t n = strcspn(env, ",");
         for (size_t i = 0; i < sizeof topics / sizeof *topics; i++)
-            if (strlen(topics[i].name) == n && !strncmp(env, topics[i].name, n)) bits |= topics[i].bit;
+            if (strlen(topics[i].name) == n && !strncmp(env, topics[i].name, n))
+                bits |= topics[i].bit;
         env += n + (env[n] == ',');
     }
     return bits;
@@ -47,4 +51,3 @@ void loop_log(const KilnConfig *cfg, unsigned topic, const char *fmt, ...) {
     vfprintf(cfg->log ? cfg->log : stderr, fmt, ap);
     va_end(ap);
 }
-

@@ -50,26 +50,24 @@ typedef void (*KilnEpilogue)(void *ctx, float *c, int64_t start, int64_t count);
  * completes; without one it passes NULL, NULL. Each returns 0, or nonzero
  * on failure (KILN_RT_ERR_INPUT: bad input, err says why). */
 typedef struct {
-    int (*mm)(const float *a, const KilnView *av, const float *b, const KilnView *bv,
-              float *c, int crank, const int64_t *cshape, KilnEpilogue epi, void *ctx);
+    int (*mm)(const float *a, const KilnView *av, const float *b, const KilnView *bv, float *c,
+              int crank, const int64_t *cshape, KilnEpilogue epi, void *ctx);
     int (*conv2d)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                   const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                   KilnEpilogue epi, void *ctx);
     int (*gather)(const float *data, const KilnView *dv, const float *idx, const KilnView *iv,
                   int axis, float *out, KilnEpilogue epi, void *ctx, char *err, size_t errlen);
     int (*conv_transpose2d)(const float *x, const int64_t xs[4], const float *w,
-                            const int64_t ws[4], const float *bias, float *y,
-                            const int64_t ys[4], const int64_t attr[9], KilnEpilogue epi,
-                            void *ctx);
-    char *err;      /* a run's message buffer: where an extern that finds */
-    size_t errlen;  /* bad input says why */
+                            const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
+                            const int64_t attr[9], KilnEpilogue epi, void *ctx);
+    char *err;     /* a run's message buffer: where an extern that finds */
+    size_t errlen; /* bad input says why */
     /* conv2d whose weight operand is a compile-time constant (a weight
      * buffer, dense): the library may keep its reordered copy across
      * calls. */
-    int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w,
-                        const int64_t ws[4], const float *bias, float *y,
-                        const int64_t ys[4], const int64_t attr[7], KilnEpilogue epi,
-                        void *ctx);
+    int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                        const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                        KilnEpilogue epi, void *ctx);
 } KilnRT;
 
 /* What the generated entry point returns when an extern kernel found bad

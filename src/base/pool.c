@@ -77,9 +77,9 @@ const char *str_get(Str *s) { return s->s ? s->s : ""; }
 
 int64_t loop_elsize(kiln_dtype dt) {
     switch (dt) {
-    case KILN_F64: case KILN_I64: return 8;
+    case KILN_F64:
+    case KILN_I64: return 8;
     case KILN_BOOL: return 1;
     default: return 4;
     }
 }
-

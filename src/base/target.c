@@ -12,25 +12,44 @@
 #endif
 
 static const char *const feature_names[TF_COUNT] = {
-    [TF_SSE3] = "sse3", [TF_SSSE3] = "ssse3", [TF_SSE41] = "sse4.1", [TF_SSE42] = "sse4.2",
-    [TF_POPCNT] = "popcnt", [TF_CX16] = "cx16", [TF_LAHF] = "lahf_lm", [TF_AVX] = "avx",
-    [TF_AVX2] = "avx2", [TF_BMI1] = "bmi1", [TF_BMI2] = "bmi2", [TF_F16C] = "f16c",
-    [TF_FMA] = "fma", [TF_LZCNT] = "lzcnt", [TF_MOVBE] = "movbe", [TF_OSXSAVE] = "osxsave",
-    [TF_OS_AVX] = "AVX state saved by the OS (XCR0)", [TF_AVX512F] = "avx512f",
-    [TF_AVX512BW] = "avx512bw", [TF_AVX512CD] = "avx512cd", [TF_AVX512DQ] = "avx512dq",
-    [TF_AVX512VL] = "avx512vl", [TF_OS_AVX512] = "AVX-512 state saved by the OS (XCR0)",
+    [TF_SSE3] = "sse3",
+    [TF_SSSE3] = "ssse3",
+    [TF_SSE41] = "sse4.1",
+    [TF_SSE42] = "sse4.2",
+    [TF_POPCNT] = "popcnt",
+    [TF_CX16] = "cx16",
+    [TF_LAHF] = "lahf_lm",
+    [TF_AVX] = "avx",
+    [TF_AVX2] = "avx2",
+    [TF_BMI1] = "bmi1",
+    [TF_BMI2] = "bmi2",
+    [TF_F16C] = "f16c",
+    [TF_FMA] = "fma",
+    [TF_LZCNT] = "lzcnt",
+    [TF_MOVBE] = "movbe",
+    [TF_OSXSAVE] = "osxsave",
+    [TF_OS_AVX] = "AVX state saved by the OS (XCR0)",
+    [TF_AVX512F] = "avx512f",
+    [TF_AVX512BW] = "avx512bw",
+    [TF_AVX512CD] = "avx512cd",
+    [TF_AVX512DQ] = "avx512dq",
+    [TF_AVX512VL] = "avx512vl",
+    [TF_OS_AVX512] = "AVX-512 state saved by the OS (XCR0)",
 };
 
 const char *tgt_feature_name(int f) { return f >= 0 && f < TF_COUNT ? feature_names[f] : "?"; }
 
 /* The psABI levels (the x86-64 psABI's "micro-architecture levels"). */
-#define NEED_V2 (TF_BIT(TF_SSE3) | TF_BIT(TF_SSSE3) | TF_BIT(TF_SSE41) | TF_BIT(TF_SSE42) | \
-                 TF_BIT(TF_POPCNT) | TF_BIT(TF_CX16) | TF_BIT(TF_LAHF))
-#define NEED_V3 (NEED_V2 | TF_BIT(TF_AVX) | TF_BIT(TF_AVX2) | TF_BIT(TF_BMI1) | TF_BIT(TF_BMI2) | \
-                 TF_BIT(TF_F16C) | TF_BIT(TF_FMA) | TF_BIT(TF_LZCNT) | TF_BIT(TF_MOVBE) |      \
-                 TF_BIT(TF_OSXSAVE) | TF_BIT(TF_OS_AVX))
-#define NEED_V4 (NEED_V3 | TF_BIT(TF_AVX512F) | TF_BIT(TF_AVX512BW) | TF_BIT(TF_AVX512CD) | \
-                 TF_BIT(TF_AVX512DQ) | TF_BIT(TF_AVX512VL) | TF_BIT(TF_OS_AVX512))
+#define NEED_V2                                                                 \
+    (TF_BIT(TF_SSE3) | TF_BIT(TF_SSSE3) | TF_BIT(TF_SSE41) | TF_BIT(TF_SSE42) | \
+     TF_BIT(TF_POPCNT) | TF_BIT(TF_CX16) | TF_BIT(TF_LAHF))
+#define NEED_V3                                                                                    \
+    (NEED_V2 | TF_BIT(TF_AVX) | TF_BIT(TF_AVX2) | TF_BIT(TF_BMI1) | TF_BIT(TF_BMI2) |              \
+     TF_BIT(TF_F16C) | TF_BIT(TF_FMA) | TF_BIT(TF_LZCNT) | TF_BIT(TF_MOVBE) | TF_BIT(TF_OSXSAVE) | \
+     TF_BIT(TF_OS_AVX))
+#define NEED_V4                                                                 \
+    (NEED_V3 | TF_BIT(TF_AVX512F) | TF_BIT(TF_AVX512BW) | TF_BIT(TF_AVX512CD) | \
+     TF_BIT(TF_AVX512DQ) | TF_BIT(TF_AVX512VL) | TF_BIT(TF_OS_AVX512))
 
 unsigned tgt_tier_needs(TargetTier t) {
     switch (t) {
@@ -42,11 +61,13 @@ unsigned tgt_tier_needs(TargetTier t) {
 }
 
 unsigned tgt_features_from_cpuid(uint32_t l1_ecx, uint32_t l7_ebx, uint32_t e1_ecx, uint64_t xcr0) {
-    static const struct { uint8_t word, bit, f; } map[] = {
-        {0, 0, TF_SSE3},     {0, 9, TF_SSSE3},    {0, 12, TF_FMA},      {0, 13, TF_CX16},
-        {0, 19, TF_SSE41},   {0, 20, TF_SSE42},   {0, 22, TF_MOVBE},    {0, 23, TF_POPCNT},
-        {0, 27, TF_OSXSAVE}, {0, 28, TF_AVX},     {0, 29, TF_F16C},     {1, 3, TF_BMI1},
-        {1, 5, TF_AVX2},     {1, 8, TF_BMI2},     {1, 16, TF_AVX512F},  {1, 17, TF_AVX512DQ},
+    static const struct {
+        uint8_t word, bit, f;
+    } map[] = {
+        {0, 0, TF_SSE3},      {0, 9, TF_SSSE3},     {0, 12, TF_FMA},      {0, 13, TF_CX16},
+        {0, 19, TF_SSE41},    {0, 20, TF_SSE42},    {0, 22, TF_MOVBE},    {0, 23, TF_POPCNT},
+        {0, 27, TF_OSXSAVE},  {0, 28, TF_AVX},      {0, 29, TF_F16C},     {1, 3, TF_BMI1},
+        {1, 5, TF_AVX2},      {1, 8, TF_BMI2},      {1, 16, TF_AVX512F},  {1, 17, TF_AVX512DQ},
         {1, 28, TF_AVX512CD}, {1, 30, TF_AVX512BW}, {1, 31, TF_AVX512VL}, {2, 0, TF_LAHF},
         {2, 5, TF_LZCNT},
     };
@@ -55,8 +76,8 @@ unsigned tgt_features_from_cpuid(uint32_t l1_ecx, uint32_t l7_ebx, uint32_t e1_e
     for (size_t i = 0; i < sizeof map / sizeof *map; i++)
         if (w[map[i].word] >> map[i].bit & 1u) f |= TF_BIT(map[i].f);
     if (!(f & TF_BIT(TF_OSXSAVE))) xcr0 = 0;
-    if ((xcr0 & 0x6) == 0x6) f |= TF_BIT(TF_OS_AVX);               /* SSE, AVX */
-    if ((xcr0 & 0xe6) == 0xe6) f |= TF_BIT(TF_OS_AVX512);          /* + opmask, ZMM */
+    if ((xcr0 & 0x6) == 0x6) f |= TF_BIT(TF_OS_AVX);      /* SSE, AVX */
+    if ((xcr0 & 0xe6) == 0xe6) f |= TF_BIT(TF_OS_AVX512); /* + opmask, ZMM */
     return f;
 }
 
@@ -135,7 +156,8 @@ kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, si
     }
     if (!tgt_can_run(t, features)) {
         util_fmt(err, errlen, "target %s: this CPU cannot run x86-64-%s code: it lacks %s",
-                 tier_names[t], tier_names[t], tgt_missing(tgt_tier_needs(t), features, miss, sizeof miss));
+                 tier_names[t], tier_names[t],
+                 tgt_missing(tgt_tier_needs(t), features, miss, sizeof miss));
         return KILN_ERR_ENV;
     }
     bool avx512 = tgt_can_run(TGT_V4, features), avx2 = tgt_can_run(TGT_V3, features);

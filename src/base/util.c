@@ -39,8 +39,8 @@
  * It cannot see other processes' memory; it turns "too large for this
  * machine" into a clean error, not every shortage. A custom hook does its
  * own accounting. */
-static int64_t mem_budget;   /* 0: not computed yet */
-static int64_t mem_held;     /* bytes the default allocator holds (may dip
+static int64_t mem_budget; /* 0: not computed yet */
+static int64_t mem_held;   /* bytes the default allocator holds (may dip
                               * below 0 if a block moves between hooks) */
 
 /* "512M" -> bytes; -1 when malformed. */
@@ -224,8 +224,10 @@ int64_t util_numel(int rank, const int64_t *shape) {
 
 size_t kiln_dtype_size(kiln_dtype dt) {
     switch (dt) {
-    case KILN_F32: case KILN_I32: return 4;
-    case KILN_F64: case KILN_I64: return 8;
+    case KILN_F32:
+    case KILN_I32: return 4;
+    case KILN_F64:
+    case KILN_I64: return 8;
     case KILN_BOOL: return 1;
     }
     return 0;
@@ -302,7 +304,7 @@ void kiln_tensor_free(kiln_tensor *t) {
 /* ---- Philox-4x32-10 ---------------------------------------------------- */
 
 float util_rand_uniform(uint64_t seed, uint64_t i) {
-    return kiln_rand(seed, i);   /* the generated kernels' kiln_rand, kiln_rt.h */
+    return kiln_rand(seed, i); /* the generated kernels' kiln_rand, kiln_rt.h */
 }
 
 /* Box-Muller on two words of the element's own counter. */

@@ -15,7 +15,7 @@
 typedef enum { OXT_PASS, OXT_FAIL, OXT_UNSUPPORTED } OxTestVerdict;
 /* Run one backend test directory (model.onnx, test_data_set_N/). why
  * receives the reason for a failure or an unsupported verdict. */
-OxTestVerdict ox_run_test(const char *dir, const kiln_options *opt, bool also_interp,
-                          char *why, size_t whylen);
+OxTestVerdict ox_run_test(const char *dir, const kiln_options *opt, bool also_interp, char *why,
+                          size_t whylen);
 
 #endif

@@ -162,19 +162,38 @@ static const char *usage_dot =
 
 /* Which options a command accepts. */
 enum {
-    OPT_INPUTS = 1 << 0, OPT_SEED = 1 << 1, OPT_OUT = 1 << 2, OPT_REPORT = 1 << 3,
-    OPT_THREADS = 1 << 4, OPT_CHECK = 1 << 5, OPT_INTERPRET = 1 << 6, OPT_REPEAT = 1 << 7,
-    OPT_NOFUSE = 1 << 8, OPT_NOEPILOGUE = 1 << 9, OPT_SHAPE = 1 << 10, OPT_TARGET = 1 << 11,
+    OPT_INPUTS = 1 << 0,
+    OPT_SEED = 1 << 1,
+    OPT_OUT = 1 << 2,
+    OPT_REPORT = 1 << 3,
+    OPT_THREADS = 1 << 4,
+    OPT_CHECK = 1 << 5,
+    OPT_INTERPRET = 1 << 6,
+    OPT_REPEAT = 1 << 7,
+    OPT_NOFUSE = 1 << 8,
+    OPT_NOEPILOGUE = 1 << 9,
+    OPT_SHAPE = 1 << 10,
+    OPT_TARGET = 1 << 11,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
-static const struct { const char *name; unsigned bit; bool value; } option_table[] = {
-    {"-i", OPT_INPUTS, true},       {"--seed", OPT_SEED, true},
-    {"-o", OPT_OUT, true},          {"--report", OPT_REPORT, true},
-    {"--threads", OPT_THREADS, true}, {"--check", OPT_CHECK, false},
-    {"--interpret", OPT_INTERPRET, false}, {"--repeat", OPT_REPEAT, true},
-    {"--no-fuse", OPT_NOFUSE, false}, {"--no-extern-epilogue", OPT_NOEPILOGUE, false},
-    {"--shape", OPT_SHAPE, true},   {"--target", OPT_TARGET, true},
+static const struct {
+    const char *name;
+    unsigned bit;
+    bool value;
+} option_table[] = {
+    {"-i", OPT_INPUTS, true},
+    {"--seed", OPT_SEED, true},
+    {"-o", OPT_OUT, true},
+    {"--report", OPT_REPORT, true},
+    {"--threads", OPT_THREADS, true},
+    {"--check", OPT_CHECK, false},
+    {"--interpret", OPT_INTERPRET, false},
+    {"--repeat", OPT_REPEAT, true},
+    {"--no-fuse", OPT_NOFUSE, false},
+    {"--no-extern-epilogue", OPT_NOEPILOGUE, false},
+    {"--shape", OPT_SHAPE, true},
+    {"--target", OPT_TARGET, true},
 };
 
 typedef struct {
@@ -182,16 +201,16 @@ typedef struct {
     const char *bind_name[MAX_BINDINGS];
     const char *bind_file[MAX_BINDINGS];
     int nbind;
-    kiln_onnx_input shapes[MAX_BINDINGS];   /* --shape, for ONNX models */
+    kiln_onnx_input shapes[MAX_BINDINGS]; /* --shape, for ONNX models */
     int nshapes;
     uint64_t seed;
-    const char *outdir;          /* run: a directory; dot: a file */
+    const char *outdir; /* run: a directory; dot: a file */
     const char *report;
-    int threads;                 /* 0: $KILN_NUM_THREADS or every core */
-    int repeat;                  /* bench */
+    int threads; /* 0: $KILN_NUM_THREADS or every core */
+    int repeat;  /* bench */
     bool check, interpret, nofuse;
-    bool no_epilogue;            /* externs are walls, as in Inductor */
-    const char *target;          /* --target, else $KILN_TARGET (NULL: the best tier) */
+    bool no_epilogue;   /* externs are walls, as in Inductor */
+    const char *target; /* --target, else $KILN_TARGET (NULL: the best tier) */
 } Options;
 
 static int enter_target(const char *name);
@@ -238,9 +257,12 @@ static bool parse_shape(char *s, kiln_onnx_input *out) {
         long long v = strtoll(p, &end, 10);
         if (errno || end == p || v <= 0 || out->rank == KILN_MAX_RANK) return false;
         out->shape[out->rank++] = v;
-        if (*end == ',' && end[1]) p = end + 1;
-        else if (*end) return false;
-        else p = end;
+        if (*end == ',' && end[1])
+            p = end + 1;
+        else if (*end)
+            return false;
+        else
+            p = end;
     }
     *eq = 0;
     return true;
@@ -252,13 +274,24 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
     char *val_w;
     size_t k = 0, n = sizeof option_table / sizeof option_table[0];
     while (k < n && strcmp(option_table[k].name, a)) k++;
-    if (k == n || !(c->opts & option_table[k].bit))
-        return usage_error(u, "unknown option '%s'", a);
+    if (k == n || !(c->opts & option_table[k].bit)) return usage_error(u, "unknown option '%s'", a);
     unsigned bit = option_table[k].bit;
-    if (bit == OPT_CHECK) { o->check = true; return 0; }
-    if (bit == OPT_INTERPRET) { o->interpret = true; return 0; }
-    if (bit == OPT_NOFUSE) { o->nofuse = true; return 0; }
-    if (bit == OPT_NOEPILOGUE) { o->no_epilogue = true; return 0; }
+    if (bit == OPT_CHECK) {
+        o->check = true;
+        return 0;
+    }
+    if (bit == OPT_INTERPRET) {
+        o->interpret = true;
+        return 0;
+    }
+    if (bit == OPT_NOFUSE) {
+        o->nofuse = true;
+        return 0;
+    }
+    if (bit == OPT_NOEPILOGUE) {
+        o->no_epilogue = true;
+        return 0;
+    }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
     const char *val = argv[++*i];
     val_w = argv[*i];
@@ -445,15 +478,17 @@ static int stage_output(const kiln_graph *g, const Options *o, const kiln_onnx_i
     util_fmt(f->tmp, sizeof f->tmp, "%s.tmp.%d.all", f->path, (int)getpid());
     kiln_tensor c = *t;
     kiln_status s = KILN_OK;
-    if (io && io->output_type[i] != t->dtype)   /* an ONNX int output (ArgMax) */
+    if (io && io->output_type[i] != t->dtype) /* an ONNX int output (ArgMax) */
         s = kiln_tensor_convert(t, io->output_type[i], &c, err, sizeof err);
     if (s == KILN_OK) s = kiln_npy_write(f->tmp, &c, err, sizeof err);
     if (c.data != t->data) kiln_tensor_free(&c);
     if (s == KILN_OK) return 0;
     size_t k = strlen(f->tmp);
     const char *rest = strncmp(err, f->tmp, k) ? NULL : err + k;
-    if (rest) fprintf(stderr, "kiln: %s%s\n", f->path, rest);
-    else fprintf(stderr, "kiln: %s\n", err);
+    if (rest)
+        fprintf(stderr, "kiln: %s%s\n", f->path, rest);
+    else
+        fprintf(stderr, "kiln: %s\n", err);
     return exit_for(s);
 }
 
@@ -587,8 +622,8 @@ typedef struct {
     int worst_output;
     int64_t worst_index;
     float got, want;
-    int64_t conditioned;   /* elements over the tolerance that the reference's spread accepts */
-    float spread;          /* the worst element's spread (with spread only) */
+    int64_t conditioned; /* elements over the tolerance that the reference's spread accepts */
+    float spread;        /* the worst element's spread (with spread only) */
 } Check;
 
 static float element(const kiln_tensor *t, int64_t k) {
@@ -641,9 +676,11 @@ static void run_report_fn(FILE *f, void *ud) {
         fprintf(f, ",\n \"check\": {\"passed\": %s, \"max_abs_error\": %.9g}",
                 r->check->passed ? "true" : "false", r->check->max_abs);
     if (r->stats)
-        fprintf(f, ",\n \"compile_ms\": %.3f, \"cache_hit\": %s, \"fused_ms\": %.3f, "
-                   "\"threads\": %d", r->stats->compile_ms, r->stats->cache_hit ? "true" : "false",
-                r->fused_ms, r->threads);
+        fprintf(f,
+                ",\n \"compile_ms\": %.3f, \"cache_hit\": %s, \"fused_ms\": %.3f, "
+                "\"threads\": %d",
+                r->stats->compile_ms, r->stats->cache_hit ? "true" : "false", r->fused_ms,
+                r->threads);
 }
 
 typedef struct {
@@ -674,7 +711,7 @@ static int check_against_interpreter(kiln_graph *g, kiln_program *p, const kiln_
     RtTolerance tol = rt_tolerance(rt_graph(kiln_program_rt(p)));
     compare(g, &tol, out, ref, NULL, c);
     kiln_tensor *spread = NULL;
-    if (!c->passed) {   /* measure again against the reference's own spread */
+    if (!c->passed) { /* measure again against the reference's own spread */
         spread = kcalloc((size_t)(nout ? nout : 1), sizeof *spread);
         st = spread ? rt_reference_spread(g, in, ref, RT_SPREAD_RUNS, spread) : KILN_ERR_NOMEM;
         if (st != KILN_OK) {
@@ -691,9 +728,10 @@ static int check_against_interpreter(kiln_graph *g, kiln_program *p, const kiln_
         fprintf(stderr, "check: passed (%d outputs match the interpreter; max abs error %.3g)\n",
                 nout, c->max_abs);
         if (c->conditioned)
-            fprintf(stderr, "check: %lld element(s) beyond the tolerance are ill-conditioned: the "
-                            "interpreter itself moves them that far when its intermediate values "
-                            "are nudged by rounding-sized amounts (docs/tolerances.md)\n",
+            fprintf(stderr,
+                    "check: %lld element(s) beyond the tolerance are ill-conditioned: the "
+                    "interpreter itself moves them that far when its intermediate values "
+                    "are nudged by rounding-sized amounts (docs/tolerances.md)\n",
                     (long long)c->conditioned);
         return 0;
     }
@@ -756,7 +794,10 @@ static int cmd_run(const Options *o) {
     int nout = kiln_num_outputs(g);
     if ((rc = load_inputs(g, o, &io, &in))) goto done;
     out = kcalloc((size_t)(nout ? nout : 1), sizeof *out);
-    if (!out) { rc = EXIT_NOMEM; goto done; }
+    if (!out) {
+        rc = EXIT_NOMEM;
+        goto done;
+    }
     if (o->interpret && (o->check || o->report)) {
         rc = usage_error(usage_run, "%s", "--interpret runs no compiled code to check or report");
         goto done;
@@ -840,9 +881,10 @@ typedef struct {
 
 static void bench_report_fn(FILE *f, void *ud) {
     const BenchReport *r = ud;
-    fprintf(f, ",\n \"fused_ms\": %.4f, \"unfused_ms\": %.4f, \"interp_ms\": %.4f, "
-               "\"compile_ms\": %.3f, \"bytes_fused\": %lld, \"bytes_unfused\": %lld, "
-               "\"threads\": %d",
+    fprintf(f,
+            ",\n \"fused_ms\": %.4f, \"unfused_ms\": %.4f, \"interp_ms\": %.4f, "
+            "\"compile_ms\": %.3f, \"bytes_fused\": %lld, \"bytes_unfused\": %lld, "
+            "\"threads\": %d",
             r->fused_ms, r->unfused_ms, r->interp_ms, r->compile_ms, (long long)r->bytes_fused,
             (long long)r->bytes_unfused, r->threads);
 }
@@ -875,8 +917,8 @@ static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, 
     }
     const RtStats *fs = rt_stats(kiln_program_rt(b->p));
     const Schedule *s = rt_schedule(kiln_program_rt(b->p));
-    *r = (BenchReport){0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes,
-                       ext_get_threads()};
+    *r =
+        (BenchReport){0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes, ext_get_threads()};
     *hit = fs->cache_hit;
     kiln_program *fused = b->p;
     st = time_median(bench_compiled, b, repeat, &r->fused_ms);
@@ -899,14 +941,18 @@ static int cmd_bench(const Options *o) {
     kiln_tensor *in = NULL;
     BenchReport r;
     bool hit = false;
-    if (!b.out) { rc = EXIT_NOMEM; goto done; }
-    if ((rc = load_inputs(g, o, &io, &in)) ||
-        (rc = compile_program(g, o, &b.p)))
+    if (!b.out) {
+        rc = EXIT_NOMEM;
         goto done;
+    }
+    if ((rc = load_inputs(g, o, &io, &in)) || (rc = compile_program(g, o, &b.p))) goto done;
     b.in = in;
     for (int i = 0; i < nout; i++) {
         b.out[i] = kiln_output_desc(g, i);
-        if (kiln_tensor_alloc(&b.out[i]) != KILN_OK) { rc = EXIT_NOMEM; goto done; }
+        if (kiln_tensor_alloc(&b.out[i]) != KILN_OK) {
+            rc = EXIT_NOMEM;
+            goto done;
+        }
     }
     if ((rc = bench_all(o, &b, &r, repeat, &hit))) goto done;
     print_bench(o, &r, repeat, hit);
@@ -1032,8 +1078,8 @@ static int cmp_cstr(const void *a, const void *b) {
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static void onnx_test_one(const char *dir, const char *label, const kiln_options *k,
-                          bool interp, bool verbose, Tally *t) {
+static void onnx_test_one(const char *dir, const char *label, const kiln_options *k, bool interp,
+                          bool verbose, Tally *t) {
     char why[2048] = "";
     OxTestVerdict v = ox_run_test(dir, k, interp, why, sizeof why);
     if (v == OXT_PASS) t->pass++;
@@ -1118,8 +1164,7 @@ static int cmd_onnx_test(int argc, char **argv) {
                t.unsupported, t.pass + t.fail + t.unsupported);
         all.pass += t.pass, all.fail += t.fail, all.unsupported += t.unsupported;
     }
-    printf("== total: %d passed, %d failed, %d unsupported\n", all.pass, all.fail,
-           all.unsupported);
+    printf("== total: %d passed, %d failed, %d unsupported\n", all.pass, all.fail, all.unsupported);
     return all.fail ? EXIT_INPUT : 0;
 }
 
@@ -1128,9 +1173,14 @@ static void nomem_note(void) {
     double b = (double)util_mem_budget();
     const char *unit = "MiB";
     b /= 1024.0 * 1024.0;
-    if (b >= 1024) { b /= 1024; unit = "GiB"; }
-    fprintf(stderr, "kiln: note: kiln holds at most %.1f %s (physical memory plus swap, "
-            "or $KILN_MEM_LIMIT)\n", b, unit);
+    if (b >= 1024) {
+        b /= 1024;
+        unit = "GiB";
+    }
+    fprintf(stderr,
+            "kiln: note: kiln holds at most %.1f %s (physical memory plus swap, "
+            "or $KILN_MEM_LIMIT)\n",
+            b, unit);
 }
 
 /* The target tier (--target, else $KILN_TARGET, else the best this CPU

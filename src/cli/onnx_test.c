@@ -24,7 +24,7 @@
 typedef struct {
     kiln_tensor in[OXT_MAX_IO], out[OXT_MAX_IO];
     int nin, nout;
-    char names[OXT_MAX_IO][256];   /* the model's input names, in input_K order */
+    char names[OXT_MAX_IO][256]; /* the model's input names, in input_K order */
     int nnames;
 } DataSet;
 
@@ -69,10 +69,14 @@ static bool read_set(const char *dir, DataSet *d, char *why, size_t whylen) {
         const kiln_tensor *t = i < a ? &d->in[i] : &d->out[i - a];
         if (t->dtype == KILN_F64)
             return util_fmt(why, whylen, "unsupported: %s %d is f64 (kiln computes in f32)",
-                            i < a ? "input" : "output", i < a ? i : i - a), false;
+                            i < a ? "input" : "output", i < a ? i : i - a),
+                   false;
         if (kiln_tensor_numel(t) == 0 && (i >= a || t->dtype == KILN_F32))
-            return util_fmt(why, whylen, "unsupported: %s %d is empty (kiln tensors are "
-                            "non-empty)", i < a ? "input" : "output", i < a ? i : i - a), false;
+            return util_fmt(why, whylen,
+                            "unsupported: %s %d is empty (kiln tensors are "
+                            "non-empty)",
+                            i < a ? "input" : "output", i < a ? i : i - a),
+                   false;
     }
     return true;
 }
@@ -229,8 +233,8 @@ static OxTestVerdict build(kiln_graph **g, kiln_program **p, const char *dir, Da
 
 /* Every data set. The model is built for each (the JIT cache makes that
  * cheap when nothing changed), as its inputs' values specialize it. */
-OxTestVerdict ox_run_test(const char *dir, const kiln_options *opt, bool also_interp,
-                          char *why, size_t whylen) {
+OxTestVerdict ox_run_test(const char *dir, const kiln_options *opt, bool also_interp, char *why,
+                          size_t whylen) {
     char *sets[64], path[4200];
     int nsets = data_sets(dir, sets, 64);
     DataSet d = {0};
@@ -241,7 +245,10 @@ OxTestVerdict ox_run_test(const char *dir, const kiln_options *opt, bool also_in
     for (int s = 0; s < nsets; s++) {
         free_set(&d);
         util_fmt(path, sizeof path, "%s/%s", dir, sets[s]);
-        if (!read_set(path, &d, why, whylen)) { v = OXT_UNSUPPORTED; break; }
+        if (!read_set(path, &d, why, whylen)) {
+            v = OXT_UNSUPPORTED;
+            break;
+        }
         if ((v = build(&g, &p, dir, &d, opt, why, whylen)) != OXT_PASS) break;
         v = check_set(g, p, also_interp, &d, sets[s], why, whylen) ? OXT_PASS : OXT_FAIL;
         if (v != OXT_PASS) break;

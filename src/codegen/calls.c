@@ -15,7 +15,7 @@
 static void view_text(Gen *g, Str *o, const char *name, const BufView *v) {
     str_putf(o, "        static const KilnView %s = {%d, {", name, v->rank);
     for (int d = 0; d < v->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)v->shape[d]);
-    str_putf(o, "%s}, {", v->rank ? "" : "0");   /* a scalar: {0}, not {} */
+    str_putf(o, "%s}, {", v->rank ? "" : "0"); /* a scalar: {0}, not {} */
     for (int d = 0; d < v->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)v->stride[d]);
     str_putf(o, "%s}, %lld};\n", v->rank ? "" : "0", (long long)v->offset);
     (void)g;
@@ -109,8 +109,10 @@ static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char
 static void gather_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     view_text(g, o, "d", &b->opnd[0]);
     view_text(g, o, "ix", &b->opnd[1]);
-    str_putf(o, "        int rc = rt->gather(bufs[%d], &d, bufs[%d], &ix, %d, %s, %s, rt->err, "
-             "rt->errlen);\n", b->opnd[0].buf, b->opnd[1].buf, (int)b->attr[0], out, epi);
+    str_putf(o,
+             "        int rc = rt->gather(bufs[%d], &d, bufs[%d], &ix, %d, %s, %s, rt->err, "
+             "rt->errlen);\n",
+             b->opnd[0].buf, b->opnd[1].buf, (int)b->attr[0], out, epi);
     str_putf(o, "        if (rc) return rc == %d ? %d : 1;\n", EXT_ERR_INPUT, KILN_RT_ERR_INPUT);
 }
 
@@ -133,10 +135,14 @@ static void extern_call(Gen *g, Str *o, int kidx) {
     use[target] |= USE_WRITE;
     const char *out = pool_printf(g->pool, "bufs[%d]", target);
     const char *epi = e->fn ? pool_printf(g->pool, "%s_cb, (void *)bufs", e->fn) : "NULL, NULL";
-    if (b->ext_op == OP_CONV2D || b->ext_op == OP_CONV_TRANSPOSE2D) conv_call(g, o, b, out, epi);
-    else if (b->ext_op == OP_GATHER) gather_call(g, o, b, out, epi);
-    else if (b->ext_op == OP_MATMUL) mm_call(g, o, b, out, epi);
-    else cg_fail(g, "codegen: unknown extern %s", op_info[b->ext_op].name);
+    if (b->ext_op == OP_CONV2D || b->ext_op == OP_CONV_TRANSPOSE2D)
+        conv_call(g, o, b, out, epi);
+    else if (b->ext_op == OP_GATHER)
+        gather_call(g, o, b, out, epi);
+    else if (b->ext_op == OP_MATMUL)
+        mm_call(g, o, b, out, epi);
+    else
+        cg_fail(g, "codegen: unknown extern %s", op_info[b->ext_op].name);
     str_putf(o, "    }\n");
     g->calls[kidx] = cg_make_call(g, kidx, use, false, g->calls[kidx].inner_loops);
 }

@@ -97,10 +97,10 @@ void cg_gen_stages(KGen *K) {
     if (k->kind == KK_POINTWISE) {
         cg_begin_stage(K, STAGE_INNER);
         for (int i = 0; i < k->n; i++) cg_gen_member(K, i);
-        for (int i = 0; K->st.prefetch && i < K->pf.n; i++)   /* the tile loop's body */
+        for (int i = 0; K->st.prefetch && i < K->pf.n; i++) /* the tile loop's body */
             cg_line(K, K->npl - 1, "%s", K->pf.addr[i]);
         K->pf.n = 0;
-        return;   /* the loops are assembled with the function */
+        return; /* the loops are assembled with the function */
     }
     if (K->outer.xin >= 0) {
         cg_gen_outer_stages(K);
@@ -127,7 +127,7 @@ void cg_gen_stages(KGen *K) {
         }
         cg_pair_row(K, 0);
         cg_end_stage(K);
-        if (blk >= 0) K->loop[K->rl[0]].lo = K->loop[K->rl[0]].hi = NULL;   /* whole again */
+        if (blk >= 0) K->loop[K->rl[0]].lo = K->loop[K->rl[0]].hi = NULL; /* whole again */
     }
 }
 
@@ -143,7 +143,8 @@ static void kernel_comment(KGen *K, Str *o) {
         str_putf(o, "], %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
     }
     if (K->outer.xin >= 0)
-        str_putf(o, ", outer reduction (blocks of %lld)", (long long)K->loop[K->pnest[K->npl - 1]].step);
+        str_putf(o, ", outer reduction (blocks of %lld)",
+                 (long long)K->loop[K->pnest[K->npl - 1]].step);
     if (K->rp.n == 2) str_putf(o, ", row pairs");
     str_putf(o, "%s\n * origins:", cg_is_parallel(K) ? ", parallel" : "");
     for (int i = 0; i < k->norigins; i++) str_putf(o, " %s", k->origins[i]);
@@ -151,9 +152,12 @@ static void kernel_comment(KGen *K, Str *o) {
     for (int i = 0; i < k->n; i++) {
         const Buffer *b = member_buf(K, i);
         str_putf(o, " *   %s -> %s: %s", snode(g, k->members[i])->name, g->bufname[b->id],
-                 b->body == BODY_REDUCTION ? rop_name[b->rop] : b->body == BODY_RAND ? "rand" : "pointwise");
+                 b->body == BODY_REDUCTION ? rop_name[b->rop]
+                 : b->body == BODY_RAND    ? "rand"
+                                           : "pointwise");
         if (k->kind == KK_REDUCTION)
-            str_putf(o, ", stage %d (%s)", k->stage[i], k->stage_kind[k->stage[i]] == STAGE_INNER ? "inner" : "row");
+            str_putf(o, ", stage %d (%s)", k->stage[i],
+                     k->stage_kind[k->stage[i]] == STAGE_INNER ? "inner" : "row");
         str_putf(o, ", %s\n", store_name[k->store[i]]);
     }
     str_putf(o, " */\n");
@@ -184,7 +188,8 @@ static bool needs_malloc(const KGen *K) {
 
 static void scratch_frees(KGen *K, Str *o, int ind) {
     for (int i = 0; i < K->nscratch; i++)
-        if (!scratch_on_stack(&K->scratch[i])) str_putf(o, "%*sfree(%s);\n", ind, "", K->scratch[i].name);
+        if (!scratch_on_stack(&K->scratch[i]))
+            str_putf(o, "%*sfree(%s);\n", ind, "", K->scratch[i].name);
 }
 
 /* Scratch rows: on the stack, or malloc'd; all allocations are made before
@@ -198,7 +203,8 @@ void cg_scratch_decls(KGen *K, Str *o, int ind, bool in_region) {
             str_putf(o, "%*sfloat %s[%lld];\n", ind, "", s->name, (long long)s->n);
             continue;
         }
-        str_putf(o, "%*sfloat *%s = malloc(%lld * sizeof(float));\n", ind, "", s->name, (long long)s->n);
+        str_putf(o, "%*sfloat *%s = malloc(%lld * sizeof(float));\n", ind, "", s->name,
+                 (long long)s->n);
         str_putf(&any, "%s!%s", any.n ? " || " : "", s->name);
     }
     if (!any.n) return;
@@ -253,7 +259,9 @@ static void function_text(KGen *K, Str *o) {
 }
 
 CgCall cg_make_call(Gen *g, int kidx, const uint8_t *use, bool parallel, int inner) {
-    CgCall c = {.name = g->s->kernels[kidx].kernel, .kernel = kidx, .parallel = parallel,
+    CgCall c = {.name = g->s->kernels[kidx].kernel,
+                .kernel = kidx,
+                .parallel = parallel,
                 .inner_loops = inner};
     c.bufs = pool_alloc(g->pool, sizeof(int) * (size_t)(g->p->nbufs + 1));
     c.writes = pool_alloc(g->pool, sizeof(bool) * (size_t)(g->p->nbufs + 1));

@@ -51,31 +51,31 @@ typedef int (*KilnEntry)(float *const *bufs, const KilnRT *rt);
 /* ===== codegen.c ========================================================== */
 
 typedef struct {
-    const char *prefix;   /* prepended to kiln_entry and every kernel name (NULL: none) */
-    bool no_prelude;      /* leave out the prelude: several programs share one (cg_prelude) */
-    bool double_acc;      /* sums and products accumulate in double (slower, closer to the
+    const char *prefix; /* prepended to kiln_entry and every kernel name (NULL: none) */
+    bool no_prelude;    /* leave out the prelude: several programs share one (cg_prelude) */
+    bool double_acc;    /* sums and products accumulate in double (slower, closer to the
                            * interpreter); default float */
 } CgOptions;
 
 /* One call of kiln_entry: a generated kernel or an extern kernel, with the
  * buffers it touches (what the memory planner needs). */
 typedef struct {
-    const char *name;     /* the kernel's function name, or extern_kernels.mm ... */
-    int kernel;           /* its index in Schedule.kernels */
+    const char *name; /* the kernel's function name, or extern_kernels.mm ... */
+    int kernel;       /* its index in Schedule.kernels */
     int nbufs;
-    int *bufs;            /* buffer ids it reads or writes, ascending */
-    bool *writes;         /* per entry of bufs: written */
-    bool parallel;        /* runs an OpenMP parallel loop */
-    int inner_loops;      /* innermost loops (each marked CG_INNER_MARK) */
+    int *bufs;       /* buffer ids it reads or writes, ascending */
+    bool *writes;    /* per entry of bufs: written */
+    bool parallel;   /* runs an OpenMP parallel loop */
+    int inner_loops; /* innermost loops (each marked CG_INNER_MARK) */
 } CgCall;
 
 typedef struct {
-    Pool pool;            /* owns everything below */
-    const char *source;   /* the C source, NUL-terminated */
+    Pool pool;          /* owns everything below */
+    const char *source; /* the C source, NUL-terminated */
     size_t len;
-    const char *entry;    /* the entry point's symbol: <prefix>kiln_entry */
+    const char *entry; /* the entry point's symbol: <prefix>kiln_entry */
     int ncalls;
-    CgCall *calls;        /* in call order = Schedule.kernels order */
+    CgCall *calls; /* in call order = Schedule.kernels order */
 } CgOutput;
 
 /* Generate the C source of a schedule. out is filled (free with cg_free)
@@ -88,7 +88,6 @@ void cg_free(CgOutput *out);
  * no_prelude). KILN_ERR_NOMEM, or KILN_ERR_ENV when vecmath.h is not
  * embedded and cannot be read. */
 kiln_status cg_prelude(char **out, char *err, size_t errlen);
-
 
 /* ===== inside codegen/: the generator's state, shared by its files ========= */
 
@@ -152,13 +151,13 @@ kiln_status cg_prelude(char **out, char *err, size_t errlen);
  * lanes (spread_stage). */
 #define CG_LANES 16
 
-#define MAXL (2 * KILN_MAX_RANK)   /* loops of a nest: parallel then reduced */
+#define MAXL (2 * KILN_MAX_RANK) /* loops of a nest: parallel then reduced */
 
 /* A value held by a C expression, valid at a loop depth while that depth's
  * epoch is unchanged (an inner loop's values die with it). */
 typedef struct {
-    const char *key;      /* CSE: the right-hand side; registers: "buf:index" */
-    const char *c;        /* the C expression holding it */
+    const char *key; /* CSE: the right-hand side; registers: "buf:index" */
+    const char *c;   /* the C expression holding it */
     int level;
     unsigned epoch;
 } Ent;
@@ -176,23 +175,23 @@ typedef struct {
     size_t errlen;
     const Schedule *s;
     const LoopProgram *p;
-    kiln_status status;       /* of a failure other than the pool's (cg_fail: INPUT) */
-    char *owned_vm;           /* the pasted headers' text (pasted_headers) */
+    kiln_status status; /* of a failure other than the pool's (cg_fail: INPUT) */
+    char *owned_vm;     /* the pasted headers' text (pasted_headers) */
     const char *prefix;
     bool no_prelude;
     bool double_acc;
-    const char **bufname;     /* the C name of each buffer */
+    const char **bufname; /* the C name of each buffer */
     Str out;
     CgCall *calls;
-    struct Epi *epi;          /* per kernel: an extern's epilogue (gen_epilogue) */
+    struct Epi *epi; /* per kernel: an extern's epilogue (gen_epilogue) */
 } Gen;
 
 /* The epilogue of extern kernel k: its function, the buffer the library
  * writes, and the buffers the epilogue touches besides that one. */
 typedef struct Epi {
-    const char *fn;           /* <prefix>epi_<k>; NULL: the call has no epilogue */
-    int target;               /* the extern's buffer, or the last member's (in place) */
-    uint8_t *use;             /* per buffer: USE_READ | USE_WRITE, target excluded */
+    const char *fn; /* <prefix>epi_<k>; NULL: the call has no epilogue */
+    int target;     /* the extern's buffer, or the last member's (in place) */
+    uint8_t *use;   /* per buffer: USE_READ | USE_WRITE, target excluded */
 } Epi;
 
 enum { USE_READ = 1, USE_WRITE = 2 };
@@ -206,56 +205,56 @@ typedef struct {
 /* A loop: `for (int64_t name = lo; name < hi; name += step)`. */
 typedef struct {
     const char *name;
-    int64_t extent;              /* the range of the dims it runs: [0, extent) */
-    const char *lo, *hi;         /* NULL: 0 and extent */
-    int64_t step;                /* 1, or the block size of a block loop */
+    int64_t extent;      /* the range of the dims it runs: [0, extent) */
+    const char *lo, *hi; /* NULL: 0 and extent */
+    int64_t step;        /* 1, or the block size of a block loop */
 } Loop;
 
 /* Row pairs (want_pairs, cg_make_pairs, cg_pair_row): a row reduction over long
  * rows runs its innermost row loop two rows at a time. */
 typedef struct {
-    int n;                       /* rows per row-loop iteration: 1, or 2 */
-    const char *row_name;        /* the row loop's own variable */
-    const char *sfx;             /* "" for the first row, "_1" for the second */
+    int n;                /* rows per row-loop iteration: 1, or 2 */
+    const char *row_name; /* the row loop's own variable */
+    const char *sfx;      /* "" for the first row, "_1" for the second */
 } CgPairs;
 
 /* Outer reduction (want_outer, cg_make_outer): the contiguous parallel loop
  * moved below the reduced loops. */
 typedef struct {
-    int xin;                     /* the moved loop; -1: none */
-    int *members;                /* members whose results the row nest stores */
+    int xin;      /* the moved loop; -1: none */
+    int *members; /* members whose results the row nest stores */
     int n;
 } CgOuter;
 
 /* Streamed stores (plan_stream, cg_stream_store): large outputs through a
  * per-thread tile and non-temporal stores. */
 typedef struct {
-    bool on;                     /* pointwise: large stores go through tiles */
-    bool used;                   /* some store went through a tile: fence at the end */
-    int64_t tile;                /* pointwise: elements per tile of a split innermost loop */
-    Str post;                    /* a row stage's streamed stores: tiles copied out after it */
-    Str vpost;                   /* the same per vector of the loop (kiln_stream16) */
-    int vloop;                   /* the loop vpost streams from (-1: none) */
-    bool vdone;                  /* that loop ran in vectors: vpost, not post */
-    bool prefetch;               /* pointwise, tiles of math: prefetch large inputs ahead */
+    bool on;       /* pointwise: large stores go through tiles */
+    bool used;     /* some store went through a tile: fence at the end */
+    int64_t tile;  /* pointwise: elements per tile of a split innermost loop */
+    Str post;      /* a row stage's streamed stores: tiles copied out after it */
+    Str vpost;     /* the same per vector of the loop (kiln_stream16) */
+    int vloop;     /* the loop vpost streams from (-1: none) */
+    bool vdone;    /* that loop ran in vectors: vpost, not post */
+    bool prefetch; /* pointwise, tiles of math: prefetch large inputs ahead */
 } CgStream;
 
 /* Row prefetch (note_row_load, cg_row_prefetch): the next row's loads asked
  * for while later stages work on this one. */
 typedef struct {
-    bool record;                 /* collecting the first stage's row loads */
-    const char **addr;           /* their addresses (C text, in the row and r loop vars) */
+    bool record;       /* collecting the first stage's row loads */
+    const char **addr; /* their addresses (C text, in the row and r loop vars) */
     int n, cap;
 } CgPrefetch;
 
 /* Row reductions in lanes (spread_stage). */
 typedef struct {
-    const char *index;           /* the lane's index (C text) in a spread stage, or NULL */
+    const char *index; /* the lane's index (C text) in a spread stage, or NULL */
 } CgLanes;
 
 /* An extern's epilogue (gen_epilogue). */
 typedef struct {
-    bool on;                     /* the kernel is an epilogue: loops over a flat range */
+    bool on; /* the kernel is an epilogue: loops over a flat range */
 } CgEpilogue;
 
 /* One kernel. The loops form the row nest (pnest: the parallel dims, shared
@@ -269,58 +268,58 @@ typedef struct {
 typedef struct {
     Gen *g;
     const Kernel *k;
-    int ndims, npd;              /* dims: P then R; npd P dims */
+    int ndims, npd; /* dims: P then R; npd P dims */
     int64_t size[MAXL];
-    int loop_of[MAXL];           /* dim -> loop running it */
-    int64_t div[MAXL];           /* dim value = (loop var / div) % size */
+    int loop_of[MAXL]; /* dim -> loop running it */
+    int64_t div[MAXL]; /* dim value = (loop var / div) % size */
     Loop loop[MAXL + 1];
     int nloops;
-    int pnest[MAXL + 1], npl;    /* the row nest */
-    int rl[MAXL], nrl;           /* the reduced dims' loops */
-    int snest[MAXL + 1], nsn;    /* the current stage's nest */
-    int level_of[MAXL + 1];      /* loop -> level while it is open, else -1 */
-    int innermost;               /* the loop of the innermost open level, or -1 */
-    int collapse;                /* parallel loops collapsed by OpenMP; 0: serial */
-    bool full_par;               /* np == 0: the reduced loop runs in parallel */
-    Str block[MAXL + 1];         /* code at each level, relative indentation */
+    int pnest[MAXL + 1], npl; /* the row nest */
+    int rl[MAXL], nrl;        /* the reduced dims' loops */
+    int snest[MAXL + 1], nsn; /* the current stage's nest */
+    int level_of[MAXL + 1];   /* loop -> level while it is open, else -1 */
+    int innermost;            /* the loop of the innermost open level, or -1 */
+    int collapse;             /* parallel loops collapsed by OpenMP; 0: serial */
+    bool full_par;            /* np == 0: the reduced loop runs in parallel */
+    Str block[MAXL + 1];      /* code at each level, relative indentation */
     unsigned epoch[MAXL + 1];
-    int inner;                   /* innermost level of the current stage */
-    bool strided;                /* the current innermost loop has a non-unit access */
-    bool far;                    /* ... one that is not `near` (IxText) */
-    bool guarded;                /* the current nest has a guarded load (see emit_branch) */
-    bool row_guarded;            /* a stage without loops of its own had one: it sits in the
+    int inner;             /* innermost level of the current stage */
+    bool strided;          /* the current innermost loop has a non-unit access */
+    bool far;              /* ... one that is not `near` (IxText) */
+    bool guarded;          /* the current nest has a guarded load (see emit_branch) */
+    bool row_guarded;      /* a stage without loops of its own had one: it sits in the
                                   * row nest's innermost loop (see nest_text) */
-    int stage_loops;             /* stages that ran loops of their own */
-    Table cse, regs, rows;       /* temporaries, member values, row scratch */
+    int stage_loops;       /* stages that ran loops of their own */
+    Table cse, regs, rows; /* temporaries, member values, row scratch */
     int ntmp;
-    uint8_t *use;                /* per buffer: USE_READ | USE_WRITE */
-    Str clauses;                 /* reduction clauses of the current stage */
-    Str post;                    /* code after the current stage's loop */
+    uint8_t *use; /* per buffer: USE_READ | USE_WRITE */
+    Str clauses;  /* reduction clauses of the current stage */
+    Str post;     /* code after the current stage's loop */
     Scratch *scratch;
     int nscratch, capscratch;
     int inner_loops;
-    bool has_red;                /* the current stage has a reduction */
-    const char *guard;           /* inside a select's branch: when its loads are valid, or NULL */
-    int guard_level;             /* deepest loop the guard uses */
+    bool has_red;      /* the current stage has a reduction */
+    const char *guard; /* inside a select's branch: when its loads are valid, or NULL */
+    int guard_level;   /* deepest loop the guard uses */
     /* The strategies, each owning its state (see their types above). */
-    CgPairs rp;                  /* row pairs */
-    CgOuter outer;               /* outer reduction */
-    CgStream st;                 /* streamed stores */
-    CgPrefetch pf;               /* row prefetch, and prefetch ahead of tiles */
-    CgLanes lane;                /* row reductions in lanes */
-    CgEpilogue epi;              /* an extern's epilogue */
+    CgPairs rp;     /* row pairs */
+    CgOuter outer;  /* outer reduction */
+    CgStream st;    /* streamed stores */
+    CgPrefetch pf;  /* row prefetch, and prefetch ahead of tiles */
+    CgLanes lane;   /* row reductions in lanes */
+    CgEpilogue epi; /* an extern's epilogue */
 } KGen;
 
 typedef struct {
-    const char *c;               /* a temporary, a scalar or a literal */
+    const char *c; /* a temporary, a scalar or a literal */
     int level;
 } Val;
 
 typedef struct {
-    const char *c;               /* C text of the index */
-    int level;                   /* deepest loop it uses */
-    bool unit;                   /* the innermost loop steps it by 0 or 1 */
-    bool near;                   /* ... or by 2 to 4 (vector loads and permutes) */
+    const char *c; /* C text of the index */
+    int level;     /* deepest loop it uses */
+    bool unit;     /* the innermost loop steps it by 0 or 1 */
+    bool near;     /* ... or by 2 to 4 (vector loads and permutes) */
 } IxText;
 
 static inline const Buffer *buf_of(const Gen *g, int b) { return g->p->bufs[b]; }
@@ -372,7 +371,8 @@ void cg_table_add(Pool *p, Table *t, const char *key, const char *c, int level, 
 /* ---- loops.c ---- */
 bool cg_has_scratch_region(const KGen *K);
 bool cg_is_parallel(const KGen *K);
-void cg_nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0, int ind, const char *row_guard);
+void cg_nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0, int ind,
+                  const char *row_guard);
 int cg_new_loop(KGen *K, const char *name, int64_t extent);
 void cg_open_nest(KGen *K, const int *ids, int n);
 void cg_setup_kernel(KGen *K);

@@ -38,8 +38,10 @@ void cg_put_indented(Str *o, const char *text, int ind) {
     while (*text) {
         const char *nl = strchr(text, '\n');
         int len = nl ? (int)(nl - text) : (int)strlen(text);
-        if (len) str_putf(o, "%*s%.*s\n", ind, "", len, text);
-        else str_putf(o, "\n");
+        if (len)
+            str_putf(o, "%*s%.*s\n", ind, "", len, text);
+        else
+            str_putf(o, "\n");
         text += len + (nl != NULL);
     }
 }
@@ -102,7 +104,7 @@ void cg_line(KGen *K, int level, const char *fmt, ...) {
     va_start(ap, fmt);
     int n = vsnprintf(buf, sizeof buf, fmt, ap);
     va_end(ap);
-    if (n >= (int)sizeof buf) {   /* long lines (big expressions) go the slow way */
+    if (n >= (int)sizeof buf) { /* long lines (big expressions) go the slow way */
         char *big = pool_alloc(K->g->pool, (size_t)n + 1);
         va_start(ap, fmt);
         vsnprintf(big, (size_t)n + 1, fmt, ap);
@@ -121,7 +123,10 @@ static bool valid(const KGen *K, const Ent *e) {
 static void ix_bounds(const KGen *K, const Index *ix, int64_t *lo, int64_t *hi) {
     int64_t a, b;
     switch (ix->kind) {
-    case IX_VAR: *lo = 0; *hi = K->size[ix->v] - 1; return;
+    case IX_VAR:
+        *lo = 0;
+        *hi = K->size[ix->v] - 1;
+        return;
     case IX_CONST: *lo = *hi = ix->v; return;
     case IX_ADD:
         *lo = *hi = 0;
@@ -160,7 +165,8 @@ static const char *dim_text(const KGen *K, int d) {
     int L = K->loop_of[d];
     const char *n = K->loop[L].name;
     bool whole = K->div[d] * K->size[d] == K->loop[L].extent;
-    if (K->div[d] == 1) return whole ? n : pool_printf(K->g->pool, "(%s %% %lld)", n, (long long)K->size[d]);
+    if (K->div[d] == 1)
+        return whole ? n : pool_printf(K->g->pool, "(%s %% %lld)", n, (long long)K->size[d]);
     if (whole) return pool_printf(K->g->pool, "(%s / %lld)", n, (long long)K->div[d]);
     return pool_printf(K->g->pool, "(%s / %lld %% %lld)", n, (long long)K->div[d],
                        (long long)K->size[d]);
@@ -220,15 +226,21 @@ static void print_affine(const KGen *K, Str *o, const int64_t *lc, int64_t off) 
     for (int L = 0; L < K->nloops; L++) {
         if (!lc[L]) continue;
         int64_t c = lc[L];
-        if (!first) str_putf(o, c < 0 ? " - " : " + ");
-        else if (c < 0) str_putf(o, "-");
+        if (!first)
+            str_putf(o, c < 0 ? " - " : " + ");
+        else if (c < 0)
+            str_putf(o, "-");
         if (c < 0) c = -c;
-        if (c == 1) str_putf(o, "%s", K->loop[L].name);
-        else str_putf(o, "%lld*%s", (long long)c, K->loop[L].name);
+        if (c == 1)
+            str_putf(o, "%s", K->loop[L].name);
+        else
+            str_putf(o, "%lld*%s", (long long)c, K->loop[L].name);
         first = false;
     }
-    if (first) str_putf(o, "%lld", (long long)off);
-    else if (off) str_putf(o, " %s %lld", off < 0 ? "-" : "+", (long long)(off < 0 ? -off : off));
+    if (first)
+        str_putf(o, "%lld", (long long)off);
+    else if (off)
+        str_putf(o, " %s %lld", off < 0 ? "-" : "+", (long long)(off < 0 ? -off : off));
 }
 
 /* An index over dims 0..nvars-1 as C text in the kernel's loop variables. */
@@ -294,7 +306,7 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
     if (K->pf.record && !K->guard) cg_note_row_load(K, e->buf, ix);
     if (K->st.prefetch && !K->guard) cg_note_stream_load(K, e->buf, ix);
     K->guarded |= K->guard != NULL;
-    if (K->guard)          /* a select's branch may address outside the buffer */
+    if (K->guard) /* a select's branch may address outside the buffer */
         return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
                     pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c));
     return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
@@ -321,7 +333,7 @@ static const char *pow_form(const Expr *e) {
     const Expr *y = e->args[1];
     if (y->kind != EX_CONST) return "powf(%s, %s)";
     float f = (float)y->value;
-    if (f == floorf(f) && fabsf(f) <= CG_POWI_MAX) return NULL;   /* kiln_powi */
+    if (f == floorf(f) && fabsf(f) <= CG_POWI_MAX) return NULL; /* kiln_powi */
     if (f == 0.5f) return "kiln_pow_half(%s)";
     if (f == -0.5f) return "(1.0f / kiln_pow_half(%s))";
     return "powf(%s, %s)";
@@ -355,7 +367,8 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
     if (e->op == OP_DIV && e->args[1]->kind != EX_CONST && args[1].level < args[0].level)
         return temp(K, level, div_by_invariant(K, args[0], args[1]));
     if (e->op == OP_POW && !(form = pow_form(e)))
-        rhs = pool_printf(K->g->pool, "kiln_powi(%s, %d)", args[0].c, (int)(float)e->args[1]->value);
+        rhs =
+            pool_printf(K->g->pool, "kiln_powi(%s, %d)", args[0].c, (int)(float)e->args[1]->value);
     else
         rhs = apply_form(K->g->pool, form, args, e->nargs);
     return temp(K, level, rhs);
@@ -376,7 +389,10 @@ static const char *cond_temp(KGen *K, int level, const char *cond) {
     return name;
 }
 
-static void count_load(const Expr *e, void *ud) { (void)e; ++*(int *)ud; }
+static void count_load(const Expr *e, void *ud) {
+    (void)e;
+    ++*(int *)ud;
+}
 
 /* One branch of a select, its loads guarded by the conditions that choose it
  * (pad and concat read x at v - before, out of bounds in the border; the
@@ -392,10 +408,10 @@ Val cg_emit_branch(KGen *K, const Expr *e, int nvars, const char *cond, int leve
     int nloads = 0;
     ex_loads(e, count_load, &nloads);
     K->guard_level = saved_level > level ? saved_level : level;
-    if (nloads)            /* a branch without loads (a pad's value) needs no guard */
-        K->guard = saved ? cond_temp(K, K->guard_level,
-                                     pool_printf(K->g->pool, "%s && %s", saved, cond))
-                         : cond;
+    if (nloads) /* a branch without loads (a pad's value) needs no guard */
+        K->guard =
+            saved ? cond_temp(K, K->guard_level, pool_printf(K->g->pool, "%s && %s", saved, cond))
+                  : cond;
     Val v = cg_emit_expr(K, e, nvars);
     K->guard = saved;
     K->guard_level = saved_level;
@@ -407,7 +423,8 @@ static Val emit_select(KGen *K, const Expr *e, int nvars) {
     IxText ix = cg_print_index(K, e->index, nvars);
     const char *lo = e->lo == EX_NOLO ? "" : pool_printf(P, "%s >= %lld", ix.c, (long long)e->lo);
     const char *hi = e->hi == EX_NOHI ? "" : pool_printf(P, "%s < %lld", ix.c, (long long)e->hi);
-    const char *cond = cond_temp(K, ix.level, pool_printf(P, "%s%s%s", lo, *lo && *hi ? " && " : "", hi));
+    const char *cond =
+        cond_temp(K, ix.level, pool_printf(P, "%s%s%s", lo, *lo && *hi ? " && " : "", hi));
     Val a = cg_emit_branch(K, e->args[0], nvars, cond, ix.level);
     Val b = cg_emit_branch(K, e->args[1], nvars, pool_printf(P, "!%s", cond), ix.level);
     int level = ix.level > a.level ? ix.level : a.level;
@@ -435,19 +452,19 @@ const Index *cg_store_index(KGen *K, int nvars, const int64_t *sizes) {
     return ix_simplify(P, ix_contiguous(P, nvars, sizes, v), nvars, sizes);
 }
 
-int cg_member_vars(const SNode *n) {
-    return n->body == BODY_REDUCTION ? n->np + n->nr : n->np;
-}
+int cg_member_vars(const SNode *n) { return n->body == BODY_REDUCTION ? n->np + n->nr : n->np; }
 
 /* A value to keep for later stages of this row: a scalar when it is the same
  * for the whole row, else a per-thread row of scratch. */
 /* A per-thread float array of n elements for the kernel (scratch_decls). */
 void cg_add_scratch(KGen *K, const char *name, int64_t n) {
-    K->scratch = pool_grow(K->g->pool, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
+    K->scratch =
+        pool_grow(K->g->pool, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
     K->scratch[K->nscratch++] = (Scratch){name, n};
 }
 
-static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars, const int64_t *sizes) {
+static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars,
+                           const int64_t *sizes) {
     Pool *P = K->g->pool;
     if (v.level <= K->npl) {
         cg_table_add(P, &K->regs, key, v.c, v.level, K->epoch[v.level]);
@@ -472,16 +489,17 @@ static void gen_pointwise_member(KGen *K, int i) {
     const Index *six = cg_store_index(K, n->np, n->P);
     IxText ix = cg_print_index(K, six, n->np);
     if (b->body == BODY_RAND)
-        v = temp(K, ix.level, pool_printf(P, "kiln_rand(%lluull, (uint64_t)(%s))",
-                                          (unsigned long long)b->seed, ix.c));
+        v = temp(K, ix.level,
+                 pool_printf(P, "kiln_rand(%lluull, (uint64_t)(%s))", (unsigned long long)b->seed,
+                             ix.c));
     else
         v = cg_emit_expr(K, b->expr, n->np);
     const char *key = cg_reg_key(P, b->id, ix.c);
     if (K->k->store[i] == STORE_GLOBAL) {
         cg_note_access(K, b->id, ix, USE_WRITE);
         if (!cg_stream_store(K, b, ix, v))
-            cg_line(K, ix.level > v.level ? ix.level : v.level, "%s[%s] = %s;", K->g->bufname[b->id],
-                 ix.c, v.c);
+            cg_line(K, ix.level > v.level ? ix.level : v.level, "%s[%s] = %s;",
+                    K->g->bufname[b->id], ix.c, v.c);
     }
     if (K->k->store[i] == STORE_ROW_LOCAL) keep_row_local(K, b->id, key, v, n->np, n->P);
     cg_table_add(P, &K->regs, key, v.c, v.level, K->epoch[v.level]);
@@ -515,13 +533,15 @@ static void gen_reduction_member(KGen *K, int i) {
     const Buffer *b = member_buf(K, i);
     Pool *P = K->g->pool;
     const char *nm = K->g->bufname[b->id];
-    const char *acc = pool_printf(P, "acc_%s%s", nm, K->rp.sfx), *nan = pool_printf(P, "nan_%s%s", nm, K->rp.sfx);
+    const char *acc = pool_printf(P, "acc_%s%s", nm, K->rp.sfx),
+               *nan = pool_printf(P, "nan_%s%s", nm, K->rp.sfx);
     bool minmax = b->rop == ROP_AMAX || b->rop == ROP_AMIN;
     const char *val = minmax || !K->g->double_acc ? acc : pool_printf(P, "red_%s%s", nm, K->rp.sfx);
     const char *wide = K->g->double_acc ? "(double)" : "";
     const char *type = minmax || !K->g->double_acc ? "float" : "double";
     const char *ident = minmax || !K->g->double_acc ? cg_rop_identity(b->rop)
-                                                    : b->rop == ROP_SUM ? "0.0" : "1.0";
+                        : b->rop == ROP_SUM         ? "0.0"
+                                                    : "1.0";
     cg_line(K, K->npl, "%s %s = %s;", type, acc, ident);
     if (minmax) cg_line(K, K->npl, "int %s = 0;", nan);
     /* in lanes (see spread_stage): acc and nan stand for their lane's
@@ -533,10 +553,11 @@ static void gen_reduction_member(KGen *K, int i) {
         cg_line(K, K->npl, "%s lane_%s[%d];", type, acc, CG_LANES);
         if (minmax) {
             cg_line(K, K->npl, "int lane_%s[%d];", nan, CG_LANES);
-            cg_line(K, K->npl, "for (int l = 0; l < %d; l++) { lane_%s[l] = %s; lane_%s[l] = 0; }", CG_LANES,
-                 acc, ident, nan);
+            cg_line(K, K->npl, "for (int l = 0; l < %d; l++) { lane_%s[l] = %s; lane_%s[l] = 0; }",
+                    CG_LANES, acc, ident, nan);
         } else {
-            cg_line(K, K->npl, "for (int l = 0; l < %d; l++) lane_%s[l] = %s;", CG_LANES, acc, ident);
+            cg_line(K, K->npl, "for (int l = 0; l < %d; l++) lane_%s[l] = %s;", CG_LANES, acc,
+                    ident);
         }
     }
     Val v = cg_emit_expr(K, b->expr, n->np + n->nr);
@@ -545,18 +566,22 @@ static void gen_reduction_member(KGen *K, int i) {
     case ROP_PROD: cg_line(K, K->inner, "%s *= %s%s;", el, wide, v.c); break;
     case ROP_AMAX:
     case ROP_AMIN:
-        cg_line(K, K->inner, "%s = kiln_red_%s(%s, %s);", el, b->rop == ROP_AMAX ? "max" : "min", el, v.c);
+        cg_line(K, K->inner, "%s = kiln_red_%s(%s, %s);", el, b->rop == ROP_AMAX ? "max" : "min",
+                el, v.c);
         cg_line(K, K->inner, "%s |= %s != %s;", nel, v.c, v.c);
         break;
     }
     static const char *const clause[] = {"+", "max", "min", "*"};
     if (K->lane.index) {
-        static const char *const combine[] = {"%s += lane_%s[l];", "%s = kiln_red_max(%s, lane_%s[l]);",
-                                              "%s = kiln_red_min(%s, lane_%s[l]);", "%s *= lane_%s[l];"};
+        static const char *const combine[] = {
+            "%s += lane_%s[l];", "%s = kiln_red_max(%s, lane_%s[l]);",
+            "%s = kiln_red_min(%s, lane_%s[l]);", "%s *= lane_%s[l];"};
         Str c;
         str_init(&c, P);
-        if (minmax) str_putf(&c, combine[b->rop], acc, acc, acc);
-        else str_putf(&c, combine[b->rop], acc, acc);
+        if (minmax)
+            str_putf(&c, combine[b->rop], acc, acc, acc);
+        else
+            str_putf(&c, combine[b->rop], acc, acc);
         if (minmax)
             str_putf(&K->post, "for (int l = 0; l < %d; l++) { %s %s |= lane_%s[l]; }\n", CG_LANES,
                      str_get(&c), nan, nan);
@@ -566,8 +591,10 @@ static void gen_reduction_member(KGen *K, int i) {
         str_putf(&K->clauses, " reduction(%s:%s)", clause[b->rop], acc);
         if (minmax) str_putf(&K->clauses, " reduction(|:%s)", nan);
     }
-    if (minmax) str_putf(&K->post, "if (%s) %s = NAN;\n", nan, acc);
-    else if (K->g->double_acc) str_putf(&K->post, "float %s = (float)%s;\n", val, acc);
+    if (minmax)
+        str_putf(&K->post, "if (%s) %s = NAN;\n", nan, acc);
+    else if (K->g->double_acc)
+        str_putf(&K->post, "float %s = (float)%s;\n", val, acc);
     IxText ix = cg_print_index(K, cg_store_index(K, n->np, n->P), n->np);
     if (K->k->store[i] == STORE_GLOBAL) {
         cg_note_access(K, b->id, ix, USE_WRITE);
@@ -578,6 +605,8 @@ static void gen_reduction_member(KGen *K, int i) {
 }
 
 void cg_gen_member(KGen *K, int i) {
-    if (member_buf(K, i)->body == BODY_REDUCTION) gen_reduction_member(K, i);
-    else gen_pointwise_member(K, i);
+    if (member_buf(K, i)->body == BODY_REDUCTION)
+        gen_reduction_member(K, i);
+    else
+        gen_pointwise_member(K, i);
 }

@@ -36,7 +36,7 @@ void cg_epilogue_merges(int ndims, bool *ok) {
  * element, each clipped to the range. */
 void cg_epilogue_bounds(KGen *K) {
     Pool *P = K->g->pool;
-    if (K->npl == 0) return;   /* a scalar output: the body runs once, guarded */
+    if (K->npl == 0) return; /* a scalar output: the body runs once, guarded */
     Loop *in = &K->loop[K->pnest[K->npl - 1]];
     if (K->npl == 1) {
         in->lo = "start";
@@ -107,13 +107,15 @@ static void epilogue_text(KGen *K, Str *o, const Kernel *ext, const Epi *e) {
         str_putf(&args, ", bufs[%d]", b);
     }
     str_putf(o, ")\n{\n");
-    if (K->npl == 0) str_putf(&body, "    if (start > 0 || count < 1) return;   /* one element */\n");
+    if (K->npl == 0)
+        str_putf(&body, "    if (start > 0 || count < 1) return;   /* one element */\n");
     cg_put_indented(&body, str_get(&K->block[0]), 4);
     cg_nest_text(K, &body, true, K->pnest, 0, K->npl, 0, 4, NULL);
     str_putf(o, "%s}\n\n", str_get(&body));
-    str_putf(o, "static void %s%s_cb(void *ctx, float *c, int64_t start, int64_t count)\n{\n"
-                "    float *const *bufs = ctx;\n    (void)bufs;\n"
-                "    %s%s(c, start, count%s);\n}\n\n",
+    str_putf(o,
+             "static void %s%s_cb(void *ctx, float *c, int64_t start, int64_t count)\n{\n"
+             "    float *const *bufs = ctx;\n    (void)bufs;\n"
+             "    %s%s(c, start, count%s);\n}\n\n",
              g->prefix, K->k->kernel, g->prefix, K->k->kernel, str_get(&args));
 }
 
@@ -127,7 +129,8 @@ void cg_gen_epilogue(Gen *g, int kidx) {
     const Kernel *k = &g->s->kernels[kidx];
     Epi *e = &g->epi[kidx];
     int ext = snode(g, k->members[0])->buf, last = snode(g, k->members[k->n - 1])->buf;
-    if (k->store[k->n - 1] != STORE_GLOBAL) cg_fail(g, "codegen: %s: last member not stored", k->kernel);
+    if (k->store[k->n - 1] != STORE_GLOBAL)
+        cg_fail(g, "codegen: %s: last member not stored", k->kernel);
     e->target = k->store[0] == STORE_GLOBAL ? ext : last;
     const char *names[2] = {g->bufname[ext], g->bufname[e->target]};
     g->bufname[ext] = g->bufname[e->target] = "out";

@@ -48,7 +48,7 @@ static void plan_merges(KGen *K, bool *ok) {
         check_index(&m, cg_store_index(K, n->np, n->P));
     }
     for (int d = 0; d + 1 < K->ndims; d++)
-        ok[d] = m.ok[d] && d + 1 != K->npd;   /* never merge across P / R */
+        ok[d] = m.ok[d] && d + 1 != K->npd; /* never merge across P / R */
 }
 
 int cg_new_loop(KGen *K, const char *name, int64_t extent) {
@@ -65,15 +65,20 @@ static void build_loops(KGen *K) {
     for (int d = 0; d < K->ndims; d++) {
         if (!(d > 0 && ok[d - 1])) {
             bool red = d >= K->npd;
-            int L = cg_new_loop(K, pool_printf(K->g->pool, "%s%d", red ? "r" : "x", red ? K->nrl : K->npl), 1);
-            if (red) K->rl[K->nrl++] = L;
-            else K->pnest[K->npl++] = L;
+            int L = cg_new_loop(
+                K, pool_printf(K->g->pool, "%s%d", red ? "r" : "x", red ? K->nrl : K->npl), 1);
+            if (red)
+                K->rl[K->nrl++] = L;
+            else
+                K->pnest[K->npl++] = L;
         }
         K->loop_of[d] = K->nloops - 1;
         K->loop[K->nloops - 1].extent *= K->size[d];
     }
     for (int d = K->ndims - 1; d >= 0; d--)
-        K->div[d] = d + 1 < K->ndims && K->loop_of[d + 1] == K->loop_of[d] ? K->div[d + 1] * K->size[d + 1] : 1;
+        K->div[d] = d + 1 < K->ndims && K->loop_of[d + 1] == K->loop_of[d]
+                        ? K->div[d + 1] * K->size[d + 1]
+                        : 1;
 }
 
 /* Split loop L into a loop over blocks of `block` (returned) and L over one
@@ -87,9 +92,9 @@ int cg_split_loop(KGen *K, int L, int64_t block) {
     const char *bn = K->loop[b].name;
     K->loop[L].lo = bn;
     K->loop[L].hi = block == n ? pool_printf(K->g->pool, "%lld", (long long)n)
-                               : pool_printf(K->g->pool, "(%s + %lld < %lld ? %s + %lld : %lld)", bn,
-                                             (long long)block, (long long)n, bn, (long long)block,
-                                             (long long)n);
+                               : pool_printf(K->g->pool, "(%s + %lld < %lld ? %s + %lld : %lld)",
+                                             bn, (long long)block, (long long)n, bn,
+                                             (long long)block, (long long)n);
     return b;
 }
 
@@ -101,7 +106,7 @@ static void plan_parallel(KGen *K) {
     int64_t iters = 1;
     for (int j = 0; j < avail && iters < CG_PARALLEL_ITERS; j++) {
         const Loop *L = &K->loop[K->pnest[j]];
-        if (L->lo) break;   /* inside a block: not a rectangular nest */
+        if (L->lo) break; /* inside a block: not a rectangular nest */
         iters *= (L->extent + L->step - 1) / L->step;
         K->collapse = j + 1;
     }
@@ -164,9 +169,12 @@ void cg_setup_kernel(KGen *K) {
     check_members(K);
     build_loops(K);
     cg_open_nest(K, NULL, 0);
-    if (K->epi.on) cg_epilogue_bounds(K);   /* serial: the library shares blocks out */
-    else if (cg_want_outer(K)) cg_make_outer(K);
-    else if (cg_want_tiles(K)) cg_make_tiles(K);
+    if (K->epi.on)
+        cg_epilogue_bounds(K); /* serial: the library shares blocks out */
+    else if (cg_want_outer(K))
+        cg_make_outer(K);
+    else if (cg_want_tiles(K))
+        cg_make_tiles(K);
     cg_plan_stream(K);
     if (cg_want_pairs(K)) cg_make_pairs(K);
     if (!K->epi.on) plan_parallel(K);
@@ -197,7 +205,8 @@ static bool want_simd8(const Loop *l) {
 static void loop_pragmas(KGen *K, Str *o, bool row_nest, int j, int n, int L, bool innermost,
                          int ind, bool force) {
     bool simd8 = innermost && want_simd8(&K->loop[L]);
-    bool simd = force || (innermost && (K->has_red || !K->strided || (simd8 && !K->far) || K->guarded));
+    bool simd =
+        force || (innermost && (K->has_red || !K->strided || (simd8 && !K->far) || K->guarded));
     const char *cl = str_get(&K->clauses), *len = simd8 ? " simdlen(8)" : "";
     if (row_nest && j == 0 && K->collapse > 0) {
         bool with_simd = simd && K->collapse == 1 && j == n - 1;
@@ -216,10 +225,14 @@ static void loop_pragmas(KGen *K, Str *o, bool row_nest, int j, int n, int L, bo
 static void loop_header(KGen *K, Str *o, int L, bool innermost, int ind) {
     const Loop *l = &K->loop[L];
     str_putf(o, "%*sfor (int64_t %s = %s; %s < ", ind, "", l->name, l->lo ? l->lo : "0", l->name);
-    if (l->hi) str_putf(o, "%s", l->hi);
-    else str_putf(o, "%lld", (long long)l->extent);
-    if (l->step == 1) str_putf(o, "; %s++) {", l->name);
-    else str_putf(o, "; %s += %lld) {", l->name, (long long)l->step);
+    if (l->hi)
+        str_putf(o, "%s", l->hi);
+    else
+        str_putf(o, "%lld", (long long)l->extent);
+    if (l->step == 1)
+        str_putf(o, "; %s++) {", l->name);
+    else
+        str_putf(o, "; %s += %lld) {", l->name, (long long)l->step);
     str_putf(o, "%s\n", innermost ? "  " CG_INNER_MARK : "");
     K->inner_loops += innermost;
 }
@@ -232,12 +245,12 @@ static void loop_header(KGen *K, Str *o, int L, bool innermost, int ind) {
  * GCC 12 -O3 vectorized such a nest wrongly too (fuzz-diff seed
  * 1796004187422012: layer_norm over a dim of 1 of a concat; reduced in
  * tests/test_fused.c, fused_guarded_outer_loop). */
-void cg_nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0,
-                      int ind, const char *row_guard) {
+void cg_nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0, int ind,
+                  const char *row_guard) {
     if (j == n) return;
     bool innermost = j == n - 1 && (!row_nest || K->k->kind == KK_POINTWISE);
     bool row_simd = row_nest && j == n - 1 && !innermost && K->row_guarded && K->stage_loops == 0 &&
-                    (j >= K->collapse || K->collapse == 1);   /* not inside collapse(2+) */
+                    (j >= K->collapse || K->collapse == 1); /* not inside collapse(2+) */
     int level = level0 + j + 1;
     Loop *l = &K->loop[ids[j]];
     /* a row stage's streamed stores per vector (stream_store): the loop in

@@ -30,7 +30,7 @@ void cg_gen_outer_reduction_member(KGen *K, int i) {
     int64_t block = K->loop[K->pnest[K->npl - 1]].step;
     cg_line(K, K->npl, "%s %s[%lld];", wide ? "double" : "float", acc, (long long)block);
     cg_line(K, K->npl, "for (int64_t i = 0; i < %lld; i++) %s[i] = %s;", (long long)block, acc,
-         cg_rop_identity(b->rop));
+            cg_rop_identity(b->rop));
     Val v = cg_emit_expr(K, b->expr, n->np + n->nr);
     switch (b->rop) {
     case ROP_SUM: cg_line(K, K->inner, "%s += %s%s;", el, wide ? "(double)" : "", v.c); break;
@@ -59,16 +59,17 @@ static void finish_outer_reduction(KGen *K, int i) {
     cg_table_add(P, &K->regs, cg_reg_key(P, b->id, ix.c), el, K->inner, K->epoch[K->inner]);
 }
 
-
 void cg_walk_load(const Expr *e, void *ud) {
     Walk *w = ud;
     int64_t coef[MAXL], off, lc[MAXL];
     if (!ix_affine(e->index, w->nvars, coef, &off) || !cg_loop_coefs(w->K, coef, w->nvars, lc)) {
-        w->r_strided = true;   /* div/mod: treat as scattered */
+        w->r_strided = true; /* div/mod: treat as scattered */
         return;
     }
-    if (lc[w->lr] == 1 || lc[w->lr] == -1) w->r_unit = true;
-    else if (lc[w->lr]) w->r_strided = true;
+    if (lc[w->lr] == 1 || lc[w->lr] == -1)
+        w->r_unit = true;
+    else if (lc[w->lr])
+        w->r_strided = true;
     if (lc[w->lp] == 1) w->p_unit = true;
 }
 

@@ -44,6 +44,7 @@ void cg_make_pairs(KGen *K) {
  * the row loop's variable plus one, with its own accumulator names. */
 void cg_pair_row(KGen *K, int p) {
     if (K->rp.n == 1) return;
-    K->loop[K->pnest[K->npl - 1]].name = p ? pool_printf(K->g->pool, "(%s + 1)", K->rp.row_name) : K->rp.row_name;
+    K->loop[K->pnest[K->npl - 1]].name =
+        p ? pool_printf(K->g->pool, "(%s + 1)", K->rp.row_name) : K->rp.row_name;
     K->rp.sfx = p ? "_1" : "";
 }

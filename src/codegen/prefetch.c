@@ -28,7 +28,7 @@ void cg_note_row_load(KGen *K, int buf, IxText ix) {
     Pool *P = K->g->pool;
     const char *row = K->loop[K->pnest[K->npl - 1]].name;
     const char *at = pool_printf(P, "&%s[%s]", K->g->bufname[buf], ix.c);
-    if (!strcmp(cg_subst_ident(P, at, row, "0"), at)) return;   /* the same for every row */
+    if (!strcmp(cg_subst_ident(P, at, row, "0"), at)) return; /* the same for every row */
     cg_pf_add(K, at);
 }
 
@@ -45,11 +45,13 @@ void cg_row_prefetch(KGen *K, int r, int blk) {
         n = pool_printf(P, "%lld", (long long)K->k->rnumel);
     else
         n = pool_printf(P, "%s + %d < %lld ? %d : %lld - %s", at, CG_ROW_PF_BLOCK,
-                        (long long)K->loop[r].extent, CG_ROW_PF_BLOCK, (long long)K->loop[r].extent, at);
+                        (long long)K->loop[r].extent, CG_ROW_PF_BLOCK, (long long)K->loop[r].extent,
+                        at);
     for (int i = 0; i < K->pf.n; i++) {
-        const char *p = cg_subst_ident(P, cg_subst_ident(P, K->pf.addr[i], K->loop[r].name, at), row->name, next);
+        const char *p = cg_subst_ident(P, cg_subst_ident(P, K->pf.addr[i], K->loop[r].name, at),
+                                       row->name, next);
         cg_line(K, blk < 0 ? K->npl : K->npl + 1, "if (%s < %lld) kiln_prefetch(%s, %s);", next,
-             (long long)row->extent, p, n);
+                (long long)row->extent, p, n);
     }
     K->pf.n = 0;
 }

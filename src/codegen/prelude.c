@@ -63,8 +63,10 @@ static kiln_status read_header(const PreludeHeader *h, char **text, char *err, s
     char path[1024];
     const char *env = getenv(h->env);
     const char *file = __FILE__, *slash = strrchr(file, '/');
-    if (env) util_fmt(path, sizeof path, "%s", env);
-    else util_fmt(path, sizeof path, "%.*s%s", slash ? (int)(slash - file + 1) : 0, file, h->rel);
+    if (env)
+        util_fmt(path, sizeof path, "%s", env);
+    else
+        util_fmt(path, sizeof path, "%.*s%s", slash ? (int)(slash - file + 1) : 0, file, h->rel);
     FILE *f = fopen(path, "rb");
     long n = -1;
     if (f && fseek(f, 0, SEEK_END) == 0) n = ftell(f);
@@ -89,8 +91,8 @@ static kiln_status read_header(const PreludeHeader *h, char **text, char *err, s
 
 /* A header's text: the embedded copy, or read from the source tree into
  * *owned (the caller kfrees it). */
-static kiln_status header_source(const PreludeHeader *h, const char **text, char **owned,
-                                 char *err, size_t errlen) {
+static kiln_status header_source(const PreludeHeader *h, const char **text, char **owned, char *err,
+                                 size_t errlen) {
     *owned = NULL;
 #ifdef CG_HEADERS_EMBEDDED
     (void)err, (void)errlen;
@@ -114,8 +116,10 @@ static kiln_status pasted_headers(char **out, char *err, size_t errlen) {
     if (st == KILN_OK) {
         static const char sep[] = "\n/* ===== kiln_rt.h: the interface with the runtime ===== */\n";
         size_t n = strlen(vm) + strlen(sep) + strlen(rt) + 1;
-        if ((*out = kmalloc(n))) util_fmt(*out, n, "%s%s%s", vm, sep, rt);
-        else util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
+        if ((*out = kmalloc(n)))
+            util_fmt(*out, n, "%s%s%s", vm, sep, rt);
+        else
+            util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
     }
     kfree(own_vm);
     kfree(own_rt);
@@ -136,9 +140,10 @@ static const char prelude_head[] =
     "/* ===== vecmath.h: float math that vectorizes ===== */\n";
 
 /* `kiln_<f>_v`: vecmath's kiln_<f> behind a declare-simd wrapper. */
-#define KILN_SIMD_FN(f)                                                        \
-    "#pragma omp declare simd notinbranch\n"                                    \
-    "__attribute__((noinline, unused)) static float kiln_" #f "_v(float x) { return kiln_" #f "(x); }\n"
+#define KILN_SIMD_FN(f)                                                                       \
+    "#pragma omp declare simd notinbranch\n"                                                  \
+    "__attribute__((noinline, unused)) static float kiln_" #f "_v(float x) { return kiln_" #f \
+    "(x); }\n"
 
 /* After vecmath.h and kiln_rt.h. */
 static const char prelude_tail[] =
@@ -147,105 +152,105 @@ static const char prelude_tail[] =
     " * compiles each body once (a vector clone that vectorized loops call once\n"
     " * per vector, as fast as inlining it) instead of inlining a copy at every\n"
     " * use, which is slow to compile (a copy per use). Unused ones\n"
-    " * cost nothing. */\n"
-    KILN_SIMD_FN(expf) KILN_SIMD_FN(logf) KILN_SIMD_FN(sinf) KILN_SIMD_FN(cosf)
-    KILN_SIMD_FN(tanhf) KILN_SIMD_FN(erff) KILN_SIMD_FN(sigmoid) KILN_SIMD_FN(gelu)
-    "\n/* ===== helpers ===== */\n"
-    "\n"
-    "/* pow(x, n) for an integer constant n: multiplication in double, rounded\n"
-    " * once (unrolled and vectorized once n is known). */\n"
-    "static inline float kiln_powi(float x, int n) {\n"
-    "    double r = 1.0, b = x;\n"
-    "    for (int m = n < 0 ? -n : n; m; m >>= 1) {\n"
-    "        if (m & 1) r *= b;\n"
-    "        b *= b;\n"
-    "    }\n"
-    "    return (float)(n < 0 ? 1.0 / r : r);\n"
-    "}\n"
-    "\n"
-    "/* pow(x, 0.5): sqrt, except pow(-inf, 0.5) = inf and pow(-0, 0.5) = +0. */\n"
-    "static inline float kiln_pow_half(float x) {\n"
-    "    return kiln_vm_sel(x == -KILN_VM_INF, KILN_VM_INF, sqrtf(x) + 0.0f);\n"
-    "}\n"
-    "\n"
-    "/* Floor division and modulo for indices that may be negative. */\n"
-    "static inline int64_t kiln_floordiv(int64_t a, int64_t b) {\n"
-    "    return a / b - (a % b != 0 && (a < 0) != (b < 0));\n"
-    "}\n"
-    "static inline int64_t kiln_floormod(int64_t a, int64_t b) {\n"
-    "    return a - kiln_floordiv(a, b) * b;\n"
-    "}\n"
-    "\n"
-    "/* Copy a strided view into a dense array, for an extern operand the\n"
-    " * library cannot take as it is. */\n"
-    "static inline void kiln_pack(const float *src, const KilnView *v, float *dst) {\n"
-    "    int64_t idx[KILN_RT_MAX_RANK] = {0}, n = 1;\n"
-    "    for (int d = 0; d < v->rank; d++) n *= v->shape[d];\n"
-    "    for (int64_t i = 0; i < n; i++) {\n"
-    "        int64_t off = v->offset;\n"
-    "        for (int d = 0; d < v->rank; d++) off += idx[d] * v->stride[d];\n"
-    "        dst[i] = src[off];\n"
-    "        for (int d = v->rank - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;\n"
-    "    }\n"
-    "}\n"
-    "\n"
-    "/* Ask for n floats from p in the cache, a prefetch per 64-byte line: a\n"
-    " * row kernel asks for its next row while later passes work on this one\n"
-    " * in L1 (src/codegen/prefetch.c). Never faults. */\n"
-    "static inline void kiln_prefetch(const float *p, int64_t n) {\n"
-    "    for (int64_t k = 0; k < n; k += 16) __builtin_prefetch(p + k, 0, 3);\n"
-    "}\n"
-    "\n"
-    "/* kiln_prefetch(p + off, n) where that lies inside p[0..size): a\n"
-    " * streaming kernel asks for the input a few KiB ahead of its tile. */\n"
-    "static inline void kiln_prefetch_ahead(const float *p, int64_t off, int64_t n, int64_t size) {\n"
-    "    if (off + n <= size) kiln_prefetch(p + off, n);\n"
-    "}\n"
-    "\n"
-    "/* dst[0..n) = src[0..n) with non-temporal stores: whole cache lines go to\n"
-    " * memory without being read first (an ordinary store reads the line it\n"
-    " * writes, a third of a copy's traffic). Kernels write outputs far larger\n"
-    " * than the caches this way (src/codegen/stream.c), from a tile the\n"
-    " * loop filled in L1. Non-temporal stores are weakly ordered: each thread\n"
-    " * that streamed runs kiln_stream_fence once, before the kernel ends. */\n"
-    "#if defined(__GNUC__) && !defined(__clang__) && (defined(__AVX512F__) || defined(__AVX__))\n"
-    "#define kiln_stream_fence() __builtin_ia32_sfence()\n"
-    "#else\n"
-    "#define kiln_stream_fence() ((void)0)\n"
-    "#endif\n"
-    "static void kiln_stream(float *restrict dst, const float *restrict src, int64_t n) {\n"
-    "    int64_t i = 0;\n"
-    "#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)\n"
-    "    typedef float kiln_v16 __attribute__((vector_size(64), aligned(4), may_alias));\n"
-    "    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];\n"
-    "    for (; i + 16 <= n; i += 16) __builtin_ia32_movntps512(dst + i, *(const kiln_v16 *)(src + i));\n"
-    "#elif defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)\n"
-    "    typedef float kiln_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n"
-    "    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];\n"
-    "    for (; i + 8 <= n; i += 8) __builtin_ia32_movntps256(dst + i, *(const kiln_v8 *)(src + i));\n"
-    "#endif\n"
-    "    for (; i < n; i++) dst[i] = src[i];\n"
-    "}\n"
-    "/* 16 floats from src (a tile the loop just wrote, which GCC keeps in a\n"
-    " * register) to dst: non-temporal where dst is on a vector boundary. */\n"
-    "static inline void kiln_stream16(float *restrict dst, const float *restrict src) {\n"
-    "#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)\n"
-    "    typedef float kiln_v16 __attribute__((vector_size(64), aligned(4), may_alias));\n"
-    "    if (((uintptr_t)dst & 63) == 0) __builtin_ia32_movntps512(dst, *(const kiln_v16 *)src);\n"
-    "    else *(kiln_v16 *)dst = *(const kiln_v16 *)src;\n"
-    "#elif defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)\n"
-    "    typedef float kiln_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n"
-    "    if (((uintptr_t)dst & 31) == 0) {\n"
-    "        __builtin_ia32_movntps256(dst, *(const kiln_v8 *)src);\n"
-    "        __builtin_ia32_movntps256(dst + 8, *(const kiln_v8 *)(src + 8));\n"
-    "    } else {\n"
-    "        *(kiln_v8 *)dst = *(const kiln_v8 *)src;\n"
-    "        *(kiln_v8 *)(dst + 8) = *(const kiln_v8 *)(src + 8);\n"
-    "    }\n"
-    "#else\n"
-    "    for (int i = 0; i < 16; i++) dst[i] = src[i];\n"
-    "#endif\n"
-    "}\n";
+    " * cost nothing. */\n" KILN_SIMD_FN(expf) KILN_SIMD_FN(logf) KILN_SIMD_FN(sinf) KILN_SIMD_FN(
+        cosf) KILN_SIMD_FN(tanhf) KILN_SIMD_FN(erff) KILN_SIMD_FN(sigmoid)
+        KILN_SIMD_FN(
+            gelu) "\n/* ===== helpers ===== */\n"
+                  "\n"
+                  "/* pow(x, n) for an integer constant n: multiplication in double, rounded\n"
+                  " * once (unrolled and vectorized once n is known). */\n"
+                  "static inline float kiln_powi(float x, int n) {\n"
+                  "    double r = 1.0, b = x;\n"
+                  "    for (int m = n < 0 ? -n : n; m; m >>= 1) {\n"
+                  "        if (m & 1) r *= b;\n"
+                  "        b *= b;\n"
+                  "    }\n"
+                  "    return (float)(n < 0 ? 1.0 / r : r);\n"
+                  "}\n"
+                  "\n"
+                  "/* pow(x, 0.5): sqrt, except pow(-inf, 0.5) = inf and pow(-0, 0.5) = +0. */\n"
+                  "static inline float kiln_pow_half(float x) {\n"
+                  "    return kiln_vm_sel(x == -KILN_VM_INF, KILN_VM_INF, sqrtf(x) + 0.0f);\n"
+                  "}\n"
+                  "\n"
+                  "/* Floor division and modulo for indices that may be negative. */\n"
+                  "static inline int64_t kiln_floordiv(int64_t a, int64_t b) {\n"
+                  "    return a / b - (a % b != 0 && (a < 0) != (b < 0));\n"
+                  "}\n"
+                  "static inline int64_t kiln_floormod(int64_t a, int64_t b) {\n"
+                  "    return a - kiln_floordiv(a, b) * b;\n"
+                  "}\n"
+                  "\n"
+                  "/* Copy a strided view into a dense array, for an extern operand the\n"
+                  " * library cannot take as it is. */\n"
+                  "static inline void kiln_pack(const float *src, const KilnView *v, float *dst) {\n"
+                  "    int64_t idx[KILN_RT_MAX_RANK] = {0}, n = 1;\n"
+                  "    for (int d = 0; d < v->rank; d++) n *= v->shape[d];\n"
+                  "    for (int64_t i = 0; i < n; i++) {\n"
+                  "        int64_t off = v->offset;\n"
+                  "        for (int d = 0; d < v->rank; d++) off += idx[d] * v->stride[d];\n"
+                  "        dst[i] = src[off];\n"
+                  "        for (int d = v->rank - 1; d >= 0 && ++idx[d] == v->shape[d]; d--) idx[d] = 0;\n"
+                  "    }\n"
+                  "}\n"
+                  "\n"
+                  "/* Ask for n floats from p in the cache, a prefetch per 64-byte line: a\n"
+                  " * row kernel asks for its next row while later passes work on this one\n"
+                  " * in L1 (src/codegen/prefetch.c). Never faults. */\n"
+                  "static inline void kiln_prefetch(const float *p, int64_t n) {\n"
+                  "    for (int64_t k = 0; k < n; k += 16) __builtin_prefetch(p + k, 0, 3);\n"
+                  "}\n"
+                  "\n"
+                  "/* kiln_prefetch(p + off, n) where that lies inside p[0..size): a\n"
+                  " * streaming kernel asks for the input a few KiB ahead of its tile. */\n"
+                  "static inline void kiln_prefetch_ahead(const float *p, int64_t off, int64_t n, int64_t size) {\n"
+                  "    if (off + n <= size) kiln_prefetch(p + off, n);\n"
+                  "}\n"
+                  "\n"
+                  "/* dst[0..n) = src[0..n) with non-temporal stores: whole cache lines go to\n"
+                  " * memory without being read first (an ordinary store reads the line it\n"
+                  " * writes, a third of a copy's traffic). Kernels write outputs far larger\n"
+                  " * than the caches this way (src/codegen/stream.c), from a tile the\n"
+                  " * loop filled in L1. Non-temporal stores are weakly ordered: each thread\n"
+                  " * that streamed runs kiln_stream_fence once, before the kernel ends. */\n"
+                  "#if defined(__GNUC__) && !defined(__clang__) && (defined(__AVX512F__) || defined(__AVX__))\n"
+                  "#define kiln_stream_fence() __builtin_ia32_sfence()\n"
+                  "#else\n"
+                  "#define kiln_stream_fence() ((void)0)\n"
+                  "#endif\n"
+                  "static void kiln_stream(float *restrict dst, const float *restrict src, int64_t n) {\n"
+                  "    int64_t i = 0;\n"
+                  "#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)\n"
+                  "    typedef float kiln_v16 __attribute__((vector_size(64), aligned(4), may_alias));\n"
+                  "    for (; i < n && ((uintptr_t)(dst + i) & 63); i++) dst[i] = src[i];\n"
+                  "    for (; i + 16 <= n; i += 16) __builtin_ia32_movntps512(dst + i, *(const kiln_v16 *)(src + i));\n"
+                  "#elif defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)\n"
+                  "    typedef float kiln_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n"
+                  "    for (; i < n && ((uintptr_t)(dst + i) & 31); i++) dst[i] = src[i];\n"
+                  "    for (; i + 8 <= n; i += 8) __builtin_ia32_movntps256(dst + i, *(const kiln_v8 *)(src + i));\n"
+                  "#endif\n"
+                  "    for (; i < n; i++) dst[i] = src[i];\n"
+                  "}\n"
+                  "/* 16 floats from src (a tile the loop just wrote, which GCC keeps in a\n"
+                  " * register) to dst: non-temporal where dst is on a vector boundary. */\n"
+                  "static inline void kiln_stream16(float *restrict dst, const float *restrict src) {\n"
+                  "#if defined(__GNUC__) && !defined(__clang__) && defined(__AVX512F__)\n"
+                  "    typedef float kiln_v16 __attribute__((vector_size(64), aligned(4), may_alias));\n"
+                  "    if (((uintptr_t)dst & 63) == 0) __builtin_ia32_movntps512(dst, *(const kiln_v16 *)src);\n"
+                  "    else *(kiln_v16 *)dst = *(const kiln_v16 *)src;\n"
+                  "#elif defined(__GNUC__) && !defined(__clang__) && defined(__AVX__)\n"
+                  "    typedef float kiln_v8 __attribute__((vector_size(32), aligned(4), may_alias));\n"
+                  "    if (((uintptr_t)dst & 31) == 0) {\n"
+                  "        __builtin_ia32_movntps256(dst, *(const kiln_v8 *)src);\n"
+                  "        __builtin_ia32_movntps256(dst + 8, *(const kiln_v8 *)(src + 8));\n"
+                  "    } else {\n"
+                  "        *(kiln_v8 *)dst = *(const kiln_v8 *)src;\n"
+                  "        *(kiln_v8 *)(dst + 8) = *(const kiln_v8 *)(src + 8);\n"
+                  "    }\n"
+                  "#else\n"
+                  "    for (int i = 0; i < 16; i++) dst[i] = src[i];\n"
+                  "#endif\n"
+                  "}\n";
 
 kiln_status cg_prelude(char **out, char *err, size_t errlen) {
     char *hdrs;
@@ -253,8 +258,10 @@ kiln_status cg_prelude(char **out, char *err, size_t errlen) {
     kiln_status st = pasted_headers(&hdrs, err, errlen);
     if (st != KILN_OK) return st;
     size_t n = strlen(prelude_head) + strlen(hdrs) + strlen(prelude_tail) + 1;
-    if ((*out = kmalloc(n))) util_fmt(*out, n, "%s%s%s", prelude_head, hdrs, prelude_tail);
-    else util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
+    if ((*out = kmalloc(n)))
+        util_fmt(*out, n, "%s%s%s", prelude_head, hdrs, prelude_tail);
+    else
+        util_fmt(err, errlen, "out of memory"), st = KILN_ERR_NOMEM;
     kfree(hdrs);
     return st;
 }
@@ -267,8 +274,7 @@ kiln_status cg_prelude(char **out, char *err, size_t errlen) {
  * (docs/decisions.md: Unused vector variants left out of the prelude). */
 void cg_prepend_prelude(Gen *g) {
     const char *body = str_get(&g->out);
-    if ((g->status = pasted_headers(&g->owned_vm, g->err, g->errlen)) != KILN_OK)
-        longjmp(g->jb, 2);
+    if ((g->status = pasted_headers(&g->owned_vm, g->err, g->errlen)) != KILN_OK) longjmp(g->jb, 2);
     bool trig = strstr(body, "kiln_sinf_v(") || strstr(body, "kiln_cosf_v(");
     bool exp = strstr(body, "kiln_expf_v(") || strstr(body, "kiln_tanhf_v(");
     bool gelu = strstr(body, "kiln_gelu_v(");
@@ -277,8 +283,8 @@ void cg_prepend_prelude(Gen *g) {
     str_putf(&o, "%s%s%s%s%s\n%s\n%s", prelude_head,
              trig ? "" : "#define KILN_VM_NO_TRIG_DISPATCH 1 /* no sin or cos here */\n",
              exp ? "" : "#define KILN_VM_NO_EXP_DISPATCH 1 /* no exp or tanh here */\n",
-             gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n",
-             g->owned_vm, prelude_tail, body);
+             gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n", g->owned_vm,
+             prelude_tail, body);
     g->out = o;
     kfree(g->owned_vm);
     g->owned_vm = NULL;

@@ -33,7 +33,8 @@ void cg_note_stream_load(KGen *K, int buf, IxText ix) {
     const Buffer *b = buf_of(K->g, buf);
     if (ix.level != K->inner || !ix.unit || !stream_buffer(b)) return;
     Pool *P = K->g->pool;
-    const char *tile = K->loop[K->pnest[K->npl - 2]].name, *var = K->loop[K->pnest[K->npl - 1]].name;
+    const char *tile = K->loop[K->pnest[K->npl - 2]].name,
+               *var = K->loop[K->pnest[K->npl - 1]].name;
     const char *ahead = pool_printf(P, "%s + %d", tile, CG_STREAM_PF_AHEAD);
     const char *at = pool_printf(P, "kiln_prefetch_ahead(%s, %s, %lld, %lld);", K->g->bufname[buf],
                                  cg_subst_ident(P, ix.c, var, ahead), (long long)K->st.tile,
@@ -101,15 +102,15 @@ bool cg_stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
         return false;
     const Loop *l = &K->loop[K->innermost];
     if (K->k->kind == KK_POINTWISE ? !K->st.on
-                                   : K->epi.on || K->outer.xin >= 0 || K->rp.n != 1 || K->nsn != 1 ||
-                                         l->lo || l->extent > CG_STREAM_ROW)
+                                   : K->epi.on || K->outer.xin >= 0 || K->rp.n != 1 ||
+                                         K->nsn != 1 || l->lo || l->extent > CG_STREAM_ROW)
         return false;
     if (l->step != 1) return false;
     Pool *P = K->g->pool;
     int64_t n = l->lo ? K->st.tile : l->extent;
     const char *lo = l->lo ? l->lo : "0";
-    const char *count = l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo)
-                              : pool_printf(P, "%lld", (long long)n);
+    const char *count =
+        l->lo ? pool_printf(P, "%s - %s", l->hi, l->lo) : pool_printf(P, "%lld", (long long)n);
     const char *tile = pool_printf(P, "st_%s", K->g->bufname[b->id]);
     cg_add_scratch(K, tile, n);
     const char *at = l->lo ? pool_printf(P, "%s - %s", l->name, lo) : l->name;
@@ -119,17 +120,17 @@ bool cg_stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
     const char *out = K->g->bufname[b->id];
     if (K->k->kind == KK_REDUCTION) {
         /* a row stage: per vector where the loop allows (see nest_text) */
-        str_putf(&K->st.post, "kiln_stream(&%s[%s], %s, %s);\n", out, cg_subst_ident(P, ix.c, l->name, lo),
-                 tile, count);
+        str_putf(&K->st.post, "kiln_stream(&%s[%s], %s, %s);\n", out,
+                 cg_subst_ident(P, ix.c, l->name, lo), tile, count);
         if (n % CG_LANES == 0 && (K->st.vloop < 0 || K->st.vloop == K->innermost)) {
             const char *g = pool_printf(P, "%sv", l->name);
             K->st.vloop = K->innermost;
-            str_putf(&K->st.vpost, "kiln_stream16(&%s[%s], &%s[%s]);\n", out, cg_subst_ident(P, ix.c, l->name, g),
-                     tile, g);
+            str_putf(&K->st.vpost, "kiln_stream16(&%s[%s], &%s[%s]);\n", out,
+                     cg_subst_ident(P, ix.c, l->name, g), tile, g);
         }
     } else {
-        str_putf(&K->post, "kiln_stream(&%s[%s], %s, %s);\n", out, cg_subst_ident(P, ix.c, l->name, lo), tile,
-                 count);
+        str_putf(&K->post, "kiln_stream(&%s[%s], %s, %s);\n", out,
+                 cg_subst_ident(P, ix.c, l->name, lo), tile, count);
     }
     /* a later stage of the row reads the tile (in L1), not the streamed
      * copy, which the non-temporal stores sent to memory */

@@ -62,7 +62,6 @@ unsigned ext_cpu_features(void) { return ext_cpu_features_all() & isa_cap; }
  * get the same treatment; depthwise planes are computed in parallel and
  * each thread runs the epilogue of its plane. */
 
-
 /* Run epi over elements [start, start + count) of c, whose rows (or planes)
  * are `unit` elements: serially when small, else in pieces of whole units
  * shared among the threads. Called outside any parallel region. */
@@ -74,7 +73,7 @@ void ext_run_epilogue(ExtEpilogue epi, void *ctx, float *c, int64_t start, int64
         return;
     }
     int64_t per = unit * ((EXT_EPI_PIECE + unit - 1) / unit), n = (count + per - 1) / per;
-    #pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) {
         int64_t s = start + i * per, e = s + per < start + count ? s + per : start + count;
         epi(ctx, c, s, e - s);
@@ -88,10 +87,11 @@ void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start,
                             int64_t slab, int64_t unit) {
     if (!epi) return;
     if (nslabs == 1 || slab >= EXT_EPI_PARALLEL_MIN) {
-        for (int64_t i = 0; i < nslabs; i++) ext_run_epilogue(epi, ctx, c, start + i * slab, slab, unit);
+        for (int64_t i = 0; i < nslabs; i++)
+            ext_run_epilogue(epi, ctx, c, start + i * slab, slab, unit);
         return;
     }
-    #pragma omp parallel for schedule(static) if (nslabs * slab >= EXT_EPI_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (nslabs * slab >= EXT_EPI_PARALLEL_MIN)
     for (int64_t i = 0; i < nslabs; i++) epi(ctx, c, start + i * slab, slab);
 }
 

@@ -21,16 +21,16 @@
 /* ---- conv2d ---------------------------------------------------------------- */
 
 typedef struct {
-    int64_t n, c, h, w;         /* input */
-    int64_t o, kh, kw;          /* weight: o x (c/groups) x kh x kw */
-    int64_t oh, ow;             /* output spatial */
+    int64_t n, c, h, w; /* input */
+    int64_t o, kh, kw;  /* weight: o x (c/groups) x kh x kw */
+    int64_t oh, ow;     /* output spatial */
     int64_t sh, sw, ph, pw, dh, dw, groups;
 } ConvShape;
 
 static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
                             const int64_t attr[7]) {
-    ConvShape s = {xs[0], xs[1], xs[2], xs[3], ws[0], ws[2], ws[3], ys[2], ys[3],
-                   attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6]};
+    ConvShape s = {xs[0], xs[1],   xs[2],   xs[3],   ws[0],   ws[2],   ws[3],   ys[2],
+                   ys[3], attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6]};
     return s;
 }
 
@@ -42,7 +42,7 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
  * other sizes in one pass per tap. The thread that computed a plane runs
  * the epilogue on it while it is in cache. */
 typedef struct {
-    int64_t ph, pw;            /* rows and columns of the padded plane */
+    int64_t ph, pw; /* rows and columns of the padded plane */
 } PadDims;
 
 static PadDims pad_dims(const ConvShape *s) {
@@ -60,7 +60,7 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
     for (int64_t ih = 0; ih < s->h; ih++) {
         float *restrict pr = P + (ih + s->ph) * d.pw + s->pw;
         const float *restrict xr = xp + ih * s->w;
-        #pragma omp simd
+#pragma omp simd
         for (int64_t iw = 0; iw < s->w; iw++) pr[iw] = xr[iw];
     }
 }
@@ -76,19 +76,45 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define DW_ISA2 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma")))
 #define DW_ISA1 __attribute__((target("avx2,fma")))
-/* name##_l2, _l1 and _l0 from one body, and name(level, ...) picking one */
-#define DW_VERSIONS(name, params, args)                                                        DW_ISA2 static void name##_l2 params DW_BODY_##name                                        DW_ISA1 static void name##_l1 params DW_BODY_##name                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) {                                                if (level >= 2) name##_l2 args;                                                            else if (level == 1) name##_l1 args;                                                       else name##_l0 args;                                                                   }
+/* name##_l2, _l1 and _l0 from one body, and name(level, ...) picking one
+ * (laid out by hand: one declaration per line) */
+/* clang-format off */
+#define DW_VERSIONS(name, params, args)                                                      \
+    DW_ISA2 static void name##_l2 params DW_BODY_##name                                      \
+    DW_ISA1 static void name##_l1 params DW_BODY_##name                                      \
+    static void name##_l0 params DW_BODY_##name                                              \
+    static void name(int level, DW_PARAMS_##name) {                                          \
+        if (level >= 2) name##_l2 args;                                                      \
+        else if (level == 1) name##_l1 args;                                                 \
+        else name##_l0 args;                                                                 \
+    }
 #else
-#define DW_VERSIONS(name, params, args)                                                        static void name##_l0 params DW_BODY_##name                                                static void name(int level, DW_PARAMS_##name) { (void)level; name##_l0 args; }
+#define DW_VERSIONS(name, params, args)                                                      \
+    static void name##_l0 params DW_BODY_##name                                              \
+    static void name(int level, DW_PARAMS_##name) { (void)level; name##_l0 args; }
+/* clang-format on */
 #endif
 
 /* One output row of a 3x3 filter: the nine taps of each output in one
  * expression, the output row written once. The column stride is a
  * constant in each instance (1 and 2 get their own, so the loads are
  * contiguous or a shuffle of two; a runtime stride would make gathers). */
-#define DW_ROW3_BODY(SW)                                                                       {                                                                                              float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6],               k7 = k[7], k8 = k[8];                                                                int64_t e2 = 2 * e1;                                                                       (void)sw;                                                                                  _Pragma("omp simd")                                                                        for (int64_t o = 0; o < ow; o++) {                                                             int64_t i = o * (SW);                                                                      yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +                          k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +                         k8 * r2[i + e2];                                                               }                                                                                      }
-#define DW_ROW3_PARAMS const float *r0, const float *r1, const float *r2, const float *k, \
-                       float b, int64_t e1, int64_t ow, int64_t sw, float *restrict yr
+#define DW_ROW3_BODY(SW)                                                                   \
+    {                                                                                      \
+        float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6], \
+              k7 = k[7], k8 = k[8];                                                        \
+        int64_t e2 = 2 * e1;                                                               \
+        (void)sw;                                                                          \
+        _Pragma("omp simd") for (int64_t o = 0; o < ow; o++) {                             \
+            int64_t i = o * (SW);                                                          \
+            yr[o] = b + k0 * r0[i] + k1 * r0[i + e1] + k2 * r0[i + e2] + k3 * r1[i] +      \
+                    k4 * r1[i + e1] + k5 * r1[i + e2] + k6 * r2[i] + k7 * r2[i + e1] +     \
+                    k8 * r2[i + e2];                                                       \
+        }                                                                                  \
+    }
+#define DW_ROW3_PARAMS                                                                      \
+    const float *r0, const float *r1, const float *r2, const float *k, float b, int64_t e1, \
+        int64_t ow, int64_t sw, float *restrict yr
 #define DW_ROW3_ARGS (r0, r1, r2, k, b, e1, ow, sw, yr)
 #define DW_BODY_dw_row3_s1 DW_ROW3_BODY(1)
 #define DW_BODY_dw_row3_s2 DW_ROW3_BODY(2)
@@ -115,15 +141,16 @@ DW_VERSIONS(dw_row3_sn, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
  * of 32, picked by a permute). */
 static inline __attribute__((always_inline)) DW_TARGET __m512 dw_load(const float *p, int sw) {
     if (sw == 1) return _mm512_loadu_ps(p);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     return _mm512_permutex2var_ps(_mm512_loadu_ps(p), even, _mm512_loadu_ps(p + 16));
 }
 
 /* One output row of a 3x3 filter, sw a constant; three accumulators (one
  * per filter column) to shorten the chain of dependent FMAs. */
 static inline __attribute__((always_inline)) DW_TARGET void
-dw_row3_v(const int sw, const float *r0, const float *r1, const float *r2, const float *k,
-          float b, int64_t e1, int64_t ow, float *yr) {
+dw_row3_v(const int sw, const float *r0, const float *r1, const float *r2, const float *k, float b,
+          int64_t e1, int64_t ow, float *yr) {
     __m512 k0 = _mm512_set1_ps(k[0]), k1 = _mm512_set1_ps(k[1]), k2 = _mm512_set1_ps(k[2]);
     __m512 k3 = _mm512_set1_ps(k[3]), k4 = _mm512_set1_ps(k[4]), k5 = _mm512_set1_ps(k[5]);
     __m512 k6 = _mm512_set1_ps(k[6]), k7 = _mm512_set1_ps(k[7]), k8 = _mm512_set1_ps(k[8]);
@@ -140,17 +167,19 @@ dw_row3_v(const int sw, const float *r0, const float *r1, const float *r2, const
         a1 = _mm512_fmadd_ps(k7, dw_load(r2 + i + e1, sw), a1);
         a2 = _mm512_fmadd_ps(k8, dw_load(r2 + i + 2 * e1, sw), a2);
         __m512 acc = _mm512_add_ps(_mm512_add_ps(a0, a1), a2);
-        if (ow - o >= 16) _mm512_storeu_ps(yr + o, acc);
-        else _mm512_mask_storeu_ps(yr + o, (__mmask16)((1u << (ow - o)) - 1u), acc);
+        if (ow - o >= 16)
+            _mm512_storeu_ps(yr + o, acc);
+        else
+            _mm512_mask_storeu_ps(yr + o, (__mmask16)((1u << (ow - o)) - 1u), acc);
     }
 }
 
-static DW_TARGET void dw_row3_v1(const float *r0, const float *r1, const float *r2,
-                                 const float *k, float b, int64_t e1, int64_t ow, float *yr) {
+static DW_TARGET void dw_row3_v1(const float *r0, const float *r1, const float *r2, const float *k,
+                                 float b, int64_t e1, int64_t ow, float *yr) {
     dw_row3_v(1, r0, r1, r2, k, b, e1, ow, yr);
 }
-static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *r2,
-                                 const float *k, float b, int64_t e1, int64_t ow, float *yr) {
+static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *r2, const float *k,
+                                 float b, int64_t e1, int64_t ow, float *yr) {
     dw_row3_v(2, r0, r1, r2, k, b, e1, ow, yr);
 }
 #else
@@ -166,38 +195,45 @@ static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *
         return;
     }
 #endif
-    if (s->sw == 1) dw_row3_s1(level, r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
-    else if (s->sw == 2) dw_row3_s2(level, r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
-    else dw_row3_sn(level, r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
+    if (s->sw == 1)
+        dw_row3_s1(level, r0, r1, r2, k, b, s->dw, s->ow, 1, yr);
+    else if (s->sw == 2)
+        dw_row3_s2(level, r0, r1, r2, k, b, s->dw, s->ow, 2, yr);
+    else
+        dw_row3_sn(level, r0, r1, r2, k, b, s->dw, s->ow, s->sw, yr);
 }
 
 /* One output row of any filter: a pass per tap. */
-#define DW_ROW_PARAMS const ConvShape *s, PadDims d, const float *P, const float *k, float b, \
-                      int64_t oh, float *restrict yr
+#define DW_ROW_PARAMS                                                                   \
+    const ConvShape *s, PadDims d, const float *P, const float *k, float b, int64_t oh, \
+        float *restrict yr
 #define DW_PARAMS_dw_row DW_ROW_PARAMS
-#define DW_BODY_dw_row                                                                     \
-    {                                                                                      \
-        for (int64_t o = 0; o < s->ow; o++) yr[o] = b;                                     \
-        for (int64_t i = 0; i < s->kh; i++) {                                              \
-            const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;                         \
-            for (int64_t j = 0; j < s->kw; j++) {                                          \
-                float kv = k[i * s->kw + j];                                               \
-                const float *pc = pr + j * s->dw;                                          \
-                int64_t sw = s->sw;                                                        \
-                _Pragma("omp simd")                                                        \
-                for (int64_t o = 0; o < s->ow; o++) yr[o] += kv * pc[o * sw];              \
-            }                                                                              \
-        }                                                                                  \
+#define DW_BODY_dw_row                                                                            \
+    {                                                                                             \
+        for (int64_t o = 0; o < s->ow; o++) yr[o] = b;                                            \
+        for (int64_t i = 0; i < s->kh; i++) {                                                     \
+            const float *pr = P + (oh * s->sh + i * s->dh) * d.pw;                                \
+            for (int64_t j = 0; j < s->kw; j++) {                                                 \
+                float kv = k[i * s->kw + j];                                                      \
+                const float *pc = pr + j * s->dw;                                                 \
+                int64_t sw = s->sw;                                                               \
+                _Pragma("omp simd") for (int64_t o = 0; o < s->ow; o++) yr[o] += kv * pc[o * sw]; \
+            }                                                                                     \
+        }                                                                                         \
     }
 DW_VERSIONS(dw_row, (DW_ROW_PARAMS), (s, d, P, k, b, oh, yr))
 
 const char *ext_path_isa(const char *path) {
     static _Thread_local char buf[96];
     static const char *const own[] = {"SSE", "AVX2 + FMA", "AVX-512 (16-wide rows)"};
-    if (strstr(path, "oneDNN")) util_fmt(buf, sizeof buf, "oneDNN's %s kernels", ext_dnnl_isa());
-    else if (strstr(path, "OpenBLAS")) util_fmt(buf, sizeof buf, "OpenBLAS's %s kernels", ext_blas_core());
-    else if (strstr(path, "1x1 GEMM")) util_fmt(buf, sizeof buf, "AVX-512");
-    else util_fmt(buf, sizeof buf, "%s", own[ext_isa_level(ext_cpu_features())]);
+    if (strstr(path, "oneDNN"))
+        util_fmt(buf, sizeof buf, "oneDNN's %s kernels", ext_dnnl_isa());
+    else if (strstr(path, "OpenBLAS"))
+        util_fmt(buf, sizeof buf, "OpenBLAS's %s kernels", ext_blas_core());
+    else if (strstr(path, "1x1 GEMM"))
+        util_fmt(buf, sizeof buf, "AVX-512");
+    else
+        util_fmt(buf, sizeof buf, "%s", own[ext_isa_level(ext_cpu_features())]);
     return buf;
 }
 
@@ -207,14 +243,14 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
     PadDims d = pad_dims(s);
     int level = ext_isa_level(ext_cpu_features());
     int failed = 0;
-    #pragma omp parallel
+#pragma omp parallel
     {
         float *P = kcalloc((size_t)(d.ph * d.pw + DW_SLACK), sizeof(float));
         if (!P) {
-            #pragma omp atomic write
+#pragma omp atomic write
             failed = 1;
         }
-        #pragma omp for collapse(2) schedule(static)
+#pragma omp for collapse(2) schedule(static)
         for (int64_t n = 0; n < s->n; n++)
             for (int64_t c = 0; c < s->c; c++) {
                 if (!P) continue;
@@ -224,7 +260,8 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 for (int64_t oh = 0; oh < s->oh; oh++) {
                     if (s->kh == 3 && s->kw == 3)
                         dw_row3(s, d, P, k, b, oh, level, yp + oh * s->ow);
-                    else dw_row(level, s, d, P, k, b, oh, yp + oh * s->ow);
+                    else
+                        dw_row(level, s, d, P, k, b, oh, yp + oh * s->ow);
                 }
                 if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
             }
@@ -236,7 +273,7 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
 /* col[(c*kh*kw + i*kw + j), (oh*ow)] = padded input patch element */
 static void im2col(const ConvShape *s, const float *x, int64_t cg, float *col) {
     int64_t plane = s->oh * s->ow;
-    #pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static)
     for (int64_t r = 0; r < cg * s->kh * s->kw; r++) {
         int64_t c = r / (s->kh * s->kw), i = r / s->kw % s->kh, j = r % s->kw;
         const float *xp = x + c * s->h * s->w;
@@ -254,10 +291,10 @@ static void im2col(const ConvShape *s, const float *x, int64_t cg, float *col) {
 
 /* y[o][k] = bias[o] for no planes of plane elements. */
 static void fill_bias(const float *bias, float *y, int64_t no, int64_t plane) {
-    #pragma omp parallel for schedule(static) if (no * plane >= EXT_EPI_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (no * plane >= EXT_EPI_PARALLEL_MIN)
     for (int64_t o = 0; o < no; o++) {
         float *yp = y + o * plane, bo = bias[o];
-        #pragma omp simd
+#pragma omp simd
         for (int64_t k = 0; k < plane; k++) yp[k] = bo;
     }
 }
@@ -330,7 +367,7 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
     }
     if (path == PATH_DNNL) {
         int r = ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
-        if (r <= 0) return r;   /* else oneDNN declined it: im2col */
+        if (r <= 0) return r; /* else oneDNN declined it: im2col */
     }
     if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
     /* (Without AVX-512, or on the im2col backend:) the bias goes into the
@@ -349,9 +386,9 @@ static int conv2d(const float *x, const int64_t xs[4], const float *w, const int
             const float *xg = x + (n * s.c + g * cg) * s.h * s.w;
             if (!direct) im2col(&s, xg, cg, col);
             if (bias) fill_bias(bias + g * og, y + (n * s.o + g * og) * plane, og, plane);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)plane,
-                        (int)kdim, 1.0f, w + g * og * kdim, (int)kdim, direct ? xg : col,
-                        (int)plane, bias ? 1.0f : 0.0f, y + (n * s.o + g * og) * plane, (int)plane);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)og, (int)plane, (int)kdim,
+                        1.0f, w + g * og * kdim, (int)kdim, direct ? xg : col, (int)plane,
+                        bias ? 1.0f : 0.0f, y + (n * s.o + g * og) * plane, (int)plane);
             ext_run_epilogue(epi, ctx, y, (n * s.o + g * og) * plane, og * plane, plane);
         }
     kfree(col);
@@ -364,9 +401,9 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
     return conv2d(x, xs, w, ws, bias, y, ys, attr, false, epi, ctx);
 }
 
-int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
-                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
-                         const int64_t attr[7], ExtEpilogue epi, void *ctx) {
+int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                         const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                         ExtEpilogue epi, void *ctx) {
     return conv2d(x, xs, w, ws, bias, y, ys, attr, true, epi, ctx);
 }
 

@@ -72,16 +72,16 @@ static size_t packed_bytes(int64_t O, int64_t K) {
 /* ---- constant weights, packed once ---- */
 
 typedef struct {
-    ExtKept base;            /* w, raw (kmalloc'd), bytes, next */
+    ExtKept base; /* w, raw (kmalloc'd), bytes, next */
     int64_t o, k;
-    float *packed;           /* raw, on a cache line */
+    float *packed; /* raw, on a cache line */
 } C1Kept;
 
 /* The kept copies together stay under this; beyond it, weights are read
  * as they are (as runtime ones). */
 #define C1_KEPT_MAX ((size_t)256 << 20)
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static ExtKeptList c1_kept = {.lock = &lock};     /* of C1Kept entries */
+static ExtKeptList c1_kept = {.lock = &lock}; /* of C1Kept entries */
 
 /* w packed, kept for later calls (packed now on a miss); NULL when it cannot
  * be kept (over C1_KEPT_MAX, out of memory). */
@@ -120,42 +120,42 @@ static inline __attribute__((always_inline)) C1_TARGET void
 tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t xs, int64_t K,
      const float *bias, int rows, float *y, int64_t P, __mmask16 m) {
     __m512 c[MR][NV];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int v = 0; v < nv; v++) c[r][v] = _mm512_setzero_ps();
     for (int64_t k = 0; k < K; k++) {
         const float *xk = x + k * xs;
         __m512 b[NV];
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int v = 0; v < nv - 1; v++) b[v] = _mm512_loadu_ps(xk + 16 * v);
         b[nv - 1] = _mm512_maskz_loadu_ps(m, xk + 16 * (nv - 1));
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             __m512 av = _mm512_set1_ps(ar[r][k * ks]);
-            #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int v = 0; v < nv; v++) c[r][v] = _mm512_fmadd_ps(av, b[v], c[r][v]);
         }
     }
-    /* every row's stores under `r < rows` (not a loop to `rows`), so the
+/* every row's stores under `r < rows` (not a loop to `rows`), so the
      * loop stays unrolled and c in registers */
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int r = 0; r < MR; r++) {
         if (r >= rows) continue;
         __m512 bb = _mm512_set1_ps(bias[r]);
         float *yr = y + r * P;
-        #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int v = 0; v < nv - 1; v++) _mm512_storeu_ps(yr + 16 * v, _mm512_add_ps(c[r][v], bb));
         _mm512_mask_storeu_ps(yr + 16 * (nv - 1), m, _mm512_add_ps(c[r][nv - 1], bb));
     }
 }
 
 /* tile for nv = N, out of line (a call per tile). */
-#define C1_TILE(N)                                                                          \
-    static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,   \
-                                  int64_t xs, int64_t K, const float *bias, int rows,       \
-                                  float *y, int64_t P, __mmask16 m) {                       \
-        tile(N, ar, ks, x, xs, K, bias, rows, y, P, m);                                     \
+#define C1_TILE(N)                                                                              \
+    static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,        \
+                                  int64_t xs, int64_t K, const float *bias, int rows, float *y, \
+                                  int64_t P, __mmask16 m) {                                     \
+        tile(N, ar, ks, x, xs, K, bias, rows, y, P, m);                                         \
     }
 C1_TILE(1)
 C1_TILE(2)
@@ -166,8 +166,8 @@ C1_TILE(4)
  * tile; x's rows xs apart, its pixel j0 at x; y's P apart, its pixel 0 at
  * y). */
 static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
-                           int64_t K, const float *bias, int rows, float *y, int64_t P,
-                           int64_t j0, int64_t j1) {
+                           int64_t K, const float *bias, int rows, float *y, int64_t P, int64_t j0,
+                           int64_t j1) {
     for (int64_t j = j0; j < j1; j += NR) {
         int64_t n = j1 - j < NR ? j1 - j : NR;
         int nv = (int)((n + 15) / 16), last = (int)(n - 16 * (nv - 1));
@@ -211,15 +211,15 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
     int64_t way = C1_L2_WAY_BYTES, xs = (chunk + 15) / 16 * 16;
     bool copy = K * (pow2 < way ? pow2 : way) > C1_ALIAS_ROWS * way;
     int failed = 0;
-    #pragma omp parallel if (N * O * K * P >= C1_PARALLEL_MIN)
+#pragma omp parallel if (N * O * K * P >= C1_PARALLEL_MIN)
     {
         float *buf = copy ? kmalloc(sizeof(float) * (size_t)(K * xs) + 1) : NULL;
-        int64_t have = -1;   /* the chunk (n * chunks + c) in buf */
+        int64_t have = -1; /* the chunk (n * chunks + c) in buf */
         if (copy && !buf) {
-            #pragma omp atomic write
+#pragma omp atomic write
             failed = 1;
         }
-        #pragma omp for schedule(static)
+#pragma omp for schedule(static)
         for (int64_t u = 0; u < units; u++) {
             if (copy && !buf) continue;
             int64_t n = u / (chunks * tiles), t = u % tiles, j0 = u / tiles % chunks * chunk;
@@ -227,7 +227,7 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
             int rows = (int)(O - o0 < MR ? O - o0 : MR);
             float b[MR] = {0};
             for (int r = 0; r < rows && bias; r++) b[r] = bias[o0 + r];
-            const float *ar[MR];   /* row r of the tile's weights: see tile */
+            const float *ar[MR]; /* row r of the tile's weights: see tile */
             for (int r = 0; r < MR; r++)
                 ar[r] = pw ? pw + t * K * MR + r : w + (o0 + (r < rows ? r : rows - 1)) * K;
             const float *xc = x + n * K * P + j0;
@@ -239,7 +239,8 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
             int64_t off = (n * O + o0) * P;
             unit(ar, pw ? MR : 1, copy ? buf : xc, copy ? xs : P, K, b, rows, y + off, P, j0, j1);
             if (!epi) continue;
-            if (j0 == 0 && j1 == P) epi(ctx, y, off, rows * P);
+            if (j0 == 0 && j1 == P)
+                epi(ctx, y, off, rows * P);
             else
                 for (int r = 0; r < rows; r++) epi(ctx, y, off + r * P + j0, j1 - j0);
         }

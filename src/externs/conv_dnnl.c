@@ -52,7 +52,7 @@
 /* What identifies a primitive: xs[1..3], ws[0..3], ys[2..3], attr[0..6],
  * then these: */
 enum { K_GROUPS = 15, K_BIAS, K_THREADS, K_IMAGES, K_SLOT, KEY_LEN };
-enum { K_WS = 3 };   /* where ws[0..3] start */
+enum { K_WS = 3 }; /* where ws[0..3] start */
 
 /* Memory objects (no buffer of their own; handles set per call); the last
  * two are a block of channels of M_DST and M_DST_PLAIN (see part_new). */
@@ -61,9 +61,9 @@ enum { M_SRC_PLAIN, M_SRC, M_WEI_PLAIN, M_WEI, M_BIAS, M_DST, M_DST_PLAIN, M_PAD
 /* One thread's rows of a part (see part_new): its reorder (shared by the
  * slices with as many rows), memory objects and stream of its own. */
 typedef struct {
-    int64_t h0, rows;            /* output rows [h0, h0 + rows) */
-    dnnl_primitive_t out;        /* not owned: DnnlConv.slice_out */
-    dnnl_memory_t blk, plain;    /* the rows of a part, blocked and NCHW */
+    int64_t h0, rows;         /* output rows [h0, h0 + rows) */
+    dnnl_primitive_t out;     /* not owned: DnnlConv.slice_out */
+    dnnl_memory_t blk, plain; /* the rows of a part, blocked and NCHW */
     dnnl_stream_t stream;
 } Slice;
 
@@ -72,17 +72,17 @@ typedef struct {
     int64_t key[KEY_LEN];
     dnnl_primitive_t conv;
     dnnl_primitive_t src_in, wei_in, dst_out; /* reorders; NULL where layouts agree */
-    int64_t part, part_stride;   /* channels per part (0: whole images); elements between
+    int64_t part, part_stride;     /* channels per part (0: whole images); elements between
                                   * parts in M_DST */
-    int64_t row_stride;          /* elements between rows in M_DST */
+    int64_t row_stride;            /* elements between rows in M_DST */
     dnnl_primitive_t slice_out[2]; /* part rows back to NCHW: H / nslices rows, one more */
     Slice *slices;
     int nslices;
     dnnl_memory_t mem[M_COUNT];
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
-    dnnl_memory_desc_t wei_md;   /* the weights' layout for conv */
+    dnnl_memory_desc_t wei_md;                         /* the weights' layout for conv */
     dnnl_stream_t stream;
-    bool pinned;                 /* in use by run_split: not to be evicted */
+    bool pinned; /* in use by run_split: not to be evicted */
 } DnnlConv;
 
 /* Output bytes per call: images are taken together up to this much (the
@@ -137,11 +137,11 @@ const char *ext_dnnl_isa(void) {
 }
 
 static void make_key(int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
-                     const int64_t ys[4], const int64_t attr[7], bool bias, int64_t nb,
-                     int threads, int slot) {
-    int64_t k[KEY_LEN] = {xs[1], xs[2], xs[3], ws[0], ws[1], ws[2], ws[3], ys[2], ys[3],
-                          attr[0], attr[1], attr[2], attr[3], attr[4], attr[5], attr[6],
-                          bias, threads, nb, slot};
+                     const int64_t ys[4], const int64_t attr[7], bool bias, int64_t nb, int threads,
+                     int slot) {
+    int64_t k[KEY_LEN] = {xs[1],   xs[2],   xs[3],   ws[0],   ws[1],   ws[2],   ws[3],
+                          ys[2],   ys[3],   attr[0], attr[1], attr[2], attr[3], attr[4],
+                          attr[5], attr[6], bias,    threads, nb,      slot};
     memcpy(key, k, sizeof k);
 }
 
@@ -177,7 +177,7 @@ static dnnl_status_t make_reorder(dnnl_primitive_t *r, const dnnl_memory_desc_t 
  * what oneDNN may choose. */
 typedef struct {
     dnnl_memory_desc_t src, wei, bias, dst, src_any, wei_any, dst_any;
-    dnnl_memory_desc_t dst_blk;   /* nChw16c: see conv_new */
+    dnnl_memory_desc_t dst_blk; /* nChw16c: see conv_new */
 } ConvDescs;
 
 static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t ws[4],
@@ -188,7 +188,8 @@ static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t
     const int64_t *w = g > 1 ? w5 : w4;
     dnnl_status_t st = dnnl_memory_desc_init_by_tag(&c->src, 4, x, dnnl_f32, dnnl_nchw);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst, 4, y, dnnl_f32, dnnl_nchw);
-    if (!st) st = dnnl_memory_desc_init_by_tag(&c->wei, wn, w, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw);
+    if (!st)
+        st = dnnl_memory_desc_init_by_tag(&c->wei, wn, w, dnnl_f32, g > 1 ? dnnl_goihw : dnnl_oihw);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->bias, 1, b, dnnl_f32, dnnl_x);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->src_any, 4, x, dnnl_f32, dnnl_format_tag_any);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_any, 4, y, dnnl_f32, dnnl_format_tag_any);
@@ -218,10 +219,10 @@ static dnnl_status_t make_pd(dnnl_primitive_desc_t *pd, const ConvDescs *c,
 
 static dnnl_status_t make_mems(DnnlConv *d, const ConvDescs *c, dnnl_primitive_desc_t pd) {
     const dnnl_memory_desc_t *md[M_COUNT] = {
-        &c->src, dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
-        &c->wei, dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
+        &c->src,  dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0),
+        &c->wei,  dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0),
         &c->bias, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0),
-        &c->dst, dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)};
+        &c->dst,  dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0)};
     dnnl_status_t st = dnnl_success;
     for (int i = 0; i < M_COUNT && !st; i++)
         st = dnnl_memory_create(&d->mem[i], md[i], engine, DNNL_MEMORY_NONE);
@@ -279,7 +280,7 @@ static dnnl_status_t slices_new(DnnlConv *d, const dnnl_memory_desc_t *dst,
         Slice *sl = &d->slices[i];
         sl->h0 = h * i / n;
         sl->rows = h * (i + 1) / n - sl->h0;
-        int k = sl->rows != h / n;             /* h / n rows, or one more */
+        int k = sl->rows != h / n; /* h / n rows, or one more */
         dnnl_dims_t dims = {dst->dims[0], part, sl->rows, dst->dims[3]}, zero = {0, 0, 0, 0};
         dnnl_memory_desc_t sub, sub_plain;
         st = dnnl_memory_desc_init_submemory(&sub, dst, dims, zero);
@@ -369,7 +370,8 @@ static DnnlConv *lookup(const int64_t xs[4], const int64_t ws[4], const int64_t 
     if (!d) return NULL;
     /* the oldest entry goes, but not one that run_split holds (it pins at
      * most SPLIT_MAX < CACHE_SIZE) */
-    while (cache[cache_next] && cache[cache_next]->pinned) cache_next = (cache_next + 1) % CACHE_SIZE;
+    while (cache[cache_next] && cache[cache_next]->pinned)
+        cache_next = (cache_next + 1) % CACHE_SIZE;
     conv_free(cache[cache_next]);
     cache[cache_next] = d;
     cache_next = (cache_next + 1) % CACHE_SIZE;
@@ -391,17 +393,17 @@ static dnnl_status_t reorder(DnnlConv *d, dnnl_primitive_t r, int from, int to) 
  * counts, image counts) may want one weight in different layouts, hence md
  * in the key. */
 typedef struct {
-    ExtKept base;            /* w, raw (kmalloc'd), bytes, next */
+    ExtKept base; /* w, raw (kmalloc'd), bytes, next */
     int64_t ws[4], groups;
-    dnnl_memory_desc_t md;   /* the layout of data */
-    void *data;              /* raw, 64-byte aligned */
+    dnnl_memory_desc_t md; /* the layout of data */
+    void *data;            /* raw, 64-byte aligned */
 } Kept;
 
 /* All kept copies together stay under this; a weight beyond it is
  * reordered per call as a runtime one (models far larger than ResNet-50's
  * 100 MB of weights, many programs alive at once). */
 #define KEPT_MAX ((size_t)1 << 30)
-static ExtKeptList dnnl_kept = {.lock = &lock};   /* of Kept entries */
+static ExtKeptList dnnl_kept = {.lock = &lock}; /* of Kept entries */
 
 static Kept *kept_find(const DnnlConv *d, const float *w) {
     for (ExtKept *e = dnnl_kept.head; e; e = e->next) {
@@ -428,8 +430,8 @@ static void *kept_weights(DnnlConv *d, const float *w) {
     Kept *k = kept_find(d, w);
     if (k) return k->data;
     if (dnnl_kept.bytes + d->wei_bytes > KEPT_MAX || !(k = kmalloc(sizeof *k))) return NULL;
-    *k = (Kept){.base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS],
-                .md = d->wei_md};
+    *k = (Kept){
+        .base = {.w = w, .bytes = d->wei_bytes}, .groups = d->key[K_GROUPS], .md = d->wei_md};
     memcpy(k->ws, d->key + K_WS, sizeof k->ws);
     if (!(k->base.raw = kmalloc(k->base.bytes + KILN_ALIGN - 1))) {
         ext_kept_free(&k->base);
@@ -455,8 +457,9 @@ static dnnl_status_t out_parts(DnnlConv *d, float *y, int64_t n, const int64_t y
     void *dst = NULL;
     if (dnnl_memory_get_data_handle(d->mem[M_DST], &dst) != dnnl_success) return dnnl_runtime_error;
     int bad = 0;
-    #pragma omp parallel for schedule(static) num_threads(d->nslices) if (d->nslices > 1) \
-        reduction(| : bad)
+#pragma omp parallel for schedule(static) num_threads(d->nslices) if (d->nslices > 1) \
+    reduction(|                                                                       \
+              : bad)
     for (int i = 0; i < d->nslices; i++) {
         const Slice *sl = &d->slices[i];
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, sl->blk}, {DNNL_ARG_TO, sl->plain}};
@@ -485,8 +488,10 @@ static dnnl_status_t conv_images(DnnlConv *d, const float *x, float *y, int64_t 
     if (!d->src_in && !st) st = dnnl_memory_set_data_handle(d->mem[M_SRC], (void *)(x + n * xn));
     if (!d->dst_out && !st) st = dnnl_memory_set_data_handle(d->mem[M_DST], y + n * yn);
     if (d->src_in && !st) st = reorder(d, d->src_in, M_SRC_PLAIN, M_SRC);
-    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, d->mem[M_SRC]}, {DNNL_ARG_WEIGHTS, d->mem[M_WEI]},
-                               {DNNL_ARG_DST, d->mem[M_DST]}, {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]},
+    dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, d->mem[M_SRC]},
+                               {DNNL_ARG_WEIGHTS, d->mem[M_WEI]},
+                               {DNNL_ARG_DST, d->mem[M_DST]},
+                               {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]},
                                {DNNL_ARG_BIAS, d->mem[M_BIAS]}};
     if (!st) st = exec(d, d->conv, d->key[K_BIAS] ? 5 : 4, args);
     if (d->part && !st) return out_parts(d, y, n, ys, epi, ctx);
@@ -553,8 +558,10 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
     /* each entry pinned as it is found, so that making the next does not
      * evict it */
     for (; got < split && r == 0; got++)
-        if ((ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1))) ds[got]->pinned = true;
-        else r = 1;
+        if ((ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1)))
+            ds[got]->pinned = true;
+        else
+            r = 1;
     void *kw = NULL, *raw = NULL;
     if (r == 0 && ds[0]->wei_in && wconst) kw = kept_weights(ds[0], w);
     if (r == 0 && ds[0]->wei_in && !kw) {
@@ -565,7 +572,7 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
     if (r == 0) {
         int64_t per = ys[0] / split;
         int bad = 0;
-        #pragma omp parallel for num_threads(split) schedule(static) reduction(| : bad)
+#pragma omp parallel for num_threads(split) schedule(static) reduction(| : bad)
         for (int t = 0; t < split; t++)
             bad |= run(ds[t], x, xs, w, kw, bias, y, ys, t * per, (t + 1) * per, epi, ctx) != 0;
         r = bad ? -1 : 0;

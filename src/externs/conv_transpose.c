@@ -17,16 +17,16 @@
 /* ---- conv_transpose2d --------------------------------------------------------- */
 
 typedef struct {
-    int64_t n, c, h, w;         /* input */
-    int64_t o, kh, kw;          /* output channels (all groups); kernel */
-    int64_t oh, ow;             /* output spatial */
+    int64_t n, c, h, w; /* input */
+    int64_t o, kh, kw;  /* output channels (all groups); kernel */
+    int64_t oh, ow;     /* output spatial */
     int64_t sh, sw, ph, pw, dh, dw, groups;
 } CtShape;
 
 static CtShape ct_shape(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
                         const int64_t attr[9]) {
-    CtShape s = {xs[0], xs[1], xs[2], xs[3], ys[1], ws[2], ws[3], ys[2], ys[3],
-                 attr[0], attr[1], attr[2], attr[3], attr[6], attr[7], attr[8]};
+    CtShape s = {xs[0], xs[1],   xs[2],   xs[3],   ys[1],   ws[2],   ws[3],   ys[2],
+                 ys[3], attr[0], attr[1], attr[2], attr[3], attr[6], attr[7], attr[8]};
     return s;
 }
 
@@ -50,9 +50,9 @@ static void col2im_plane(const CtShape *s, const float *col, float *yp, float b)
         }
 }
 
-int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
-                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
-                         const int64_t attr[9], ExtEpilogue epi, void *ctx) {
+int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                         const float *bias, float *y, const int64_t ys[4], const int64_t attr[9],
+                         ExtEpilogue epi, void *ctx) {
     ext_blas_init(); /* OpenBLAS's kernel choice, as every sgemm caller */
     CtShape s = ct_shape(xs, ws, ys, attr);
     int64_t cig = s.c / s.groups, cog = s.o / s.groups, taps = s.kh * s.kw;
@@ -61,10 +61,10 @@ int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
     if (!col) return -1;
     for (int64_t n = 0; n < s.n; n++)
         for (int64_t g = 0; g < s.groups; g++) {
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)hw, (int)cig,
-                        1.0f, w + g * cig * rows, (int)rows, x + (n * s.c + g * cig) * hw,
-                        (int)hw, 0.0f, col, (int)hw);
-            #pragma omp parallel for schedule(static) if (rows * hw + cog * plane >= EXT_EPI_PARALLEL_MIN)
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)hw, (int)cig, 1.0f,
+                        w + g * cig * rows, (int)rows, x + (n * s.c + g * cig) * hw, (int)hw, 0.0f,
+                        col, (int)hw);
+#pragma omp parallel for schedule(static) if (rows * hw + cog * plane >= EXT_EPI_PARALLEL_MIN)
             for (int64_t c = 0; c < cog; c++) {
                 int64_t oc = g * cog + c, at = (n * s.o + oc) * plane;
                 col2im_plane(&s, col + c * taps * hw, y + at, bias ? bias[oc] : 0.0f);

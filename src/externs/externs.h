@@ -46,9 +46,9 @@ int ext_conv2d_epi(const float *x, const int64_t xs[4], const float *w, const in
  * oneDNN's reordered copy of it is kept across calls (conv_dnnl.c) until
  * ext_kept_forget_all drops it. Never for weights that can change
  * between calls (a runtime input, a computed or packed buffer). */
-int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w,
-                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
-                         const int64_t attr[7], ExtEpilogue epi, void *ctx);
+int ext_conv2d_const_epi(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                         const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+                         ExtEpilogue epi, void *ctx);
 /* What runs a conv2d of these shapes, for reports (oneDNN, kiln's 1x1
  * GEMM, the depthwise loops, sgemm or im2col), as conv2d decides it by
  * shape, backend and CPU; a shape oneDNN declines at run time goes to
@@ -74,9 +74,9 @@ int ext_conv_dnnl_split(const int64_t ys[4], int threads);
  * conv1x1.c's entries, each module's list under its own lock. raw is the
  * copy's kmalloc'd block. */
 typedef struct ExtKept {
-    const float *w;          /* the plain weights (a program's constant) */
+    const float *w; /* the plain weights (a program's constant) */
     void *raw;
-    size_t bytes;            /* of the copy */
+    size_t bytes; /* of the copy */
     struct ExtKept *next;
 } ExtKept;
 /* One module's kept copies: the list, their bytes, and the module's mutex
@@ -86,7 +86,7 @@ typedef struct ExtKeptList {
     ExtKept *head;
     size_t bytes;
     pthread_mutex_t *lock;
-    struct ExtKeptList *next_list;  /* common.c's registry of every list */
+    struct ExtKeptList *next_list; /* common.c's registry of every list */
     bool registered;
 } ExtKeptList;
 /* Add e (its raw set) to l; the caller holds l->lock. The first add
@@ -141,14 +141,14 @@ int ext_get_threads(void);
  * before anything is written, and the first bad one gives EXT_ERR_INPUT with
  * "gather: index 7 out of range for dim 1 of size 5" in err. epi (NULL:
  * none) runs on each piece of whole output rows as it is done. */
-int ext_gather(const float *data, const ExtView *dv, const float *idx, const ExtView *iv,
-               int axis, float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen);
+int ext_gather(const float *data, const ExtView *dv, const float *idx, const ExtView *iv, int axis,
+               float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen);
 /* NCHW transposed convolution, dense operands, weight (C_in, C_out/groups,
  * kH, kW); attr = {sh, sw, ph, pw, oph, opw, dh, dw, groups}; bias may be
  * NULL; epi (NULL: none) runs on each output plane as it is done. */
-int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w,
-                         const int64_t ws[4], const float *bias, float *y, const int64_t ys[4],
-                         const int64_t attr[9], ExtEpilogue epi, void *ctx);
+int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
+                         const float *bias, float *y, const int64_t ys[4], const int64_t attr[9],
+                         ExtEpilogue epi, void *ctx);
 
 /* OpenBLAS's kernels: once per process, replace its Prescott fallback on a
  * CPU it does not know by the kernels the CPU can run (see matmul.c);

@@ -35,8 +35,8 @@ static void index_error(char *err, size_t errlen, float x, int axis, int64_t siz
     if (x != floorf(x) || isinf(x))
         snprintf(err, errlen, "gather: index %g is not an integer", (double)x);
     else
-        snprintf(err, errlen, "gather: index %.0f out of range for dim %d of size %lld",
-                 (double)x, axis, (long long)size);
+        snprintf(err, errlen, "gather: index %.0f out of range for dim %d of size %lld", (double)x,
+                 axis, (long long)size);
 }
 
 /* The indices, in C order, as positions along the gathered dim; false (err
@@ -59,7 +59,7 @@ typedef struct {
     const ExtView *dv;
     int axis;
     const int64_t *pos;
-    int64_t nidx, inner;        /* indices; elements per output row */
+    int64_t nidx, inner; /* indices; elements per output row */
     float *out;
     ExtEpilogue epi;
     void *ctx;
@@ -69,8 +69,8 @@ typedef struct {
 static void gather_row(const Gather *G, int64_t r) {
     const ExtView *v = G->dv;
     int a = G->axis, last = v->rank - 1;
-    const float *src = G->data + v->offset + offset_of(v, 0, a, r / G->nidx) +
-                       G->pos[r % G->nidx] * v->stride[a];
+    const float *src =
+        G->data + v->offset + offset_of(v, 0, a, r / G->nidx) + G->pos[r % G->nidx] * v->stride[a];
     float *dst = G->out + r * G->inner;
     if (a == last) {
         dst[0] = src[0];
@@ -79,14 +79,15 @@ static void gather_row(const Gather *G, int64_t r) {
     int64_t len = v->shape[last], step = v->stride[last];
     for (int64_t k = 0; k < G->inner; k += len) {
         const float *s = src + offset_of(v, a + 1, last, k / len);
-        if (step == 1) memcpy(dst + k, s, sizeof(float) * (size_t)len);
+        if (step == 1)
+            memcpy(dst + k, s, sizeof(float) * (size_t)len);
         else
             for (int64_t m = 0; m < len; m++) dst[k + m] = s[m * step];
     }
 }
 
-int ext_gather(const float *data, const ExtView *dv, const float *idx, const ExtView *iv,
-               int axis, float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen) {
+int ext_gather(const float *data, const ExtView *dv, const float *idx, const ExtView *iv, int axis,
+               float *out, ExtEpilogue epi, void *ctx, char *err, size_t errlen) {
     int64_t nidx = util_numel(iv->rank, iv->shape), outer = util_numel(axis, dv->shape);
     int64_t inner = util_numel(dv->rank - axis - 1, dv->shape + axis + 1);
     int64_t *pos = kmalloc(sizeof(int64_t) * (size_t)(nidx > 0 ? nidx : 1));
@@ -98,7 +99,7 @@ int ext_gather(const float *data, const ExtView *dv, const float *idx, const Ext
     Gather G = {data, dv, axis, pos, nidx, inner, out, epi, ctx};
     int64_t rows = outer * nidx, per = inner >= EXT_EPI_PIECE ? 1 : EXT_EPI_PIECE / inner;
     int64_t pieces = (rows + per - 1) / per;
-    #pragma omp parallel for schedule(static) if (rows * inner >= EXT_EPI_PARALLEL_MIN)
+#pragma omp parallel for schedule(static) if (rows * inner >= EXT_EPI_PARALLEL_MIN)
     for (int64_t p = 0; p < pieces; p++) {
         int64_t r0 = p * per, r1 = r0 + per < rows ? r0 + per : rows;
         for (int64_t r = r0; r < r1; r++) gather_row(&G, r);
@@ -107,4 +108,3 @@ int ext_gather(const float *data, const ExtView *dv, const float *idx, const Ext
     kfree(pos);
     return 0;
 }
-

@@ -68,8 +68,8 @@ extern void gotoblas_dynamic_quit(void) __attribute__((weak));
 /* The most a core's kernels use: 2 AVX-512, 1 AVX or AVX2, 0 SSE only. */
 static int core_level(const char *core) {
     static const char *const avx512[] = {"SkylakeX", "Cooperlake", "SapphireRapids"};
-    static const char *const avx[] = {"Sandybridge", "Haswell", "Zen", "Bulldozer",
-                                      "Piledriver", "Steamroller", "Excavator"};
+    static const char *const avx[] = {"Sandybridge", "Haswell",     "Zen",      "Bulldozer",
+                                      "Piledriver",  "Steamroller", "Excavator"};
     for (size_t i = 0; core && i < sizeof avx512 / sizeof *avx512; i++)
         if (!strcasecmp(core, avx512[i])) return 2;
     for (size_t i = 0; core && i < sizeof avx / sizeof *avx; i++)
@@ -77,7 +77,8 @@ static int core_level(const char *core) {
     return 0;
 }
 
-const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu, unsigned cap) {
+const char *ext_blas_core_choice(const char *user, const char *current, unsigned cpu,
+                                 unsigned cap) {
     int allowed = ext_isa_level(cpu & cap);
     /* above the tier (the user's choice too): the best core the tier allows */
     if (current && core_level(current) > allowed) return allowed == 1 ? "Haswell" : "Nehalem";
@@ -95,11 +96,16 @@ static void blas_pick_core(unsigned cap) {
     /* the user's variable is put back as it was */
     const char *user = getenv("OPENBLAS_CORETYPE");
     char *saved = user ? strdup(user) : NULL;
-    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0) { free(saved); return; }
+    if (setenv("OPENBLAS_CORETYPE", core, 1) != 0) {
+        free(saved);
+        return;
+    }
     gotoblas_dynamic_quit();
     gotoblas_dynamic_init();
-    if (saved) setenv("OPENBLAS_CORETYPE", saved, 1);
-    else unsetenv("OPENBLAS_CORETYPE");
+    if (saved)
+        setenv("OPENBLAS_CORETYPE", saved, 1);
+    else
+        unsetenv("OPENBLAS_CORETYPE");
     free(saved);
 }
 
@@ -203,8 +209,8 @@ static int64_t batch_offset(const ExtView *v, int nb, const int64_t *bshape, int
  * reads B once, where it is. */
 static bool as_gemv(int64_t M, int64_t N, int64_t K) { return M == 1 && N > 1 && K > 0; }
 
-static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtView *bv,
-                   float *c, int64_t M, int64_t N, int64_t K, float *tmp_a, float *tmp_b) {
+static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+                   int64_t M, int64_t N, int64_t K, float *tmp_a, float *tmp_b) {
     int ra = av->rank, rb = bv->rank;
     BlasOperand A, B;
     if (!as_blas(a, M, K, av->stride[ra - 2], av->stride[ra - 1], &A)) {
@@ -220,13 +226,13 @@ static bool gemm2d(const float *a, const ExtView *av, const float *b, const ExtV
     if (as_gemv(M, N, K)) {
         int inc = A.trans == CblasNoTrans ? 1 : (int)A.ld;
         CBLAS_TRANSPOSE t = B.trans == CblasNoTrans ? CblasTrans : CblasNoTrans;
-        bool nt = B.trans == CblasNoTrans;   /* B as stored is [K, N], else [N, K] */
+        bool nt = B.trans == CblasNoTrans; /* B as stored is [K, N], else [N, K] */
         cblas_sgemv(CblasRowMajor, t, (int)(nt ? K : N), (int)(nt ? N : K), 1.0f, B.p, (int)B.ld,
                     A.p, inc, 0.0f, c, 1);
         return true;
     }
-    cblas_sgemm(CblasRowMajor, A.trans, B.trans, (int)M, (int)N, (int)K, 1.0f, A.p, (int)A.ld,
-                B.p, (int)B.ld, 0.0f, c, (int)N);
+    cblas_sgemm(CblasRowMajor, A.trans, B.trans, (int)M, (int)N, (int)K, 1.0f, A.p, (int)A.ld, B.p,
+                (int)B.ld, 0.0f, c, (int)N);
     return true;
 }
 
@@ -254,7 +260,7 @@ static bool b_shared(const ExtView *bv) {
  * they are not evenly spaced (or A is broadcast over a batch dim of C). */
 static int64_t folded_row_stride(const ExtView *av, int nb, const int64_t *cshape, int64_t M) {
     int vb = av->rank - 2;
-    int64_t step = M > 1 ? av->stride[vb] : 0, span = M;   /* step 0: not known yet */
+    int64_t step = M > 1 ? av->stride[vb] : 0, span = M; /* step 0: not known yet */
     if (M > 1 && step <= 0) return 0;
     for (int d = nb - 1; d >= 0; d--) {
         if (cshape[d] == 1) continue;
@@ -273,17 +279,20 @@ static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, i
                          const int64_t *cshape, ExtView *a2, ExtView *b2) {
     int64_t M = cshape[nb], K = av->shape[av->rank - 1], rows = M;
     for (int d = 0; d < nb; d++) rows *= cshape[d];
-    if (rows == M || rows > INT32_MAX || !b_shared(bv)) return false;   /* BLAS takes int */
+    if (rows == M || rows > INT32_MAX || !b_shared(bv)) return false; /* BLAS takes int */
     int64_t step = folded_row_stride(av, nb, cshape, M), scol = av->stride[av->rank - 1];
     BlasOperand o;
     if (step <= 0 || !as_blas(a ? a + av->offset : NULL, rows, K, step, scol, &o)) return false;
     *a2 = (ExtView){2, {rows, K}, {step, scol}, av->offset};
-    *b2 = (ExtView){2, {K, bv->shape[bv->rank - 1]},
-                    {bv->stride[bv->rank - 2], bv->stride[bv->rank - 1]}, bv->offset};
+    *b2 = (ExtView){2,
+                    {K, bv->shape[bv->rank - 1]},
+                    {bv->stride[bv->rank - 2], bv->stride[bv->rank - 1]},
+                    bv->offset};
     return true;
 }
 
-const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape) {
+const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank,
+                            const int64_t *cshape) {
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     ExtView a2, b2;
     if (crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2)) M = a2.shape[0];
@@ -337,4 +346,3 @@ int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView 
                int crank, const int64_t *cshape) {
     return ext_matmul_epi(a, av, b, bv, c, crank, cshape, NULL, NULL);
 }
-

@@ -35,11 +35,11 @@ typedef enum { T_EOF, T_NEWLINE, T_NAME, T_NUMBER, T_STRING, T_PUNCT, T_ERROR } 
 
 typedef struct {
     TokKind kind;
-    int pos, len;        /* the bytes of the source it covers */
-    int line, col;       /* 1-based position of its first byte */
-    bool is_int;         /* T_NUMBER written without '.' or exponent */
-    int64_t ival;        /* T_NUMBER with is_int */
-    double num;          /* T_NUMBER */
+    int pos, len;  /* the bytes of the source it covers */
+    int line, col; /* 1-based position of its first byte */
+    bool is_int;   /* T_NUMBER written without '.' or exponent */
+    int64_t ival;  /* T_NUMBER with is_int */
+    double num;    /* T_NUMBER */
 } Token;
 
 /* The longest name, in bytes (input, weight and output names are copied). */
@@ -47,11 +47,11 @@ typedef struct {
 
 /* The tokenizer's input and output. */
 typedef struct {
-    const char *src;     /* the source; need not be NUL-terminated */
+    const char *src; /* the source; need not be NUL-terminated */
     int len;
-    Token *toks;         /* kmalloc'd; ends with T_EOF, or at a T_ERROR */
+    Token *toks; /* kmalloc'd; ends with T_EOF, or at a T_ERROR */
     int ntoks, cap;
-    char lexmsg[128];    /* the message of the T_ERROR token, if any */
+    char lexmsg[128]; /* the message of the T_ERROR token, if any */
 } Lexer;
 
 /* Tokenize lx->src. False only when out of memory (toks may then hold a
@@ -62,30 +62,40 @@ bool lex_run(Lexer *lx);
 
 /* ONNX element types kiln knows by name (TensorProto.DataType). */
 enum {
-    OT_FLOAT = 1, OT_UINT8 = 2, OT_INT8 = 3, OT_UINT16 = 4, OT_INT16 = 5, OT_INT32 = 6,
-    OT_INT64 = 7, OT_STRING = 8, OT_BOOL = 9, OT_FLOAT16 = 10, OT_DOUBLE = 11,
-    OT_UINT32 = 12, OT_UINT64 = 13,
+    OT_FLOAT = 1,
+    OT_UINT8 = 2,
+    OT_INT8 = 3,
+    OT_UINT16 = 4,
+    OT_INT16 = 5,
+    OT_INT32 = 6,
+    OT_INT64 = 7,
+    OT_STRING = 8,
+    OT_BOOL = 9,
+    OT_FLOAT16 = 10,
+    OT_DOUBLE = 11,
+    OT_UINT32 = 12,
+    OT_UINT64 = 13,
 };
 
 typedef struct {
     const char *name;
-    int type;                    /* ONNX element type (OT_...) */
+    int type; /* ONNX element type (OT_...) */
     int rank;
     int64_t shape[KILN_MAX_RANK];
-    double *c;                   /* a constant: numel values; NULL for a graph value */
-    double *spec;                /* a graph input's value given at import, read only
+    double *c;    /* a constant: numel values; NULL for a graph value */
+    double *spec; /* a graph input's value given at import, read only
                                   * where a constant is needed (Range bounds) */
-    kiln_value v;                /* graph value; for a constant, its node once made */
+    kiln_value v; /* graph value; for a constant, its node once made */
 } OxVal;
 
 typedef struct {
     Graph *g;
-    const char *path;            /* named in every message */
-    int opset;                   /* of the default domain */
-    Arena arena;                 /* values and constants; freed after import */
-    OxVal **tab;                 /* open-addressing hash table by name */
+    const char *path; /* named in every message */
+    int opset;        /* of the default domain */
+    Arena arena;      /* values and constants; freed after import */
+    OxVal **tab;      /* open-addressing hash table by name */
     int cap, count;
-    int nconst;                  /* numbering of unnamed constants */
+    int nconst; /* numbering of unnamed constants */
 } OxImp;
 
 /* The node being converted: its inputs resolved (NULL: absent optional). */
@@ -123,7 +133,7 @@ kiln_value ox_graph_output(OxNode *n, OxVal *v);
  * its outputs; false with the failure recorded (ox_nfail). */
 typedef bool (*OxHandlerFn)(OxNode *n);
 typedef struct {
-    const char *name;     /* the ONNX op type */
+    const char *name; /* the ONNX op type */
     OxHandlerFn fn;
 } OxHandler;
 /* Each file's handlers, searched by onnx_ops.c. */
@@ -166,7 +176,8 @@ const char *ox_unnamed(OxImp *im, char *buf, size_t len);
 /* onnx_elementwise.c, onnx_nn.c: what other handlers share (ox_e_div:
  * ONNX Div on constants, integer division truncating). */
 double ox_e_div(double a, double b, double c, int t);
-kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps, kiln_value *mean_out, kiln_value *rstd_out);
+kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps,
+                        kiln_value *mean_out, kiln_value *rstd_out);
 kiln_value ox_per_channel(Graph *g, kiln_value p, int r);
 kiln_value ox_sc(Graph *g, double v);
 

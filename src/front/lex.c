@@ -25,8 +25,7 @@ static bool is_alnum(int c) { return is_alpha(c) || is_digit(c); }
 /* The byte at i, or 0 past the end (sources need not be NUL-terminated). */
 static int at_byte(const Lexer *p, int i) { return i < p->len ? (unsigned char)p->src[i] : 0; }
 
-static Token *push(Lexer *p, TokKind kind, int pos, int len, int line, int col)
-{
+static Token *push(Lexer *p, TokKind kind, int pos, int len, int line, int col) {
     if (p->ntoks == p->cap) {
         int cap = p->cap ? 2 * p->cap : 256;
         Token *t = krealloc(p->toks, (size_t)cap * sizeof *t);
@@ -41,8 +40,7 @@ static Token *push(Lexer *p, TokKind kind, int pos, int len, int line, int col)
 
 /* Length of the number at i; sets *is_int. 0 when the bytes after it make it
  * a bad literal ("1abc", "1.2.3", "0x10"). */
-static int number_len(const Lexer *p, int i, bool *is_int)
-{
+static int number_len(const Lexer *p, int i, bool *is_int) {
     int j = i;
     *is_int = true;
     while (is_digit(at_byte(p, j))) j++;
@@ -63,8 +61,7 @@ static int number_len(const Lexer *p, int i, bool *is_int)
 
 /* strtod in the "C" locale: .kiln numbers use '.', whatever locale the
  * embedding program set (strtod follows LC_NUMERIC). */
-static double c_strtod(char *buf)
-{
+static double c_strtod(char *buf) {
     const char *dp = localeconv()->decimal_point;
     char *dot = strchr(buf, '.');
     if (dot && dp[0] && !dp[1]) *dot = dp[0];
@@ -74,8 +71,7 @@ static double c_strtod(char *buf)
 }
 
 /* Fill a number token's value; false (with p->lexmsg) on a bad literal. */
-static bool number_value(Lexer *p, Token *t)
-{
+static bool number_value(Lexer *p, Token *t) {
     char buf[64];
     if (t->len >= (int)sizeof buf) {
         util_fmt(p->lexmsg, sizeof p->lexmsg, "number literal too long");
@@ -99,16 +95,14 @@ static bool number_value(Lexer *p, Token *t)
 }
 
 /* Length of the string literal at i (quotes included), 0 if unterminated. */
-static int string_len(const Lexer *p, int i)
-{
+static int string_len(const Lexer *p, int i) {
     int q = at_byte(p, i), j = i + 1;
     while (j < p->len && at_byte(p, j) != q && at_byte(p, j) != '\n')
         j += at_byte(p, j) == '\\' && at_byte(p, j + 1) != '\n' && j + 1 < p->len ? 2 : 1;
     return at_byte(p, j) == q && j < p->len ? j + 1 - i : 0;
 }
 
-static int punct_len(const Lexer *p, int i)
-{
+static int punct_len(const Lexer *p, int i) {
     static const char *const two[] = {"==", "!=", "<=", ">="};
     for (size_t k = 0; k < sizeof two / sizeof two[0]; k++)
         if (i + 1 < p->len && !memcmp(p->src + i, two[k], 2)) return 2;
@@ -116,8 +110,7 @@ static int punct_len(const Lexer *p, int i)
     return c && strchr("()[],:=+-*/@<>", c) ? 1 : 0;
 }
 
-static void bad_char_message(Lexer *p, int c)
-{
+static void bad_char_message(Lexer *p, int c) {
     if (c > ' ' && c < 127)
         util_fmt(p->lexmsg, sizeof p->lexmsg, "unexpected character '%c'", c);
     else
@@ -126,13 +119,13 @@ static void bad_char_message(Lexer *p, int c)
 
 /* Scan one token at i (not a blank, comment or newline). Returns its kind
  * and length; T_ERROR with p->lexmsg set for a bad one. */
-static TokKind scan(Lexer *p, int i, int *len, bool *is_int)
-{
+static TokKind scan(Lexer *p, int i, int *len, bool *is_int) {
     int c = at_byte(p, i);
     if (is_alpha(c)) {
         for (*len = 1; is_alnum(at_byte(p, i + *len)); (*len)++) {}
         if (*len <= LEX_MAX_NAME) return T_NAME;
-        util_fmt(p->lexmsg, sizeof p->lexmsg, "name too long (at most %d characters)", LEX_MAX_NAME);
+        util_fmt(p->lexmsg, sizeof p->lexmsg, "name too long (at most %d characters)",
+                 LEX_MAX_NAME);
         return T_ERROR;
     }
     if (is_digit(c) || (c == '.' && is_digit(at_byte(p, i + 1)))) {
@@ -153,8 +146,7 @@ static TokKind scan(Lexer *p, int i, int *len, bool *is_int)
 }
 
 /* Where the end of the input is reported: just after the last real token. */
-static bool push_eof(Lexer *p)
-{
+static bool push_eof(Lexer *p) {
     int k = p->ntoks - 1;
     while (k >= 0 && p->toks[k].kind == T_NEWLINE) k--;
     if (k < 0) return push(p, T_EOF, 0, 0, 1, 1) != NULL;
@@ -164,24 +156,24 @@ static bool push_eof(Lexer *p)
 
 /* The tokenizer's place in the source. */
 typedef struct {
-    int i;            /* the next byte */
-    int line, bol;    /* the current line and the offset where it begins */
-    int depth;        /* () [] nesting: newlines inside do not end a statement */
-    int comment;      /* where a comment on this line starts, or -1 */
+    int i;         /* the next byte */
+    int line, bol; /* the current line and the offset where it begins */
+    int depth;     /* () [] nesting: newlines inside do not end a statement */
+    int comment;   /* where a comment on this line starts, or -1 */
 } Cursor;
 
-static void track_depth(const Lexer *p, const Token *t, int *depth)
-{
+static void track_depth(const Lexer *p, const Token *t, int *depth) {
     if (t->kind != T_PUNCT) return;
     char c = p->src[t->pos];
-    if (c == '(' || c == '[') (*depth)++;
-    else if ((c == ')' || c == ']') && *depth > 0) (*depth)--;
+    if (c == '(' || c == '[')
+        (*depth)++;
+    else if ((c == ')' || c == ']') && *depth > 0)
+        (*depth)--;
 }
 
 /* A newline ends a statement outside () and []. Its token sits at the
  * comment before it, if any, so "expected expression" points there. */
-static bool newline(Lexer *p, Cursor *c)
-{
+static bool newline(Lexer *p, Cursor *c) {
     int at = c->comment >= 0 ? c->comment : c->i;
     if (c->depth == 0 && !push(p, T_NEWLINE, at, 1, c->line, at - c->bol + 1)) return false;
     c->line++;
@@ -191,8 +183,7 @@ static bool newline(Lexer *p, Cursor *c)
 }
 
 /* Skip blanks, comments and newlines (pushing T_NEWLINE tokens). */
-static bool skip_space(Lexer *p, Cursor *c)
-{
+static bool skip_space(Lexer *p, Cursor *c) {
     while (c->i < p->len) {
         int ch = at_byte(p, c->i);
         if (ch == '#') {
@@ -209,8 +200,7 @@ static bool skip_space(Lexer *p, Cursor *c)
     return true;
 }
 
-bool lex_run(Lexer *p)
-{
+bool lex_run(Lexer *p) {
     Cursor c = {.line = 1, .comment = -1};
     for (;;) {
         if (!skip_space(p, &c)) return false;
@@ -228,4 +218,3 @@ bool lex_run(Lexer *p)
     }
     return push_eof(p);
 }
-

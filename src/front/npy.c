@@ -40,15 +40,15 @@
 
 #define MAGIC "\x93NUMPY"
 #define MAGIC_LEN 6
-#define ARRAY_ALIGN 64          /* numpy aligns the data to this */
-#define MAX_HEADER (1 << 16)    /* numpy refuses more than 10000 by default */
-#define DESCR_MAX 40            /* longer dtype strings are cut in messages */
+#define ARRAY_ALIGN 64       /* numpy aligns the data to this */
+#define MAX_HEADER (1 << 16) /* numpy refuses more than 10000 by default */
+#define DESCR_MAX 40         /* longer dtype strings are cut in messages */
 
 /* ---- messages ----------------------------------------------------------- */
 
 /* Format "path: message" into err (which may be NULL) and return st. */
-static kiln_status vfail(char *err, size_t errlen, const char *path,
-                         kiln_status st, const char *fmt, va_list ap) {
+static kiln_status vfail(char *err, size_t errlen, const char *path, kiln_status st,
+                         const char *fmt, va_list ap) {
     if (!err || !errlen) return st;
     int n = snprintf(err, errlen, "%s: ", path);
     if (n >= 0 && (size_t)n < errlen) vsnprintf(err + n, errlen - (size_t)n, fmt, ap);
@@ -60,7 +60,10 @@ static const char *printable(char *buf, size_t len, const char *s, size_t n) {
     size_t j = 0;
     for (size_t i = 0; i < n && j + 4 < len; i++)
         buf[j++] = (s[i] >= 0x20 && s[i] < 0x7f) ? s[i] : '?';
-    if (n > 0 && j + 4 >= len) { memcpy(buf + j, "...", 3); j += 3; }
+    if (n > 0 && j + 4 >= len) {
+        memcpy(buf + j, "...", 3);
+        j += 3;
+    }
     buf[j] = '\0';
     return buf;
 }
@@ -77,15 +80,15 @@ static const char *fmt_shape(char *buf, size_t len, int rank, const int64_t *sha
 /* ---- reading: the state -------------------------------------------------- */
 
 typedef struct {
-    const char *path;        /* named in every message */
+    const char *path; /* named in every message */
     FILE *f;
     char *err;
     size_t errlen;
-    kiln_status st;          /* set by rfail */
+    kiln_status st; /* set by rfail */
 } Reader;
 
-__attribute__((format(printf, 3, 4)))
-static bool rfail(Reader *r, kiln_status st, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static bool rfail(Reader *r, kiln_status st, const char *fmt,
+                                                        ...) {
     va_list ap;
     va_start(ap, fmt);
     r->st = vfail(r->err, r->errlen, r->path, st, fmt, ap);
@@ -97,8 +100,7 @@ static bool rfail(Reader *r, kiln_status st, const char *fmt, ...) {
  * here (KILN_ERR_ENV); a short read at end of file is left to the caller. */
 static bool read_bytes(Reader *r, void *buf, size_t n, size_t *got) {
     *got = n ? fread(buf, 1, n, r->f) : 0;
-    if (*got < n && ferror(r->f))
-        return rfail(r, KILN_ERR_ENV, "read error: %s", strerror(errno));
+    if (*got < n && ferror(r->f)) return rfail(r, KILN_ERR_ENV, "read error: %s", strerror(errno));
     return true;
 }
 
@@ -106,10 +108,10 @@ static bool read_bytes(Reader *r, void *buf, size_t n, size_t *got) {
 
 /* What the header says, before it is checked against what kiln supports. */
 typedef struct {
-    char descr[DESCR_MAX];   /* the dtype string, printable, cut to fit */
-    bool structured;         /* descr was a list of fields */
+    char descr[DESCR_MAX]; /* the dtype string, printable, cut to fit */
+    bool structured;       /* descr was a list of fields */
     bool fortran;
-    int rank;                /* dims in the tuple; may exceed KILN_MAX_RANK */
+    int rank; /* dims in the tuple; may exceed KILN_MAX_RANK */
     int64_t shape[KILN_MAX_RANK];
     bool seen_descr, seen_fortran, seen_shape;
 } Header;
@@ -120,15 +122,14 @@ typedef struct {
     const char *s, *begin, *end;
 } Lex;
 
-__attribute__((format(printf, 2, 3)))
-static bool malformed(Lex *lx, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static bool malformed(Lex *lx, const char *fmt, ...) {
     char what[256];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof what, fmt, ap);
     va_end(ap);
-    return rfail(lx->r, KILN_ERR_INPUT, "malformed header: %s (at header byte %td)",
-                 what, lx->s - lx->begin);
+    return rfail(lx->r, KILN_ERR_INPUT, "malformed header: %s (at header byte %td)", what,
+                 lx->s - lx->begin);
 }
 
 static bool one_of(char c, const char *set) { return c && strchr(set, c); }
@@ -143,7 +144,10 @@ static void skip_ws(Lex *lx) {
     }
 }
 
-static bool peek(Lex *lx, char c) { skip_ws(lx); return lx->s < lx->end && *lx->s == c; }
+static bool peek(Lex *lx, char c) {
+    skip_ws(lx);
+    return lx->s < lx->end && *lx->s == c;
+}
 
 static bool accept(Lex *lx, char c) {
     if (!peek(lx, c)) return false;
@@ -170,8 +174,7 @@ static bool accept_word(Lex *lx, const char *w) {
  * kiln only compares plain names. */
 static bool lex_string(Lex *lx, const char **str, size_t *len) {
     skip_ws(lx);
-    if (lx->end - lx->s >= 2 && one_of(lx->s[0], "uUrR") && one_of(lx->s[1], "'\""))
-        lx->s++;
+    if (lx->end - lx->s >= 2 && one_of(lx->s[0], "uUrR") && one_of(lx->s[1], "'\"")) lx->s++;
     if (lx->s >= lx->end || (*lx->s != '\'' && *lx->s != '"'))
         return malformed(lx, "expected a quoted string");
     char q = *lx->s++;
@@ -220,9 +223,12 @@ static bool parse_descr(Lex *lx, Header *h) {
 }
 
 static bool parse_fortran(Lex *lx, Header *h) {
-    if (accept_word(lx, "True")) h->fortran = true;
-    else if (accept_word(lx, "False")) h->fortran = false;
-    else return malformed(lx, "'fortran_order' must be True or False");
+    if (accept_word(lx, "True"))
+        h->fortran = true;
+    else if (accept_word(lx, "False"))
+        h->fortran = false;
+    else
+        return malformed(lx, "'fortran_order' must be True or False");
     return true;
 }
 
@@ -266,8 +272,10 @@ static bool parse_shape(Lex *lx, Header *h) {
         }
         if (!accept(lx, ')')) return malformed(lx, "expected ',' or ')' in 'shape'");
         if (h->rank == 1)
-            return malformed(lx, "'shape' (%" PRId64 ") is not a tuple; "
-                             "a 1-D shape is written (%" PRId64 ",)", d, d);
+            return malformed(lx,
+                             "'shape' (%" PRId64 ") is not a tuple; "
+                             "a 1-D shape is written (%" PRId64 ",)",
+                             d, d);
         return true;
     }
 }
@@ -282,8 +290,7 @@ static bool parse_entry(Lex *lx, Header *h) {
     int k = 0;
     while (k < 3 && !(strlen(names[k]) == n && memcmp(names[k], key, n) == 0)) k++;
     char kbuf[DESCR_MAX];
-    if (k == 3)
-        return malformed(lx, "unexpected key '%s'", printable(kbuf, sizeof kbuf, key, n));
+    if (k == 3) return malformed(lx, "unexpected key '%s'", printable(kbuf, sizeof kbuf, key, n));
     if (*seen[k]) return malformed(lx, "duplicate key '%s'", names[k]);
     *seen[k] = true;
     if (!accept(lx, ':')) return malformed(lx, "expected ':' after key '%s'", names[k]);
@@ -304,8 +311,10 @@ static bool parse_header(Reader *r, const char *text, size_t len, Header *h) {
     }
     skip_ws(&lx);
     if (lx.s != lx.end) return malformed(&lx, "unexpected text after the closing '}'");
-    const char *missing = !h->seen_descr ? "descr" : !h->seen_fortran ? "fortran_order"
-                        : !h->seen_shape ? "shape" : NULL;
+    const char *missing = !h->seen_descr     ? "descr"
+                          : !h->seen_fortran ? "fortran_order"
+                          : !h->seen_shape   ? "shape"
+                                             : NULL;
     if (missing) return rfail(r, KILN_ERR_INPUT, "malformed header: missing key '%s'", missing);
     return true;
 }
@@ -317,9 +326,11 @@ static bool parse_header(Reader *r, const char *text, size_t len, Header *h) {
  * "not applicable", which numpy writes for 1-byte types. Returns -1 for a
  * kind kiln lacks; *big_endian reports a '>' (or '!') mark. */
 static int descr_dtype(const char *d, bool *big_endian) {
-    static const struct { const char *code; kiln_dtype dt; } kinds[] = {
-        {"f4", KILN_F32}, {"f8", KILN_F64}, {"i4", KILN_I32},
-        {"i8", KILN_I64}, {"b1", KILN_BOOL},
+    static const struct {
+        const char *code;
+        kiln_dtype dt;
+    } kinds[] = {
+        {"f4", KILN_F32}, {"f8", KILN_F64}, {"i4", KILN_I32}, {"i8", KILN_I64}, {"b1", KILN_BOOL},
     };
     char order = one_of(*d, "<>=|!") ? *d++ : '=';
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
@@ -334,16 +345,21 @@ static int descr_dtype(const char *d, bool *big_endian) {
 
 static bool check_dtype(Reader *r, const Header *h, kiln_dtype *dt) {
     if (h->structured)
-        return rfail(r, KILN_ERR_INPUT, "unsupported dtype: structured dtypes "
+        return rfail(r, KILN_ERR_INPUT,
+                     "unsupported dtype: structured dtypes "
                      "(records with named fields) are not supported");
     bool big = false;
-    int k = descr_dtype(h->descr, &big);   /* a cut descr ends in "...": no match */
+    int k = descr_dtype(h->descr, &big); /* a cut descr ends in "...": no match */
     if (k < 0)
-        return rfail(r, KILN_ERR_INPUT, "unsupported dtype '%s' (kiln reads '<f4', "
-                     "'<f8', '<i4', '<i8' and '|b1')", h->descr);
+        return rfail(r, KILN_ERR_INPUT,
+                     "unsupported dtype '%s' (kiln reads '<f4', "
+                     "'<f8', '<i4', '<i8' and '|b1')",
+                     h->descr);
     if (big)
-        return rfail(r, KILN_ERR_INPUT, "big-endian data is not supported (dtype '%s'); "
-                     "save with arr.astype('<%s')", h->descr, h->descr + 1);
+        return rfail(r, KILN_ERR_INPUT,
+                     "big-endian data is not supported (dtype '%s'); "
+                     "save with arr.astype('<%s')",
+                     h->descr, h->descr + 1);
     *dt = (kiln_dtype)k;
     return true;
 }
@@ -354,7 +370,8 @@ static bool check_order(Reader *r, const Header *h) {
     int big_dims = 0;
     for (int i = 0; i < h->rank; i++) big_dims += h->shape[i] > 1;
     if (h->fortran && big_dims > 1)
-        return rfail(r, KILN_ERR_INPUT, "Fortran-order arrays are not supported; "
+        return rfail(r, KILN_ERR_INPUT,
+                     "Fortran-order arrays are not supported; "
                      "save with np.ascontiguousarray");
     return true;
 }
@@ -364,16 +381,15 @@ static bool check_header(Reader *r, const Header *h, kiln_tensor *out, size_t *n
     char sbuf[200];
     if (!check_dtype(r, h, &out->dtype)) return false;
     if (h->rank > KILN_MAX_RANK)
-        return rfail(r, KILN_ERR_INPUT, "rank %d is more than kiln's maximum of %d",
-                     h->rank, KILN_MAX_RANK);
+        return rfail(r, KILN_ERR_INPUT, "rank %d is more than kiln's maximum of %d", h->rank,
+                     KILN_MAX_RANK);
     if (!check_order(r, h)) return false;
     out->rank = h->rank;
     memcpy(out->shape, h->shape, sizeof h->shape);
     fmt_shape(sbuf, sizeof sbuf, h->rank, h->shape);
     int64_t n = util_numel(h->rank, h->shape);
     for (int i = 0; i < h->rank; i++) n = h->shape[i] ? n : 0;
-    if (n == 0)
-        return rfail(r, KILN_ERR_INPUT, "empty arrays are not supported (shape %s)", sbuf);
+    if (n == 0) return rfail(r, KILN_ERR_INPUT, "empty arrays are not supported (shape %s)", sbuf);
     size_t es = kiln_dtype_size(out->dtype);
     if (n < 0 || (uint64_t)n > (uint64_t)INT64_MAX / es || (uint64_t)n > SIZE_MAX / es)
         return rfail(r, KILN_ERR_INPUT, "shape %s is too large", sbuf);
@@ -399,8 +415,10 @@ static bool read_preamble(Reader *r, uint32_t *hlen, long *pos) {
     if (got < 8)
         return rfail(r, KILN_ERR_INPUT, "truncated header: the file ends inside the version");
     if (b[6] < 1 || b[6] > 3 || b[7] != 0)
-        return rfail(r, KILN_ERR_INPUT, "unsupported .npy format version %d.%d "
-                     "(kiln reads 1.0, 2.0 and 3.0)", b[6], b[7]);
+        return rfail(r, KILN_ERR_INPUT,
+                     "unsupported .npy format version %d.%d "
+                     "(kiln reads 1.0, 2.0 and 3.0)",
+                     b[6], b[7]);
     int lenbytes = b[6] == 1 ? 2 : 4;
     if (!read_bytes(r, b + 8, (size_t)lenbytes, &got)) return false;
     if (got < (size_t)lenbytes)
@@ -414,15 +432,17 @@ static bool read_header(Reader *r, Header *h, long *pos) {
     uint32_t hlen = 0;
     if (!read_preamble(r, &hlen, pos)) return false;
     if (hlen > MAX_HEADER)
-        return rfail(r, KILN_ERR_INPUT, "header of %" PRIu32 " bytes is too large "
-                     "(kiln reads at most %d)", hlen, MAX_HEADER);
+        return rfail(r, KILN_ERR_INPUT,
+                     "header of %" PRIu32 " bytes is too large "
+                     "(kiln reads at most %d)",
+                     hlen, MAX_HEADER);
     char *text = kmalloc(hlen ? hlen : 1);
     if (!text) return rfail(r, KILN_ERR_NOMEM, "out of memory reading the header");
     size_t got;
     bool ok = read_bytes(r, text, hlen, &got);
     if (ok && got < hlen)
-        ok = rfail(r, KILN_ERR_INPUT, "truncated header: expected %" PRIu32
-                   " bytes, found %zu", hlen, got);
+        ok = rfail(r, KILN_ERR_INPUT, "truncated header: expected %" PRIu32 " bytes, found %zu",
+                   hlen, got);
     ok = ok && parse_header(r, text, hlen, h);
     kfree(text);
     *pos += hlen;
@@ -439,16 +459,18 @@ static bool check_size(Reader *r, long pos, size_t nbytes) {
         return rfail(r, KILN_ERR_INPUT, "truncated data: expected %zu bytes, found %" PRIu64,
                      nbytes, left);
     if (left > nbytes)
-        return rfail(r, KILN_ERR_INPUT, "trailing data: expected %zu bytes, found %" PRIu64,
-                     nbytes, left);
+        return rfail(r, KILN_ERR_INPUT, "trailing data: expected %zu bytes, found %" PRIu64, nbytes,
+                     left);
     return true;
 }
 
 static bool check_bools(Reader *r, const unsigned char *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (p[i] > 1)
-            return rfail(r, KILN_ERR_INPUT, "bool element %zu holds byte %d; "
-                         "bool bytes must be 0 or 1", i, p[i]);
+            return rfail(r, KILN_ERR_INPUT,
+                         "bool element %zu holds byte %d; "
+                         "bool bytes must be 0 or 1",
+                         i, p[i]);
     return true;
 }
 
@@ -459,8 +481,8 @@ static bool read_data(Reader *r, kiln_tensor *out, size_t nbytes) {
     size_t got;
     if (!read_bytes(r, out->data, nbytes, &got)) return false;
     if (got < nbytes)
-        return rfail(r, KILN_ERR_INPUT, "truncated data: expected %zu bytes, found %zu",
-                     nbytes, got);
+        return rfail(r, KILN_ERR_INPUT, "truncated data: expected %zu bytes, found %zu", nbytes,
+                     got);
     if (fgetc(r->f) != EOF)
         return rfail(r, KILN_ERR_INPUT, "trailing data: expected %zu bytes, found more", nbytes);
     if (ferror(r->f)) return rfail(r, KILN_ERR_ENV, "read error: %s", strerror(errno));
@@ -471,8 +493,8 @@ static bool read_data(Reader *r, kiln_tensor *out, size_t nbytes) {
 /* A path that names no file is the caller's mistake; anything else
  * (permissions, descriptors, I/O) is the environment's. */
 static kiln_status open_status(int e) {
-    return (e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP)
-        ? KILN_ERR_INPUT : KILN_ERR_ENV;
+    return (e == ENOENT || e == ENOTDIR || e == ENAMETOOLONG || e == ELOOP) ? KILN_ERR_INPUT
+                                                                            : KILN_ERR_ENV;
 }
 
 static bool open_reader(Reader *r) {
@@ -494,9 +516,8 @@ kiln_status kiln_npy_read(const char *path, kiln_tensor *out, char *err, size_t 
     size_t nbytes = 0;
     memset(out, 0, sizeof *out);
     if (err && errlen) err[0] = '\0';
-    bool ok = open_reader(&r) && read_header(&r, &h, &pos)
-           && check_header(&r, &h, out, &nbytes) && check_size(&r, pos, nbytes)
-           && read_data(&r, out, nbytes);
+    bool ok = open_reader(&r) && read_header(&r, &h, &pos) && check_header(&r, &h, out, &nbytes) &&
+              check_size(&r, pos, nbytes) && read_data(&r, out, nbytes);
     if (r.f) fclose(r.f);
     if (!ok) kiln_tensor_free(out);
     return ok ? KILN_OK : r.st;
@@ -505,14 +526,14 @@ kiln_status kiln_npy_read(const char *path, kiln_tensor *out, char *err, size_t 
 /* ---- writing ------------------------------------------------------------- */
 
 typedef struct {
-    const char *path;        /* the target, named in every message */
-    char *tmp;               /* path + ".tmp.<pid>" */
+    const char *path; /* the target, named in every message */
+    char *tmp;        /* path + ".tmp.<pid>" */
     char *err;
     size_t errlen;
 } Writer;
 
-__attribute__((format(printf, 3, 4)))
-static kiln_status wfail(Writer *w, kiln_status st, const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static kiln_status wfail(Writer *w, kiln_status st,
+                                                               const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
     vfail(w->err, w->errlen, w->path, st, fmt, ap);
@@ -521,7 +542,7 @@ static kiln_status wfail(Writer *w, kiln_status st, const char *fmt, ...) {
 }
 
 static const char *const descr_of[] = {
-    [KILN_F32] = "<f4", [KILN_F64] = "<f8", [KILN_I32] = "<i4",
+    [KILN_F32] = "<f4", [KILN_F64] = "<f8",  [KILN_I32] = "<i4",
     [KILN_I64] = "<i8", [KILN_BOOL] = "|b1",
 };
 
@@ -535,16 +556,17 @@ static kiln_status check_tensor(Writer *w, const kiln_tensor *t, size_t *nbytes)
     size_t es = kiln_dtype_size(t->dtype);
     for (int i = 0; i < t->rank; i++)
         if (t->shape[i] <= 0)
-            return wfail(w, KILN_ERR_INPUT, "cannot write: dim %d is %" PRId64
-                         " (kiln tensors are non-empty)", i, t->shape[i]);
+            return wfail(w, KILN_ERR_INPUT,
+                         "cannot write: dim %d is %" PRId64 " (kiln tensors are non-empty)", i,
+                         t->shape[i]);
     if (n < 0 || (uint64_t)n > SIZE_MAX / es)
         return wfail(w, KILN_ERR_INPUT, "cannot write: the shape is too large");
     if (!t->data) return wfail(w, KILN_ERR_INPUT, "cannot write: the tensor has no data");
     const unsigned char *b = t->data;
     for (int64_t i = 0; t->dtype == KILN_BOOL && i < n; i++)
         if (b[i] > 1)
-            return wfail(w, KILN_ERR_INPUT, "cannot write: bool element %" PRId64
-                         " holds %d, not 0 or 1", i, b[i]);
+            return wfail(w, KILN_ERR_INPUT,
+                         "cannot write: bool element %" PRId64 " holds %d, not 0 or 1", i, b[i]);
     *nbytes = (size_t)n * es;
     return KILN_OK;
 }
@@ -573,16 +595,18 @@ static size_t build_header(char *buf, const kiln_tensor *t) {
 /* Write header and data to w->tmp and make them durable. A stale temporary
  * (a crashed writer with our pid) is removed first; "x" then creates the
  * file afresh and never follows a link planted under that name. */
-static kiln_status write_tmp(Writer *w, const char *hdr, size_t hlen,
-                             const void *data, size_t nbytes) {
+static kiln_status write_tmp(Writer *w, const char *hdr, size_t hlen, const void *data,
+                             size_t nbytes) {
     remove(w->tmp);
     FILE *f = fopen(w->tmp, "wbx");
-    if (!f)
-        return wfail(w, KILN_ERR_ENV, "cannot create %s: %s", w->tmp, strerror(errno));
-    bool ok = fwrite(hdr, 1, hlen, f) == hlen && fwrite(data, 1, nbytes, f) == nbytes
-           && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (!f) return wfail(w, KILN_ERR_ENV, "cannot create %s: %s", w->tmp, strerror(errno));
+    bool ok = fwrite(hdr, 1, hlen, f) == hlen && fwrite(data, 1, nbytes, f) == nbytes &&
+              fflush(f) == 0 && fsync(fileno(f)) == 0;
     int e = errno;
-    if (fclose(f) != 0 && ok) { ok = false; e = errno; }
+    if (fclose(f) != 0 && ok) {
+        ok = false;
+        e = errno;
+    }
     if (!ok) return wfail(w, KILN_ERR_ENV, "write error on %s: %s", w->tmp, strerror(e));
     return KILN_OK;
 }
@@ -596,8 +620,7 @@ kiln_status kiln_npy_write(const char *path, const kiln_tensor *t, char *err, si
     char hdr[512];
     size_t hlen = build_header(hdr, t);
     size_t tlen = strlen(path) + 32;
-    if (!(w.tmp = kmalloc(tlen)))
-        return wfail(&w, KILN_ERR_NOMEM, "out of memory");
+    if (!(w.tmp = kmalloc(tlen))) return wfail(&w, KILN_ERR_NOMEM, "out of memory");
     snprintf(w.tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
     st = write_tmp(&w, hdr, hlen, t->data, nbytes);
     if (st == KILN_OK && rename(w.tmp, path) != 0)

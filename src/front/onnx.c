@@ -30,11 +30,14 @@ static void *pb_alloc(void *ud, size_t n) {
     if (!p) *(bool *)ud = true;
     return p;
 }
-static void pb_free(void *ud, void *p) { (void)ud; kfree(p); }
+static void pb_free(void *ud, void *p) {
+    (void)ud;
+    kfree(p);
+}
 
 /* A whole file into a kmalloc'd buffer; false with err set. */
-static bool read_file(const char *path, unsigned char **data, size_t *len, char *err,
-                      size_t errlen, kiln_status *st) {
+static bool read_file(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen,
+                      kiln_status *st) {
     FILE *f = fopen(path, "rb");
     *st = KILN_ERR_INPUT;
     if (!f) {
@@ -47,7 +50,11 @@ static bool read_file(const char *path, unsigned char **data, size_t *len, char 
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
         unsigned char *nb = cap > SIZE_MAX / 2 ? NULL : krealloc(buf, cap * 2);
-        if (!nb) { kfree(buf); buf = NULL; break; }
+        if (!nb) {
+            kfree(buf);
+            buf = NULL;
+            break;
+        }
         buf = nb;
         cap *= 2;
     }
@@ -67,18 +74,26 @@ static bool read_file(const char *path, unsigned char **data, size_t *len, char 
 /* ---- element types -------------------------------------------------------- */
 
 const char *ox_type_name(int type) {
-    static const char *names[] = {"undefined", "float", "uint8", "int8", "uint16", "int16",
-                                  "int32", "int64", "string", "bool", "float16", "double",
-                                  "uint32", "uint64", "complex64", "complex128", "bfloat16"};
+    static const char *names[] = {"undefined",  "float",   "uint8",  "int8",   "uint16",
+                                  "int16",      "int32",   "int64",  "string", "bool",
+                                  "float16",    "double",  "uint32", "uint64", "complex64",
+                                  "complex128", "bfloat16"};
     return type >= 0 && type < (int)(sizeof names / sizeof names[0]) ? names[type] : "unknown";
 }
 
 static int type_size(int type) {
     switch (type) {
-    case OT_FLOAT: case OT_INT32: case OT_UINT32: return 4;
-    case OT_INT64: case OT_UINT64: case OT_DOUBLE: return 8;
-    case OT_UINT8: case OT_INT8: case OT_BOOL: return 1;
-    case OT_UINT16: case OT_INT16: return 2;
+    case OT_FLOAT:
+    case OT_INT32:
+    case OT_UINT32: return 4;
+    case OT_INT64:
+    case OT_UINT64:
+    case OT_DOUBLE: return 8;
+    case OT_UINT8:
+    case OT_INT8:
+    case OT_BOOL: return 1;
+    case OT_UINT16:
+    case OT_INT16: return 2;
     }
     return 0;
 }
@@ -97,16 +112,48 @@ static int kiln_type(int type) {
 
 static double raw_elem(int type, const uint8_t *p) {
     switch (type) {
-    case OT_FLOAT: { float v; memcpy(&v, p, 4); return v; }
-    case OT_DOUBLE: { double v; memcpy(&v, p, 8); return v; }
-    case OT_INT32: { int32_t v; memcpy(&v, p, 4); return v; }
-    case OT_UINT32: { uint32_t v; memcpy(&v, p, 4); return v; }
-    case OT_INT64: { int64_t v; memcpy(&v, p, 8); return (double)v; }
-    case OT_UINT64: { uint64_t v; memcpy(&v, p, 8); return (double)v; }
-    case OT_INT16: { int16_t v; memcpy(&v, p, 2); return v; }
-    case OT_UINT16: { uint16_t v; memcpy(&v, p, 2); return v; }
+    case OT_FLOAT: {
+        float v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case OT_DOUBLE: {
+        double v;
+        memcpy(&v, p, 8);
+        return v;
+    }
+    case OT_INT32: {
+        int32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case OT_UINT32: {
+        uint32_t v;
+        memcpy(&v, p, 4);
+        return v;
+    }
+    case OT_INT64: {
+        int64_t v;
+        memcpy(&v, p, 8);
+        return (double)v;
+    }
+    case OT_UINT64: {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return (double)v;
+    }
+    case OT_INT16: {
+        int16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
+    case OT_UINT16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return v;
+    }
     case OT_INT8: return (int8_t)*p;
-    default: return *p;   /* uint8, bool */
+    default: return *p; /* uint8, bool */
     }
 }
 
@@ -122,17 +169,18 @@ static const char *tensor_values(const Onnx__TensorProto *t, int64_t n, double *
         for (int64_t k = 0; k < n; k++) out[k] = raw_elem(type, t->raw_data.data + k * es);
         return NULL;
     }
-    size_t have = type == OT_FLOAT ? t->n_float_data
-                : type == OT_DOUBLE ? t->n_double_data
-                : type == OT_INT64 ? t->n_int64_data
-                : type == OT_UINT32 || type == OT_UINT64 ? t->n_uint64_data : t->n_int32_data;
+    size_t have = type == OT_FLOAT                         ? t->n_float_data
+                  : type == OT_DOUBLE                      ? t->n_double_data
+                  : type == OT_INT64                       ? t->n_int64_data
+                  : type == OT_UINT32 || type == OT_UINT64 ? t->n_uint64_data
+                                                           : t->n_int32_data;
     if (have != (size_t)n) return "the number of values does not match the dims";
     for (int64_t k = 0; k < n; k++)
-        out[k] = type == OT_FLOAT ? t->float_data[k]
-               : type == OT_DOUBLE ? t->double_data[k]
-               : type == OT_INT64 ? (double)t->int64_data[k]
-               : type == OT_UINT32 || type == OT_UINT64 ? (double)t->uint64_data[k]
-               : t->int32_data[k];
+        out[k] = type == OT_FLOAT                         ? t->float_data[k]
+                 : type == OT_DOUBLE                      ? t->double_data[k]
+                 : type == OT_INT64                       ? (double)t->int64_data[k]
+                 : type == OT_UINT32 || type == OT_UINT64 ? (double)t->uint64_data[k]
+                                                          : t->int32_data[k];
     return NULL;
 }
 
@@ -238,7 +286,6 @@ static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_on
     return true;
 }
 
-
 /* A specialized input. An int input becomes a constant: the shape
  * arithmetic it feeds folds. Others keep computing at run time, and the
  * value is read only where the import needs a constant. The kiln input
@@ -258,7 +305,7 @@ static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
 static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
                       const kiln_onnx_input *shapes) {
     const char *name = vi->name ? vi->name : "";
-    if (ox_find(im, name)) return true;   /* an initializer listed as input: a constant */
+    if (ox_find(im, name)) return true; /* an initializer listed as input: a constant */
     if (!vi->type || vi->type->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE ||
         !vi->type->tensor_type)
         return fail(im, "input '%s': unsupported: not a tensor%s", name, "");
@@ -272,7 +319,7 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
     const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
     if (!input_shape(im, vi, given, v)) return false;
     if (ox_numel(v) == 0 && given && given->value && (type == OT_INT32 || type == OT_INT64))
-        return set_value(im, v, given->value);   /* empty axes: a constant only */
+        return set_value(im, v, given->value); /* empty axes: a constant only */
     if (ox_numel(v) == 0)
         return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name,
                     "");
@@ -370,8 +417,10 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
     Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, data);
     if (!m && oom) return graph_fail(g, KILN_ERR_NOMEM, "%s: out of memory", filename), g->status;
     if (!m) {
-        graph_fail(g, KILN_ERR_INPUT, "%s: not a valid ONNX model (the protobuf message is "
-                   "malformed or truncated)", filename);
+        graph_fail(g, KILN_ERR_INPUT,
+                   "%s: not a valid ONNX model (the protobuf message is "
+                   "malformed or truncated)",
+                   filename);
         return g->status;
     }
     OxImp im = {.g = g, .path = filename};
@@ -410,8 +459,10 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     kfree(data);
     if (!t && oom) return util_fmt(err, errlen, "%s: out of memory", path), KILN_ERR_NOMEM;
     if (!t) {
-        util_fmt(err, errlen, "%s: not a valid ONNX tensor (the protobuf message is malformed "
-                 "or truncated)", path);
+        util_fmt(err, errlen,
+                 "%s: not a valid ONNX tensor (the protobuf message is malformed "
+                 "or truncated)",
+                 path);
         return KILN_ERR_INPUT;
     }
     int64_t n = 0;
@@ -442,8 +493,10 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     return why ? (strcmp(why, "out of memory") ? KILN_ERR_INPUT : KILN_ERR_NOMEM) : KILN_OK;
 }
 
-static const int onnx_of_dtype[] = {[KILN_F32] = OT_FLOAT, [KILN_F64] = OT_DOUBLE,
-                                    [KILN_I32] = OT_INT32, [KILN_I64] = OT_INT64,
+static const int onnx_of_dtype[] = {[KILN_F32] = OT_FLOAT,
+                                    [KILN_F64] = OT_DOUBLE,
+                                    [KILN_I32] = OT_INT32,
+                                    [KILN_I64] = OT_INT64,
                                     [KILN_BOOL] = OT_BOOL};
 
 kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name, char *err,
@@ -496,8 +549,8 @@ static void set_elem(kiln_tensor *t, int64_t k, double v) {
 
 static bool is_int(kiln_dtype d) { return d == KILN_I32 || d == KILN_I64; }
 
-kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst,
-                                char *err, size_t errlen) {
+kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst, char *err,
+                                size_t errlen) {
     *dst = *src;
     dst->dtype = to;
     dst->data = NULL;
@@ -508,8 +561,10 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
     for (int64_t k = 0; k < n; k++) {
         double v = ox_tensor_elem(src, k);
         if (exact && (fabs(v) > 16777216.0 || v != floor(v))) {
-            util_fmt(err, errlen, "element %lld is %.17g: not an integer kiln's f32 holds "
-                     "exactly (|v| <= 2^24)", (long long)k, v);
+            util_fmt(err, errlen,
+                     "element %lld is %.17g: not an integer kiln's f32 holds "
+                     "exactly (|v| <= 2^24)",
+                     (long long)k, v);
             kiln_tensor_free(dst);
             return KILN_ERR_INPUT;
         }

@@ -10,19 +10,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- constant evaluators ------------------------------------------------- */
 
 static double trunc_int(double r, int type) { return ox_is_int_type(type) ? trunc(r) : r; }
 /* An evaluator: a, b, c the operands (unused ones 0), t the type of a. */
-#define EVAL(name, expr) \
+#define EVAL(name, expr)                                      \
     static double name(double a, double b, double c, int t) { \
-        (void)a, (void)b, (void)c, (void)t; \
-        return (expr); \
+        (void)a, (void)b, (void)c, (void)t;                   \
+        return (expr);                                        \
     }
 EVAL(e_add, a + b)
 EVAL(e_sub, a - b)
-EVAL(e_mul, a * b)
+EVAL(e_mul, a *b)
 double ox_e_div(double a, double b, double c, int t) {
     (void)c;
     if (ox_is_int_type(t) && b == 0) return 0;
@@ -58,19 +57,22 @@ typedef struct {
 } Elementwise;
 
 static const Elementwise unary_ops[] = {
-    {"Sqrt", "sqrt", e_sqrt},     {"Exp", "exp", e_exp},         {"Log", "log", e_log},
-    {"Tanh", "tanh", NULL},       {"Sigmoid", "sigmoid", NULL},  {"Relu", "relu", e_relu},
-    {"Erf", "erf", NULL},         {"Abs", "abs", e_abs},         {"Neg", "neg", e_neg},
-    {"Reciprocal", "reciprocal", e_recip}, {"Floor", "floor", e_floor}, {"Ceil", "ceil", e_ceil},
-    {"Not", "logical_not", e_not}, {"Sin", "sin", NULL},         {"Cos", "cos", NULL},
+    {"Sqrt", "sqrt", e_sqrt},      {"Exp", "exp", e_exp},
+    {"Log", "log", e_log},         {"Tanh", "tanh", NULL},
+    {"Sigmoid", "sigmoid", NULL},  {"Relu", "relu", e_relu},
+    {"Erf", "erf", NULL},          {"Abs", "abs", e_abs},
+    {"Neg", "neg", e_neg},         {"Reciprocal", "reciprocal", e_recip},
+    {"Floor", "floor", e_floor},   {"Ceil", "ceil", e_ceil},
+    {"Not", "logical_not", e_not}, {"Sin", "sin", NULL},
+    {"Cos", "cos", NULL},
 };
 
 static const Elementwise binary_ops[] = {
-    {"Add", "add", e_add},   {"Sub", "sub", e_sub},       {"Mul", "mul", e_mul},
-    {"Div", "div", ox_e_div},   {"Pow", "pow", e_pow},       {"Equal", "eq", e_eq},
-    {"Less", "lt", e_lt},    {"Greater", "gt", e_gt},     {"LessOrEqual", "le", e_le},
+    {"Add", "add", e_add},          {"Sub", "sub", e_sub},     {"Mul", "mul", e_mul},
+    {"Div", "div", ox_e_div},       {"Pow", "pow", e_pow},     {"Equal", "eq", e_eq},
+    {"Less", "lt", e_lt},           {"Greater", "gt", e_gt},   {"LessOrEqual", "le", e_le},
     {"GreaterOrEqual", "ge", e_ge}, {"Max", "maximum", e_max}, {"Min", "minimum", e_min},
-    {"Sum", "add", e_add},   {"Mean", "add", e_add},
+    {"Sum", "add", e_add},          {"Mean", "add", e_add},
 };
 
 static const Elementwise *find_elementwise(const Elementwise *t, size_t len, const char *name) {
@@ -156,9 +158,12 @@ static bool op_logical(OxNode *n) {
     EvalFn f = !strcmp(op, "And") ? e_and : !strcmp(op, "Or") ? e_or : e_xor;
     if (ox_all_const(n)) return ox_eval_const(n, 2, n->in, f, OT_BOOL);
     kiln_value a = ox_gin(n, 0), b = ox_gin(n, 1), y;
-    if (f == e_and) y = kiln_where(g, a, b, kiln_binary(g, "ne", a, a));
-    else if (f == e_or) y = kiln_where(g, a, kiln_binary(g, "eq", a, a), b);
-    else y = kiln_binary(g, "ne", a, b);
+    if (f == e_and)
+        y = kiln_where(g, a, b, kiln_binary(g, "ne", a, a));
+    else if (f == e_or)
+        y = kiln_where(g, a, kiln_binary(g, "eq", a, a), b);
+    else
+        y = kiln_binary(g, "ne", a, b);
     return ox_set_graph(n, 0, y, OT_BOOL);
 }
 
@@ -177,7 +182,7 @@ static bool op_identity(OxNode *n) {
 static bool op_dropout(OxNode *n) {
     OxVal *t = ox_in(n, 2), *ratio = ox_in(n, 1);
     bool zero = ratio && ox_known(ratio) && ox_numel(ratio) == 1 && ox_known(ratio)[0] == 0;
-    if (t && (!ox_known(t) || ox_known(t)[0] != 0) && !zero)   /* training, ratio 0: drops nothing */
+    if (t && (!ox_known(t) || ox_known(t)[0] != 0) && !zero) /* training, ratio 0: drops nothing */
         return ox_nfail(n, "unsupported: dropout in training mode (random)");
     if (!op_identity(n)) return false;
     OxVal *x = ox_in(n, 0), *mask = ox_out_slot(n, 1);
@@ -200,15 +205,17 @@ static bool cast_to(OxNode *n, int to) {
     EvalFn f = to == OT_BOOL ? e_cast_bool : ox_is_int_type(to) ? e_cast_int : e_copy;
     if (x->c) return ox_eval_const(n, 1, &x, f, to);
     kiln_value v = ox_gin(n, 0);
-    if (to == OT_BOOL && x->type != OT_BOOL) v = kiln_binary(g, "ne", v, kiln_scalar(g, 0));
-    else if (to != OT_BOOL && x->type == OT_BOOL) v = kiln_binary(g, "add", v, kiln_scalar(g, 0));
-    else if (ox_is_int_type(to) && !ox_is_int_type(x->type)) v = trunc_graph(g, v);
+    if (to == OT_BOOL && x->type != OT_BOOL)
+        v = kiln_binary(g, "ne", v, kiln_scalar(g, 0));
+    else if (to != OT_BOOL && x->type == OT_BOOL)
+        v = kiln_binary(g, "add", v, kiln_scalar(g, 0));
+    else if (ox_is_int_type(to) && !ox_is_int_type(x->type))
+        v = trunc_graph(g, v);
     return ox_set_graph(n, 0, v, to);
 }
 
 static bool op_cast(OxNode *n) { return cast_to(n, (int)ox_attr_i(n, "to", OT_FLOAT)); }
 static bool op_cast_like(OxNode *n) { return ox_need_in(n, 1) && cast_to(n, ox_in(n, 1)->type); }
-
 
 /* ---- activations (decomposed) --------------------------------------------- */
 
@@ -218,7 +225,7 @@ static bool op_leaky_relu(OxNode *n) {
     double a = ox_attr_f(n, "alpha", 0.01);
     kiln_value neg = kiln_binary(g, "lt", x, kiln_scalar(g, 0));
     return ox_set_graph(n, 0, kiln_where(g, neg, kiln_binary(g, "mul", x, kiln_scalar(g, a)), x),
-                     OT_FLOAT);
+                        OT_FLOAT);
 }
 
 /* Before opset 7 a 1-D slope holds one value per channel (dim 1). */
@@ -242,7 +249,8 @@ static kiln_value elu(Graph *g, kiln_value x, double alpha, double gamma, const 
 }
 
 static bool op_elu(OxNode *n) {
-    return ox_set_graph(n, 0, elu(n->im->g, ox_gin(n, 0), ox_attr_f(n, "alpha", 1.0), 1, "lt"), OT_FLOAT);
+    return ox_set_graph(n, 0, elu(n->im->g, ox_gin(n, 0), ox_attr_f(n, "alpha", 1.0), 1, "lt"),
+                        OT_FLOAT);
 }
 
 static bool op_selu(OxNode *n) {
@@ -278,7 +286,7 @@ static bool op_sign(OxNode *n) {
     kiln_value x = ox_gin(n, 0);
     kiln_value neg = kiln_where(g, kiln_binary(g, "lt", x, ox_sc(g, 0)), ox_sc(g, -1), ox_sc(g, 0));
     return ox_set_graph(n, 0, kiln_where(g, kiln_binary(g, "gt", x, ox_sc(g, 0)), ox_sc(g, 1), neg),
-                     ox_in(n, 0)->type);
+                        ox_in(n, 0)->type);
 }
 
 static bool op_thresholded_relu(OxNode *n) {
@@ -304,11 +312,12 @@ static bool op_isnan(OxNode *n) {
 static bool op_isinf(OxNode *n) {
     Graph *g = n->im->g;
     kiln_value x = ox_gin(n, 0);
-    bool pos = ox_attr_i(n, "detect_positive", 1) != 0, neg = ox_attr_i(n, "detect_negative", 1) != 0;
+    bool pos = ox_attr_i(n, "detect_positive", 1) != 0,
+         neg = ox_attr_i(n, "detect_negative", 1) != 0;
     kiln_value y = pos && neg ? kiln_binary(g, "gt", kiln_unary(g, "abs", x), ox_sc(g, FLT_MAX))
-                 : pos ? kiln_binary(g, "gt", x, ox_sc(g, FLT_MAX))
-                 : neg ? kiln_binary(g, "lt", x, ox_sc(g, -FLT_MAX))
-                       : kiln_binary(g, "lt", x, x);   /* neither: all false */
+                   : pos      ? kiln_binary(g, "gt", x, ox_sc(g, FLT_MAX))
+                   : neg      ? kiln_binary(g, "lt", x, ox_sc(g, -FLT_MAX))
+                              : kiln_binary(g, "lt", x, x); /* neither: all false */
     return ox_set_graph(n, 0, y, OT_BOOL);
 }
 
@@ -348,14 +357,18 @@ static bool op_trig(OxNode *n) {
     else if (!strcmp(op, "Cosh"))
         y = kiln_binary(g, "mul", kiln_binary(g, "add", ep, em), ox_sc(g, 0.5));
     else if (!strcmp(op, "Asinh"))
-        y = kiln_unary(g, "log", kiln_binary(g, "add", x, kiln_unary(g, "sqrt",
-                       kiln_binary(g, "add", xx, ox_sc(g, 1)))));
+        y = kiln_unary(g, "log",
+                       kiln_binary(g, "add", x,
+                                   kiln_unary(g, "sqrt", kiln_binary(g, "add", xx, ox_sc(g, 1)))));
     else if (!strcmp(op, "Acosh"))
-        y = kiln_unary(g, "log", kiln_binary(g, "add", x, kiln_unary(g, "sqrt",
-                       kiln_binary(g, "sub", xx, ox_sc(g, 1)))));
-    else   /* Atanh */
-        y = kiln_binary(g, "mul", kiln_unary(g, "log", kiln_binary(g, "div",
-                        kiln_binary(g, "add", ox_sc(g, 1), x), kiln_binary(g, "sub", ox_sc(g, 1), x))),
+        y = kiln_unary(g, "log",
+                       kiln_binary(g, "add", x,
+                                   kiln_unary(g, "sqrt", kiln_binary(g, "sub", xx, ox_sc(g, 1)))));
+    else /* Atanh */
+        y = kiln_binary(g, "mul",
+                        kiln_unary(g, "log",
+                                   kiln_binary(g, "div", kiln_binary(g, "add", ox_sc(g, 1), x),
+                                               kiln_binary(g, "sub", ox_sc(g, 1), x))),
                         ox_sc(g, 0.5));
     return ox_set_graph(n, 0, y, OT_FLOAT);
 }
@@ -369,14 +382,15 @@ static bool op_round(OxNode *n) {
     kiln_value half = kiln_unary(g, "floor", kiln_binary(g, "mul", f, ox_sc(g, 0.5)));
     kiln_value odd = kiln_binary(g, "ne", kiln_binary(g, "mul", half, ox_sc(g, 2)), f);
     kiln_value both = kiln_where(g, tie, odd, tie);
-    return ox_set_graph(n, 0, kiln_where(g, both, kiln_binary(g, "sub", f, ox_sc(g, 1)), f), OT_FLOAT);
+    return ox_set_graph(n, 0, kiln_where(g, both, kiln_binary(g, "sub", f, ox_sc(g, 1)), f),
+                        OT_FLOAT);
 }
 
 static bool op_softplus(OxNode *n) {
     Graph *g = n->im->g;
     kiln_value e = kiln_unary(g, "exp", ox_gin(n, 0));
     return ox_set_graph(n, 0, kiln_unary(g, "log", kiln_binary(g, "add", e, kiln_scalar(g, 1))),
-                     OT_FLOAT);
+                        OT_FLOAT);
 }
 
 /* A bound of Clip: constant (has, value) or a graph value (*gv). */
@@ -390,8 +404,10 @@ static bool clip_bound(OxNode *n, int k, const char *name, double def, bool *has
     }
     OxVal *b = ox_in(n, k);
     *has = b != NULL;
-    if (b && b->c) *v = b->c[0];
-    else if (b) *gv = ox_graph(n, b);
+    if (b && b->c)
+        *v = b->c[0];
+    else if (b)
+        *gv = ox_graph(n, b);
     return !b || b->c || *gv >= 0;
 }
 

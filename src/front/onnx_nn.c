@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- linear algebra and convolution ------------------------------------------ */
 
 static bool op_matmul(OxNode *n) {
@@ -35,7 +34,7 @@ static bool op_gemm(OxNode *n) {
 /* Spatial geometry shared by Conv, ConvTranspose and the pools: kernel,
  * strides, dilations and begin/end pads, auto_pad resolved. */
 typedef struct {
-    int ns;                          /* spatial dims */
+    int ns; /* spatial dims */
     int64_t in[3], k[3], stride[3], dil[3], pb[3], pe[3];
 } Geom;
 
@@ -48,19 +47,22 @@ static bool geom_read(OxNode *n, int ns, const int64_t *in_sp, const int64_t *ke
         gm->stride[i] = gm->dil[i] = 1;
         gm->pb[i] = gm->pe[i] = 0;
     }
-    int c1 = ox_attr_ints(n, "strides", gm->stride, 3), c2 = ox_attr_ints(n, "dilations", gm->dil, 3);
+    int c1 = ox_attr_ints(n, "strides", gm->stride, 3),
+        c2 = ox_attr_ints(n, "dilations", gm->dil, 3);
     int c3 = ox_attr_ints(n, "pads", pads, 6);
     if (c1 < -1 || c2 < -1 || c3 < -1) return false;
     if ((c1 >= 0 && c1 != ns) || (c2 >= 0 && c2 != ns) || (c3 >= 0 && c3 != 2 * ns))
         return ox_nfail(n, "strides, dilations or pads do not match %d spatial dims", ns);
     for (int i = 0; c3 > 0 && i < ns; i++) gm->pb[i] = pads[i], gm->pe[i] = pads[ns + i];
-    const int64_t big = (int64_t)1 << 24;   /* keeps every size computation in range */
+    const int64_t big = (int64_t)1 << 24; /* keeps every size computation in range */
     for (int i = 0; i < ns; i++)
         if (gm->stride[i] < 1 || gm->stride[i] > big || gm->dil[i] < 1 || gm->dil[i] > big ||
-            gm->pb[i] < 0 || gm->pb[i] > big || gm->pe[i] < 0 || gm->pe[i] > big ||
-            gm->k[i] < 1 || gm->k[i] > big)
-            return ox_nfail(n, "strides and dilations must be 1 to 2^24, pads 0 to 2^24 "
-                         "(spatial dim %d)", i);
+            gm->pb[i] < 0 || gm->pb[i] > big || gm->pe[i] < 0 || gm->pe[i] > big || gm->k[i] < 1 ||
+            gm->k[i] > big)
+            return ox_nfail(n,
+                            "strides and dilations must be 1 to 2^24, pads 0 to 2^24 "
+                            "(spatial dim %d)",
+                            i);
     return true;
 }
 
@@ -93,7 +95,7 @@ static kiln_value to_2d(Graph *g, kiln_value x) {
 static kiln_value weight_2d(OxNode *n, OxVal *w) {
     if (!w->c || w->v >= 0) return to_2d(n->im->g, ox_graph(n, w));
     OxVal t = *w;
-    t.name = NULL;   /* a weight of its own, numbered */
+    t.name = NULL; /* a weight of its own, numbered */
     t.rank = 4;
     t.shape[2] = 1;
     t.shape[3] = w->shape[2];
@@ -134,7 +136,7 @@ static kiln_value weight_tap(OxNode *n, OxVal *w, int64_t kd) {
         kiln_value t = kiln_slice(g, ox_graph(n, w), 2, kd, kd + 1, 1);
         return kiln_reshape(g, t, 4, s4);
     }
-    OxVal t = {.type = OT_FLOAT, .rank = 4, .v = KILN_NONE};   /* unnamed: numbered */
+    OxVal t = {.type = OT_FLOAT, .rank = 4, .v = KILN_NONE}; /* unnamed: numbered */
     memcpy(t.shape, s4, sizeof s4);
     t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(s4[0] * s4[1] * hw));
     if (!t.c) return ox_nomem(n), KILN_NONE;
@@ -196,7 +198,8 @@ static bool conv3d(OxNode *n, const Geom *gm, kiln_conv_params p) {
 static bool op_conv(OxNode *n) {
     Graph *g = n->im->g;
     Geom gm;
-    if (!ox_need_in(n, 0) || !ox_need_in(n, 1) || !conv_geom(n, ox_in(n, 0), ox_in(n, 1), &gm)) return false;
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1) || !conv_geom(n, ox_in(n, 0), ox_in(n, 1), &gm))
+        return false;
     if (gm.ns == 3) {
         kiln_conv_params p = kiln_conv_defaults();
         p.groups = (int)ox_attr_i(n, "group", 1);
@@ -221,7 +224,7 @@ static bool op_conv(OxNode *n) {
         p.dilation[d] = (int)gm.dil[i];
         p.padding[d] = sym ? (int)gm.pb[i] : 0;
     }
-    if (!sym && one) {   /* x is (N, C, 1, L) now: pad its last dim */
+    if (!sym && one) { /* x is (N, C, 1, L) now: pad its last dim */
         Geom g2 = {.ns = 1, .pb = {gm.pb[0]}, .pe = {gm.pe[0]}};
         x = pad_spatial(g, x, &g2, 4);
     } else if (!sym) {
@@ -253,7 +256,8 @@ static bool conv_transpose3d(OxNode *n, const Geom *gm, const int64_t *opad,
     for (int i = 0; i < 2; i++)
         o4[2 + i] = p.stride[i] * (xs[3 + i] - 1) + p.output_padding[i] +
                     p.dilation[i] * (gm->k[1 + i] - 1) + 1 - 2 * p.padding[i];
-    kiln_value x = ox_gin(n, 0), *taps = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)kd_n);
+    kiln_value x = ox_gin(n, 0),
+               *taps = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)kd_n);
     kiln_value *slices =
         arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)(od_n > 0 ? od_n : 1));
     if (x < 0 || !taps || !slices) return x < 0 ? false : ox_nomem(n);
@@ -297,19 +301,20 @@ static bool op_conv_transpose(OxNode *n) {
     Geom gm;
     int64_t opad[3] = {0, 0, 0}, oshape[3];
     if (!geom_read(n, ns, x->shape + 2, w->shape + 2, &gm)) return false;
-    int c1 = ox_attr_ints(n, "output_padding", opad, 3), c2 = ox_attr_ints(n, "output_shape", oshape, 3);
+    int c1 = ox_attr_ints(n, "output_padding", opad, 3),
+        c2 = ox_attr_ints(n, "output_shape", oshape, 3);
     if (c1 < -1 || c2 < -1) return false;
     for (int i = 0; i < ns; i++)
         if (opad[i] < 0 || opad[i] > (1 << 24) ||
             (c2 == ns && (oshape[i] < 1 || oshape[i] > (1 << 30))))
             return ox_nfail(n, "output_padding or output_shape is out of range");
-    bool same =
-        ox_attr_is(n, "auto_pad", "SAME_UPPER", false) || ox_attr_is(n, "auto_pad", "SAME_LOWER", false);
+    bool same = ox_attr_is(n, "auto_pad", "SAME_UPPER", false) ||
+                ox_attr_is(n, "auto_pad", "SAME_LOWER", false);
     for (int i = 0; i < ns && (c2 == ns || same); i++) {
         /* total padding from the wanted output size (ONNX's formula) */
         int64_t want = c2 == ns ? oshape[i] : x->shape[2 + i] * gm.stride[i];
-        int64_t total = gm.stride[i] * (x->shape[2 + i] - 1) + opad[i] +
-                        ((gm.k[i] - 1) * gm.dil[i] + 1) - want;
+        int64_t total =
+            gm.stride[i] * (x->shape[2 + i] - 1) + opad[i] + ((gm.k[i] - 1) * gm.dil[i] + 1) - want;
         bool lower = ox_attr_is(n, "auto_pad", "SAME_LOWER", false);
         gm.pb[i] = lower ? (total + 1) / 2 : total / 2;
         gm.pe[i] = total - gm.pb[i];
@@ -359,7 +364,7 @@ static bool only_first_output(OxNode *n) {
 }
 
 kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps,
-                            kiln_value *mean_out, kiln_value *rstd_out);
+                        kiln_value *mean_out, kiln_value *rstd_out);
 
 /* Training mode: normalized with the batch's statistics (over every dim
  * but channels; the variance biased), and the running statistics updated
@@ -370,7 +375,8 @@ static bool batch_norm_training(OxNode *n) {
     if (x < 0) return false;
     int r = kiln_value_rank(g, x), dims[KILN_MAX_RANK], nd = 0;
     if (r < 2) return ox_nfail(n, "the input needs rank >= 2");
-    for (int i = 0; i < r; i++) if (i != 1) dims[nd++] = i;
+    for (int i = 0; i < r; i++)
+        if (i != 1) dims[nd++] = i;
     double eps = ox_attr_f(n, "epsilon", 1e-5), mom = ox_attr_f(n, "momentum", 0.9);
     kiln_value y = ox_normalize(g, x, nd, dims, eps, &mean, &rstd);
     y = kiln_binary(g, "mul", y, ox_per_channel(g, ox_gin(n, 1), r));
@@ -409,7 +415,7 @@ kiln_value ox_per_channel(Graph *g, kiln_value p, int r) {
 /* (x - mean) / sqrt(var + eps) over dims; var is the biased variance.
  * mean and rstd (may be NULL) receive the statistics (dims kept). */
 kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps,
-                            kiln_value *mean_out, kiln_value *rstd_out) {
+                        kiln_value *mean_out, kiln_value *rstd_out) {
     kiln_value mean = kiln_reduce(g, "mean", x, nd, dims, 1);
     kiln_value d = kiln_binary(g, "sub", x, mean);
     kiln_value var = kiln_reduce(g, "mean", kiln_binary(g, "mul", d, d), nd, dims, 1);
@@ -461,12 +467,13 @@ static bool op_layer_norm(OxNode *n) {
 /* ---- pooling ----------------------------------------------------------------- */
 
 /* A constant (1, 1, OH, OW) or (N, C, 1, 1) of flat input indices. */
-static kiln_value index_const(OxNode *n, const int64_t *shape, int64_t a0, int64_t a1,
-                              int64_t a2, int64_t a3, int64_t off) {
+static kiln_value index_const(OxNode *n, const int64_t *shape, int64_t a0, int64_t a1, int64_t a2,
+                              int64_t a3, int64_t off) {
     OxVal t = {.type = OT_FLOAT, .rank = 4, .v = KILN_NONE};
     int64_t m = shape[0] * shape[1] * shape[2] * shape[3], idx[4] = {0};
     memcpy(t.shape, shape, sizeof(int64_t) * 4);
-    if (!(t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)m))) return ox_nomem(n), KILN_NONE;
+    if (!(t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)m)))
+        return ox_nomem(n), KILN_NONE;
     for (int64_t i = 0; i < m; i++, ox_next_index(4, shape, idx))
         t.c[i] = (double)(idx[0] * a0 + idx[1] * a1 + idx[2] * a2 + idx[3] * a3 + off);
     return ox_materialize(n, &t);
@@ -488,7 +495,8 @@ static bool max_pool_indices(OxNode *n, const Geom *gm, kiln_value y) {
         int64_t need = (gm->k[i] - 1) * gm->dil[i] + (ys[2 + i] - 1) * gm->stride[i] + 1;
         e[2 + i] = need > xs[2 + i] + gm->pb[i] ? need - xs[2 + i] - gm->pb[i] : 0;
     }
-    kiln_value xp = kiln_pad(g, ox_gin(n, 0), KILN_PAD_CONSTANT, 4, b, e, -FLT_MAX), idx = KILN_NONE;
+    kiln_value xp = kiln_pad(g, ox_gin(n, 0), KILN_PAD_CONSTANT, 4, b, e, -FLT_MAX),
+               idx = KILN_NONE;
     for (int64_t k = gm->k[0] * gm->k[1] - 1; k >= 0 && xp >= 0; k--) {
         int64_t kh = k / gm->k[1] * gm->dil[0], kw = k % gm->k[1] * gm->dil[1];
         kiln_value t = kiln_slice(g, xp, 2, kh, kh + (oh - 1) * gm->stride[0] + 1, gm->stride[0]);
@@ -515,7 +523,8 @@ static bool op_pool(OxNode *n, bool max) {
     Geom gm;
     if (!geom_read(n, ns, x->shape + 2, kernel, &gm)) return false;
     geom_auto_pad(n, &gm);
-    kiln_pool_params p = {.nspatial = ns, .ceil_mode = (int)ox_attr_i(n, "ceil_mode", 0),
+    kiln_pool_params p = {.nspatial = ns,
+                          .ceil_mode = (int)ox_attr_i(n, "ceil_mode", 0),
                           .count_include_pad = (int)ox_attr_i(n, "count_include_pad", 0)};
     for (int i = 0; i < ns; i++) {
         p.kernel[i] = gm.k[i];

@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- helpers: failures, attributes, inputs and outputs ---------------------- */
 
 bool ox_nfail(OxNode *n, const char *fmt, ...) {
@@ -134,12 +133,15 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
                KILN_NONE;
     if (numel == 0)
         return ox_nfail(n, "unsupported: the constant '%s' is empty (kiln tensors are non-empty)",
-                     v->name ? v->name : ""),
+                        v->name ? v->name : ""),
                KILN_NONE;
     for (int64_t k = 0; ox_is_int_type(v->type) && k < numel; k++)
         if (fabs(v->c[k]) > 16777216.0)
-            return ox_nfail(n, "the integer constant '%s' holds %.17g, beyond what f32 holds "
-                         "exactly (2^24)", v->name, v->c[k]), KILN_NONE;
+            return ox_nfail(n,
+                            "the integer constant '%s' holds %.17g, beyond what f32 holds "
+                            "exactly (2^24)",
+                            v->name, v->c[k]),
+                   KILN_NONE;
     if (v->rank == 0 && v->type != OT_BOOL) return kiln_scalar(g, (float)v->c[0]);
     float *f = kmalloc(sizeof(float) * (size_t)numel);
     if (!f) return ox_nomem(n), KILN_NONE;
@@ -162,7 +164,7 @@ kiln_value ox_graph(OxNode *n, OxVal *v) {
 kiln_value ox_graph_output(OxNode *n, OxVal *v) {
     if (v->v >= 0 || !v->c || v->rank > 0 || v->type == OT_BOOL || !graph_type_ok(v->type) ||
         fabs(v->c[0]) > 16777216.0)
-        return ox_graph(n, v);   /* and its checks */
+        return ox_graph(n, v); /* and its checks */
     float f = (float)v->c[0];
     char buf[64];
     const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
@@ -190,15 +192,15 @@ int ox_const_ints(OxNode *n, int k, int64_t *out, int max, const char *what) {
     if (!v) return ox_nfail(n, "the %s input is required", what), -1;
     const double *c = ox_known(v);
     if (!c)
-        return ox_nfail(n, "unsupported: the %s input '%s' is computed at run time (kiln's "
-                     "shapes are static: give its value, kiln run -i %s=FILE)", what, v->name,
-                     v->name), -1;
+        return ox_nfail(n,
+                        "unsupported: the %s input '%s' is computed at run time (kiln's "
+                        "shapes are static: give its value, kiln run -i %s=FILE)",
+                        what, v->name, v->name),
+               -1;
     int64_t m = ox_numel(v);
     if (m > max)
         return ox_nfail(n, "the %s input has %lld values, at most %d", what, (long long)m, max), -1;
-    for (int64_t i = 0; i < m; i++) {
-        out[i] = ox_to_i64(c[i]);
-    }
+    for (int64_t i = 0; i < m; i++) { out[i] = ox_to_i64(c[i]); }
     return (int)m;
 }
 
@@ -220,7 +222,8 @@ bool ox_norm_axis(OxNode *n, int64_t *a, int rank) {
 
 bool ox_bcast_shape(OxNode *n, int nv, OxVal **v, int *rank, int64_t *shape) {
     *rank = 0;
-    for (int k = 0; k < nv; k++) if (v[k]->rank > *rank) *rank = v[k]->rank;
+    for (int k = 0; k < nv; k++)
+        if (v[k]->rank > *rank) *rank = v[k]->rank;
     for (int d = 0; d < *rank; d++) shape[d] = 1;
     for (int k = 0; k < nv; k++)
         for (int d = 0; d < v[k]->rank; d++) {
@@ -264,5 +267,3 @@ bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
     }
     return true;
 }
-
-

@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* Every handler table, searched in this order. */
 static const struct {
     const OxHandler *ops;

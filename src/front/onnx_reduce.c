@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- softmax, reductions, argmax ----------------------------------------- */
 
 /* Softmax before opset 13 flattens to 2-D at axis (default 1); from 13 it is
@@ -52,13 +51,14 @@ static bool reduce_axes(OxNode *n, int rank, int *dims, int *nd, bool *noop) {
         if (!ox_norm_axis(n, &axes[i], rank)) return false;
         dims[(*nd)++] = (int)axes[i];
     }
-    if (*nd == 0) for (int i = 0; i < rank; i++) dims[(*nd)++] = i;
+    if (*nd == 0)
+        for (int i = 0; i < rank; i++) dims[(*nd)++] = i;
     return true;
 }
 
 static bool op_reduce(OxNode *n) {
     Graph *g = n->im->g;
-    const char *op = ox_opname(n) + 6;   /* after "Reduce" */
+    const char *op = ox_opname(n) + 6; /* after "Reduce" */
     kiln_value x = ox_gin(n, 0);
     if (x < 0) return false;
     int dims[KILN_MAX_RANK], nd;
@@ -67,17 +67,23 @@ static bool op_reduce(OxNode *n) {
     if (noop) return ox_set_graph(n, 0, x, ox_in(n, 0)->type);
     if (kiln_value_rank(g, x) == 0) return ox_set_graph(n, 0, x, ox_in(n, 0)->type);
     kiln_value y;
-    if (!strcmp(op, "Sum")) y = kiln_reduce(g, "sum", x, nd, dims, keep);
-    else if (!strcmp(op, "Mean")) y = kiln_reduce(g, "mean", x, nd, dims, keep);
-    else if (!strcmp(op, "Max")) y = kiln_reduce(g, "amax", x, nd, dims, keep);
-    else if (!strcmp(op, "Min")) y = kiln_reduce(g, "amin", x, nd, dims, keep);
-    else if (!strcmp(op, "Prod")) y = kiln_reduce(g, "prod", x, nd, dims, keep);
+    if (!strcmp(op, "Sum"))
+        y = kiln_reduce(g, "sum", x, nd, dims, keep);
+    else if (!strcmp(op, "Mean"))
+        y = kiln_reduce(g, "mean", x, nd, dims, keep);
+    else if (!strcmp(op, "Max"))
+        y = kiln_reduce(g, "amax", x, nd, dims, keep);
+    else if (!strcmp(op, "Min"))
+        y = kiln_reduce(g, "amin", x, nd, dims, keep);
+    else if (!strcmp(op, "Prod"))
+        y = kiln_reduce(g, "prod", x, nd, dims, keep);
     else if (!strcmp(op, "SumSquare") || !strcmp(op, "L2"))
         y = kiln_reduce(g, "sum", kiln_binary(g, "mul", x, x), nd, dims, keep);
-    else if (!strcmp(op, "L1")) y = kiln_reduce(g, "sum", kiln_unary(g, "abs", x), nd, dims, keep);
+    else if (!strcmp(op, "L1"))
+        y = kiln_reduce(g, "sum", kiln_unary(g, "abs", x), nd, dims, keep);
     else if (!strcmp(op, "LogSum"))
         y = kiln_unary(g, "log", kiln_reduce(g, "sum", x, nd, dims, keep));
-    else {   /* LogSumExp, shifted by the max for range */
+    else { /* LogSumExp, shifted by the max for range */
         kiln_value m = kiln_reduce(g, "amax", x, nd, dims, 1);
         kiln_value e = kiln_unary(g, "exp", kiln_binary(g, "sub", x, m));
         y = kiln_binary(g, "add", kiln_unary(g, "log", kiln_reduce(g, "sum", e, nd, dims, 1)), m);
@@ -161,20 +167,10 @@ static bool op_argmin(OxNode *n) { return op_arg(n, false); }
 /* ---- this file's handlers (onnx_ops.c looks ops up here) ---------------- */
 
 const OxHandler ox_reduce_ops[] = {
-    {"Softmax", op_softmax},
-    {"LogSoftmax", op_log_softmax},
-    {"ReduceSum", op_reduce},
-    {"ReduceMean", op_reduce},
-    {"ReduceMax", op_reduce},
-    {"ReduceMin", op_reduce},
-    {"ReduceProd", op_reduce},
-    {"ReduceL2", op_reduce},
-    {"ReduceL1", op_reduce},
-    {"ReduceSumSquare", op_reduce},
-    {"ReduceLogSum", op_reduce},
-    {"ReduceLogSumExp", op_reduce},
-    {"ArgMax", op_argmax},
-    {"ArgMin", op_argmin},
-    {"Hardmax", op_hardmax},
+    {"Softmax", op_softmax},        {"LogSoftmax", op_log_softmax}, {"ReduceSum", op_reduce},
+    {"ReduceMean", op_reduce},      {"ReduceMax", op_reduce},       {"ReduceMin", op_reduce},
+    {"ReduceProd", op_reduce},      {"ReduceL2", op_reduce},        {"ReduceL1", op_reduce},
+    {"ReduceSumSquare", op_reduce}, {"ReduceLogSum", op_reduce},    {"ReduceLogSumExp", op_reduce},
+    {"ArgMax", op_argmax},          {"ArgMin", op_argmin},          {"Hardmax", op_hardmax},
 };
 const size_t ox_reduce_nops = sizeof ox_reduce_ops / sizeof ox_reduce_ops[0];

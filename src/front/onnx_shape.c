@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 /* ---- shapes and views ------------------------------------------------------- */
 
 /* x with a new shape: a constant stays one (same data), a graph value is a
@@ -45,12 +44,15 @@ static bool op_reshape(OxNode *n) {
             return ox_nfail(n, "shape entry %d is %lld", i, (long long)s[i]);
         if (s[i] > 0 && known > ((int64_t)1 << 40) / s[i])
             return ox_nfail(n, "the shape has too many elements");
-        if (s[i] == -1) neg = i;
-        else known *= s[i];
+        if (s[i] == -1)
+            neg = i;
+        else
+            known *= s[i];
     }
     if (neg >= 0) s[neg] = known ? ox_numel(x) / known : 0;
     if (util_numel(r, s) != ox_numel(x))
-        return ox_nfail(n, "cannot reshape %lld elements to the shape given", (long long)ox_numel(x));
+        return ox_nfail(n, "cannot reshape %lld elements to the shape given",
+                        (long long)ox_numel(x));
     return reshape_to(n, r, s);
 }
 
@@ -105,7 +107,8 @@ static bool op_transpose(OxNode *n) {
     int np = ox_attr_ints(n, "perm", perm, KILN_MAX_RANK), p[KILN_MAX_RANK];
     if (np < -1) return false;
     for (int i = 0; i < x->rank; i++) p[i] = np < 0 ? x->rank - 1 - i : (int)perm[i];
-    if (np >= 0 && np != x->rank) return ox_nfail(n, "perm has %d entries for rank %d", np, x->rank);
+    if (np >= 0 && np != x->rank)
+        return ox_nfail(n, "perm has %d entries for rank %d", np, x->rank);
     return ox_set_graph(n, 0, kiln_permute(n->im->g, ox_gin(n, 0), x->rank, p), x->type);
 }
 
@@ -179,11 +182,12 @@ static bool op_constant_of_shape(OxNode *n) {
 }
 
 static bool op_range(OxNode *n) {
-    if (!ox_in(n, 0) || !ox_in(n, 1) || !ox_in(n, 2) || !ox_known(ox_in(n, 0)) || !ox_known(ox_in(n, 1)) ||
-        !ox_known(ox_in(n, 2)))
+    if (!ox_in(n, 0) || !ox_in(n, 1) || !ox_in(n, 2) || !ox_known(ox_in(n, 0)) ||
+        !ox_known(ox_in(n, 1)) || !ox_known(ox_in(n, 2)))
         return ox_nfail(n, "unsupported: start, limit and delta are computed at run time (kiln's "
-                     "shapes are static)");
-    double st = ox_known(ox_in(n, 0))[0], lim = ox_known(ox_in(n, 1))[0], d = ox_known(ox_in(n, 2))[0];
+                           "shapes are static)");
+    double st = ox_known(ox_in(n, 0))[0], lim = ox_known(ox_in(n, 1))[0],
+           d = ox_known(ox_in(n, 2))[0];
     double cnt = d == 0 ? 0 : fmax(ceil((lim - st) / d), 0);
     if (!(cnt <= 1 << 30)) return ox_nfail(n, "the range has too many elements");
     int64_t len = (int64_t)cnt;
@@ -220,7 +224,8 @@ static bool op_concat(OxNode *n) {
     if (!ox_norm_axis(n, &axis, ox_in(n, 0)->rank)) return false;
     for (int k = 0; k < n->nin; k++) {
         if (!ox_need_in(n, k)) return false;
-        if (ox_in(n, k)->rank != ox_in(n, 0)->rank) return ox_nfail(n, "inputs have different ranks");
+        if (ox_in(n, k)->rank != ox_in(n, 0)->rank)
+            return ox_nfail(n, "inputs have different ranks");
     }
     if (ox_all_const(n)) return concat_const(n, axis);
     kiln_value *xs = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)n->nin);
@@ -238,7 +243,7 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
     int64_t d = xv->shape[axis];
     if (step == 0) return ox_nfail(n, "a step is 0");
     if (d == 0) return *outlen = 0, x ? ox_nfail(n, "unsupported: slicing an empty dim") : true;
-    if (step > d) step = d;          /* one element either way; keeps -step defined */
+    if (step > d) step = d; /* one element either way; keeps -step defined */
     if (step < -d) step = -d;
     if (st < 0) st += d;
     if (en < 0) en += d;
@@ -250,9 +255,9 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
         st = st < 0 ? 0 : st > d - 1 ? d - 1 : st;
         en = en < -1 ? -1 : en > d - 1 ? d - 1 : en;
         *outlen = st > en ? (st - en + (-step) - 1) / (-step) : 0;
-        if (en == -1) en = -d - 1;   /* Python: before the first element */
+        if (en == -1) en = -d - 1; /* Python: before the first element */
     }
-    if (*outlen == 0 && x)   /* a constant may be empty (shape arithmetic) */
+    if (*outlen == 0 && x) /* a constant may be empty (shape arithmetic) */
         return ox_nfail(n, "unsupported: the slice of dim %lld is empty", (long long)axis);
     if (x) *x = kiln_slice(n->im->g, *x, (int)axis, st, en, step);
     return true;
@@ -264,18 +269,24 @@ static bool slice_params(OxNode *n, int64_t *st, int64_t *en, int64_t *ax, int64
         c = ox_attr_ints(n, "starts", st, KILN_MAX_RANK);
         if (c < 0 || ox_attr_ints(n, "ends", en, KILN_MAX_RANK) != c)
             return ox_nfail(n, "starts and ends are required");
-        if (ox_attr_ints(n, "axes", ax, KILN_MAX_RANK) < 0) for (int i = 0; i < c; i++) ax[i] = i;
+        if (ox_attr_ints(n, "axes", ax, KILN_MAX_RANK) < 0)
+            for (int i = 0; i < c; i++) ax[i] = i;
         for (int i = 0; i < c; i++) sp[i] = 1;
     } else {
         c = ox_const_ints(n, 1, st, KILN_MAX_RANK, "starts");
         if (c < 0 || ox_const_ints(n, 2, en, KILN_MAX_RANK, "ends") != c)
             return c < 0 ? false : ox_nfail(n, "starts and ends differ in length");
-        if (!ox_in(n, 3)) for (int i = 0; i < c; i++) ax[i] = i;
-        else if (ox_const_ints(n, 3, ax, KILN_MAX_RANK, "axes") != c) return false;
-        if (!ox_in(n, 4)) for (int i = 0; i < c; i++) sp[i] = 1;
-        else if (ox_const_ints(n, 4, sp, KILN_MAX_RANK, "steps") != c) return false;
+        if (!ox_in(n, 3))
+            for (int i = 0; i < c; i++) ax[i] = i;
+        else if (ox_const_ints(n, 3, ax, KILN_MAX_RANK, "axes") != c)
+            return false;
+        if (!ox_in(n, 4))
+            for (int i = 0; i < c; i++) sp[i] = 1;
+        else if (ox_const_ints(n, 4, sp, KILN_MAX_RANK, "steps") != c)
+            return false;
     }
-    for (int i = 0; i < c; i++) if (!ox_norm_axis(n, &ax[i], rank)) return false;
+    for (int i = 0; i < c; i++)
+        if (!ox_norm_axis(n, &ax[i], rank)) return false;
     *cnt = c;
     return true;
 }
@@ -333,7 +344,8 @@ static bool op_split(OxNode *n) {
     if (nout > 64) return ox_nfail(n, "too many outputs");
     bool from_input = n->im->opset >= 13 && ox_in(n, 1);
     ns = n->im->opset < 13 ? ox_attr_ints(n, "split", sizes, 64)
-                           : from_input ? ox_const_ints(n, 1, sizes, 64, "split") : -1;
+         : from_input      ? ox_const_ints(n, 1, sizes, 64, "split")
+                           : -1;
     if (ns < -1 || (from_input && ns < 0)) return false;
     if (nout < 1) return ox_nfail(n, "no outputs");
     for (int k = 0; k < ns; k++)
@@ -349,7 +361,8 @@ static bool op_split(OxNode *n) {
     for (int k = 0; k < nout; k++) {
         kiln_value v = ox_graph(n, x);
         int64_t len;
-        if (ox_out_slot(n, k) && !slice_dim(n, &v, x, axis, at, at + sizes[k], 1, &len)) return false;
+        if (ox_out_slot(n, k) && !slice_dim(n, &v, x, axis, at, at + sizes[k], 1, &len))
+            return false;
         if (ox_out_slot(n, k) && !ox_set_graph(n, k, v, x->type)) return false;
         at += sizes[k];
     }
@@ -441,7 +454,10 @@ static kiln_value tile_dim(Graph *g, kiln_value v, int dim, int64_t rep) {
     int64_t s1[KILN_MAX_RANK], s2[KILN_MAX_RANK], s3[KILN_MAX_RANK];
     const int64_t *xs = kiln_value_shape(g, v);
     for (int i = 0, k = 0; i < r; i++) {
-        if (i == dim) { s1[k] = 1; s2[k++] = rep; }
+        if (i == dim) {
+            s1[k] = 1;
+            s2[k++] = rep;
+        }
         s1[k] = s2[k] = xs[i];
         k++;
         s3[i] = xs[i] * (i == dim ? rep : 1);
@@ -462,7 +478,7 @@ static bool op_tile(OxNode *n) {
     for (int i = 0; i < r && v >= 0; i++) {
         if (rep[i] < 1)
             return ox_nfail(n, "unsupported: repeats %lld (kiln tensors are non-empty)",
-                         (long long)rep[i]);
+                            (long long)rep[i]);
         if (rep[i] == 1) continue;
         if (rep[i] > ((int64_t)1 << 40) / x->shape[i])
             return ox_nfail(n, "repeats %lld is too large", (long long)rep[i]);
@@ -484,8 +500,9 @@ static bool pad_runtime_value(OxNode *n, const int64_t *pads, int np) {
     if (!ox_attr_is(n, "mode", "constant", true))
         return ox_nfail(n, "unsupported: pad mode with a value");
     kiln_value y = kiln_pad(g, ox_graph(n, x), KILN_PAD_CONSTANT, x->rank, pads, pads + x->rank, 0);
-    kiln_value ones = kiln_expand(g, kiln_reshape(g, kiln_scalar(g, 1), x->rank,
-                                  (int64_t[KILN_MAX_RANK]){1, 1, 1, 1, 1, 1}), x->rank, x->shape);
+    kiln_value ones = kiln_expand(
+        g, kiln_reshape(g, kiln_scalar(g, 1), x->rank, (int64_t[KILN_MAX_RANK]){1, 1, 1, 1, 1, 1}),
+        x->rank, x->shape);
     kiln_value mask = kiln_pad(g, ones, KILN_PAD_CONSTANT, x->rank, pads, pads + x->rank, 0);
     kiln_value inside = kiln_binary(g, "ne", mask, kiln_scalar(g, 0));
     return ox_set_graph(n, 0, kiln_where(g, inside, y, ox_gin(n, 2)), x->type);
@@ -513,7 +530,7 @@ static bool op_pad(OxNode *n) {
             return ox_nfail(n, "pad %lld is out of range", (long long)pads[i]);
     kiln_pad_mode mode = ox_attr_is(n, "mode", "edge", false)      ? KILN_PAD_EDGE
                          : ox_attr_is(n, "mode", "reflect", false) ? KILN_PAD_REFLECT
-                                                                : KILN_PAD_CONSTANT;
+                                                                   : KILN_PAD_CONSTANT;
     if (!ox_attr_is(n, "mode", "constant", true) && mode == KILN_PAD_CONSTANT)
         return ox_nfail(n, "unsupported: pad mode");
     kiln_value y = kiln_pad(n->im->g, ox_graph(n, x), mode, x->rank, pads, pads + x->rank, value);

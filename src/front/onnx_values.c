@@ -30,16 +30,17 @@ static OxVal **slot(OxImp *im, const char *name) {
     }
 }
 
-OxVal *ox_find(OxImp *im, const char *name) {
-    return im->cap ? *slot(im, name) : NULL;
-}
+OxVal *ox_find(OxImp *im, const char *name) { return im->cap ? *slot(im, name) : NULL; }
 
 static bool grow(OxImp *im) {
     int cap = im->cap ? im->cap * 2 : 256;
     OxVal **old = im->tab;
     int oldcap = im->cap;
     im->tab = kcalloc((size_t)cap, sizeof *im->tab);
-    if (!im->tab) { im->tab = old; return false; }
+    if (!im->tab) {
+        im->tab = old;
+        return false;
+    }
     im->cap = cap;
     for (int i = 0; i < oldcap; i++)
         if (old[i]) *slot(im, old[i]->name) = old[i];
@@ -57,4 +58,3 @@ OxVal *ox_val(OxImp *im, const char *name) {
     im->count++;
     return *s = v;
 }
-

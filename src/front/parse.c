@@ -32,41 +32,40 @@
 #include <string.h>
 
 enum {
-    MAX_LIST = 8,     /* longest [list] literal: shapes, dims, strides */
-    MAX_ARGS = 16,    /* most arguments in one call */
-    MAX_PARAMS = 8,   /* most parameters of any signature */
-    MAX_DEPTH = 200,  /* deepest expression nesting, to bound the C stack */
+    MAX_LIST = 8,    /* longest [list] literal: shapes, dims, strides */
+    MAX_ARGS = 16,   /* most arguments in one call */
+    MAX_PARAMS = 8,  /* most parameters of any signature */
+    MAX_DEPTH = 200, /* deepest expression nesting, to bound the C stack */
 };
 
 typedef struct {
-    const char *name;    /* points into the source; NULL: empty slot */
+    const char *name; /* points into the source; NULL: empty slot */
     int len;
     kiln_value v;
-    int line;            /* where it was defined, for "already defined" */
+    int line; /* where it was defined, for "already defined" */
 } Sym;
 
 typedef struct {
     Graph *g;
-    const char *src;     /* lx.src and lx.len, the names the parser uses */
+    const char *src; /* lx.src and lx.len, the names the parser uses */
     int len;
-    const char *file;    /* for messages */
-    Lexer lx;            /* the tokens (lex.c) */
-    const Token *toks;   /* lx.toks once lexed */
+    const char *file;  /* for messages */
+    Lexer lx;          /* the tokens (lex.c) */
+    const Token *toks; /* lx.toks once lexed */
     int ntoks;
-    int cur;             /* the current token */
-    const char *lexmsg;  /* lx.lexmsg: the message of the T_ERROR token, if any */
-    Sym *syms;           /* open-addressing hash table, cap a power of 2 */
+    int cur;            /* the current token */
+    const char *lexmsg; /* lx.lexmsg: the message of the T_ERROR token, if any */
+    Sym *syms;          /* open-addressing hash table, cap a power of 2 */
     int nsyms, symcap;
-    int depth;           /* expression nesting */
-    bool failed;         /* an error is recorded in g */
+    int depth;   /* expression nesting */
+    bool failed; /* an error is recorded in g */
 } Parser;
 
 /* ===== errors ============================================================ */
 
 /* The caret line: blanks up to col, tabs kept so the caret lines up, UTF-8
  * continuation bytes skipped so it counts characters. */
-static void caret_line(const char *line, int col, char *buf, size_t size)
-{
+static void caret_line(const char *line, int col, char *buf, size_t size) {
     size_t n = 0;
     for (int i = 0; i < col - 1 && n + 2 < size; i++) {
         unsigned char c = (unsigned char)line[i];
@@ -80,8 +79,7 @@ static void caret_line(const char *line, int col, char *buf, size_t size)
 /* "FILE:LINE:COL: error: MSG", the source line, the caret line. A long line
  * is shown as a window around the column so the message fits the graph's
  * error buffer; LINE:COL stay exact. */
-static void report(Parser *p, kiln_status st, const Token *t, const char *msg)
-{
+static void report(Parser *p, kiln_status st, const Token *t, const char *msg) {
     enum { WINDOW = 160 };
     const char *line = p->src + t->pos - (t->col - 1);
     int n = 0, col = t->col;
@@ -95,16 +93,15 @@ static void report(Parser *p, kiln_status st, const Token *t, const char *msg)
     }
     char caret[WINDOW + 8];
     caret_line(line, col, caret, sizeof caret);
-    graph_fail(p->g, st, "%s:%d:%d: error: %s\n%.*s\n%s", p->file, t->line,
-               t->col, msg, n, line, caret);
+    graph_fail(p->g, st, "%s:%d:%d: error: %s\n%.*s\n%s", p->file, t->line, t->col, msg, n, line,
+               caret);
     p->failed = true;
 }
 
 /* Report an error at a token; returns false. At the tokenizer's ERROR token
  * its own message wins: that token is why nothing could be parsed there. */
-__attribute__((format(printf, 3, 4)))
-static bool error_at(Parser *p, const Token *t, const char *fmt, ...)
-{
+__attribute__((format(printf, 3, 4))) static bool error_at(Parser *p, const Token *t,
+                                                           const char *fmt, ...) {
     char msg[512];
     if (t->kind == T_ERROR) {
         util_fmt(msg, sizeof msg, "%s", p->lexmsg);
@@ -118,8 +115,7 @@ static bool error_at(Parser *p, const Token *t, const char *fmt, ...)
     return false;
 }
 
-static bool nomem(Parser *p)
-{
+static bool nomem(Parser *p) {
     graph_fail(p->g, KILN_ERR_NOMEM, "%s: error: out of memory", p->file);
     p->failed = true;
     return false;
@@ -127,18 +123,19 @@ static bool nomem(Parser *p)
 
 /* A builder call failed: re-report its message at the token that caused it
  * (an operator or a function name). An allocation failure is left as is. */
-static bool reposition(Parser *p, const Token *at)
-{
-    if (p->failed) return false;          /* already reported with a position */
-    if (p->g->status == KILN_ERR_NOMEM) { p->failed = true; return false; }
+static bool reposition(Parser *p, const Token *at) {
+    if (p->failed) return false; /* already reported with a position */
+    if (p->g->status == KILN_ERR_NOMEM) {
+        p->failed = true;
+        return false;
+    }
     char msg[sizeof p->g->err];
     util_fmt(msg, sizeof msg, "%s", kiln_error(p->g)[0] ? kiln_error(p->g) : "operation failed");
     graph_clear_error(p->g);
     return error_at(p, at, "%s", msg);
 }
 
-static bool built(Parser *p, kiln_value v, const Token *at)
-{
+static bool built(Parser *p, kiln_value v, const Token *at) {
     return v != KILN_NONE || reposition(p, at);
 }
 
@@ -146,48 +143,43 @@ static bool built(Parser *p, kiln_value v, const Token *at)
 
 static const Token *peek(const Parser *p) { return &p->toks[p->cur]; }
 
-static const Token *peek2(const Parser *p)
-{
+static const Token *peek2(const Parser *p) {
     return &p->toks[p->cur + 1 < p->ntoks ? p->cur + 1 : p->cur];
 }
 
-static const Token *advance(Parser *p)
-{
+static const Token *advance(Parser *p) {
     const Token *t = &p->toks[p->cur];
     if (t->kind != T_EOF) p->cur++;
     return t;
 }
 
-static bool tok_is(const Parser *p, const Token *t, TokKind kind, const char *s)
-{
+static bool tok_is(const Parser *p, const Token *t, TokKind kind, const char *s) {
     size_t n = strlen(s);
     return t->kind == kind && (size_t)t->len == n && !memcmp(p->src + t->pos, s, n);
 }
 
 static bool at_punct(const Parser *p, const char *s) { return tok_is(p, peek(p), T_PUNCT, s); }
-static bool is_word(const Parser *p, const Token *t, const char *s) { return tok_is(p, t, T_NAME, s); }
+static bool is_word(const Parser *p, const Token *t, const char *s) {
+    return tok_is(p, t, T_NAME, s);
+}
 
-static bool accept(Parser *p, const char *s)
-{
+static bool accept(Parser *p, const char *s) {
     if (!at_punct(p, s)) return false;
     advance(p);
     return true;
 }
 
-static bool expect(Parser *p, const char *s, const char *msg)
-{
+static bool expect(Parser *p, const char *s, const char *msg) {
     return accept(p, s) || error_at(p, peek(p), "%s", msg);
 }
 
 /* A name token as a C string (names are at most LEX_MAX_NAME bytes). */
-static void tok_name(const Parser *p, const Token *t, char buf[LEX_MAX_NAME + 1])
-{
+static void tok_name(const Parser *p, const Token *t, char buf[LEX_MAX_NAME + 1]) {
     memcpy(buf, p->src + t->pos, (size_t)t->len);
     buf[t->len] = '\0';
 }
 
-static bool expect_name(Parser *p, const char *msg, const Token **out)
-{
+static bool expect_name(Parser *p, const char *msg, const Token **out) {
     if (peek(p)->kind != T_NAME) return error_at(p, peek(p), "%s", msg);
     *out = advance(p);
     return true;
@@ -195,31 +187,27 @@ static bool expect_name(Parser *p, const char *msg, const Token **out)
 
 /* ===== symbols =========================================================== */
 
-static uint32_t hash(const char *s, int n)
-{
+static uint32_t hash(const char *s, int n) {
     uint32_t h = 2166136261u;
     for (int i = 0; i < n; i++) h = (h ^ (unsigned char)s[i]) * 16777619u;
     return h;
 }
 
 /* The slot holding this name, or the empty slot where it would go. */
-static Sym *sym_slot(Sym *tab, int cap, const char *s, int n)
-{
+static Sym *sym_slot(Sym *tab, int cap, const char *s, int n) {
     for (uint32_t i = hash(s, n);; i++) {
         Sym *e = &tab[i & (uint32_t)(cap - 1)];
         if (!e->name || (e->len == n && !memcmp(e->name, s, (size_t)n))) return e;
     }
 }
 
-static Sym *sym_find(const Parser *p, const Token *t)
-{
+static Sym *sym_find(const Parser *p, const Token *t) {
     if (!p->symcap) return NULL;
     Sym *e = sym_slot(p->syms, p->symcap, p->src + t->pos, t->len);
     return e->name ? e : NULL;
 }
 
-static bool sym_grow(Parser *p)
-{
+static bool sym_grow(Parser *p) {
     int cap = p->symcap ? 2 * p->symcap : 64;
     Sym *tab = kcalloc((size_t)cap, sizeof *tab);
     if (!tab) return nomem(p);
@@ -231,8 +219,7 @@ static bool sym_grow(Parser *p)
     return true;
 }
 
-static bool sym_add(Parser *p, const Token *name, kiln_value v)
-{
+static bool sym_add(Parser *p, const Token *name, kiln_value v) {
     if (2 * (p->nsyms + 1) > p->symcap && !sym_grow(p)) return false;
     Sym *e = sym_slot(p->syms, p->symcap, p->src + name->pos, name->len);
     *e = (Sym){p->src + name->pos, name->len, v, name->line};
@@ -241,8 +228,7 @@ static bool sym_add(Parser *p, const Token *name, kiln_value v)
 }
 
 /* A name about to be defined must be new and not a literal's spelling. */
-static bool check_new_name(Parser *p, const Token *name)
-{
+static bool check_new_name(Parser *p, const Token *name) {
     if (is_word(p, name, "true") || is_word(p, name, "false") || is_word(p, name, "None"))
         return error_at(p, name, "'%.*s' is a reserved word", name->len, p->src + name->pos);
     const Sym *s = sym_find(p, name);
@@ -252,8 +238,7 @@ static bool check_new_name(Parser *p, const Token *name)
     return true;
 }
 
-static bool lookup(Parser *p, const Token *name, kiln_value *v)
-{
+static bool lookup(Parser *p, const Token *name, kiln_value *v) {
     const Sym *s = sym_find(p, name);
     if (!s) return error_at(p, name, "undefined name '%.*s'", name->len, p->src + name->pos);
     *v = s->v;
@@ -268,17 +253,16 @@ typedef enum { V_ABSENT, V_TENSOR, V_NUMBER, V_BOOL, V_LIST, V_NONE, V_STRING, V
  * needed (to_tensor), so an int argument never builds a node. */
 typedef struct {
     VKind kind;
-    const Token *at;          /* where the expression starts, for messages */
-    kiln_value t;             /* V_TENSOR; KILN_NONE for None */
-    double num;               /* V_NUMBER */
-    bool is_int;              /* V_NUMBER written as an integer */
-    int64_t ival;             /* V_NUMBER with is_int; V_BOOL: 0 or 1 */
-    int n;                    /* V_LIST, V_TENSORS */
-    int64_t list[MAX_LIST];   /* V_TENSORS: the tensors' values */
+    const Token *at;        /* where the expression starts, for messages */
+    kiln_value t;           /* V_TENSOR; KILN_NONE for None */
+    double num;             /* V_NUMBER */
+    bool is_int;            /* V_NUMBER written as an integer */
+    int64_t ival;           /* V_NUMBER with is_int; V_BOOL: 0 or 1 */
+    int n;                  /* V_LIST, V_TENSORS */
+    int64_t list[MAX_LIST]; /* V_TENSORS: the tensors' values */
 } Value;
 
-static const char *describe(const Value *v)
-{
+static const char *describe(const Value *v) {
     switch (v->kind) {
     case V_TENSOR: return "a tensor";
     case V_NUMBER: return v->is_int ? "an int" : "a float";
@@ -292,11 +276,9 @@ static const char *describe(const Value *v)
     return "nothing";
 }
 
-static bool to_tensor(Parser *p, Value *v)
-{
+static bool to_tensor(Parser *p, Value *v) {
     if (v->kind == V_TENSOR) return true;
-    if (v->kind != V_NUMBER)
-        return error_at(p, v->at, "expected a tensor, got %s", describe(v));
+    if (v->kind != V_NUMBER) return error_at(p, v->at, "expected a tensor, got %s", describe(v));
     v->t = kiln_scalar(p->g, v->num);
     v->kind = V_TENSOR;
     return built(p, v->t, v->at);
@@ -308,37 +290,44 @@ static bool to_tensor(Parser *p, Value *v)
  * in .t (KILN_NONE for None), ints in .ival, numbers in .num, bools in
  * .ival, int-or-list in .list/.n. */
 typedef enum {
-    A_TENSOR,      /* a tensor or a number (becomes a scalar) */
-    A_OPT_TENSOR,  /* the same, or None */
-    A_INT,         /* an int that fits a C int (a dim, groups) */
-    A_I64,         /* any int (slice bounds) */
-    A_SEED,        /* a non-negative int */
-    A_NUM,         /* a number */
-    A_OPT_NUM,     /* a number or None (clamp bounds) */
-    A_BOOL,        /* true or false */
-    A_DIMS,        /* an int, a list of ints, or None: reduction dims */
-    A_INTS,        /* an int or a list of C ints (permute dims, stride) */
-    A_SHAPE,       /* an int or a list of ints (reshape, expand, layer_norm) */
-    A_STRING,      /* a string (pad's mode) */
-    A_TENSORS,     /* a list of tensors (cat) */
+    A_TENSOR,     /* a tensor or a number (becomes a scalar) */
+    A_OPT_TENSOR, /* the same, or None */
+    A_INT,        /* an int that fits a C int (a dim, groups) */
+    A_I64,        /* any int (slice bounds) */
+    A_SEED,       /* a non-negative int */
+    A_NUM,        /* a number */
+    A_OPT_NUM,    /* a number or None (clamp bounds) */
+    A_BOOL,       /* true or false */
+    A_DIMS,       /* an int, a list of ints, or None: reduction dims */
+    A_INTS,       /* an int or a list of C ints (permute dims, stride) */
+    A_SHAPE,      /* an int or a list of ints (reshape, expand, layer_norm) */
+    A_STRING,     /* a string (pad's mode) */
+    A_TENSORS,    /* a list of tensors (cat) */
 } ArgType;
 
 static const char *const type_desc[] = {
-    [A_TENSOR] = "a tensor", [A_OPT_TENSOR] = "a tensor or None",
-    [A_INT] = "an int", [A_I64] = "an int", [A_SEED] = "a non-negative int",
-    [A_NUM] = "a number", [A_OPT_NUM] = "a number or None",
-    [A_BOOL] = "true or false", [A_DIMS] = "an int, a list of ints or None",
-    [A_INTS] = "an int or a list of ints", [A_SHAPE] = "an int or a list of ints",
-    [A_STRING] = "a string", [A_TENSORS] = "a list of tensors",
+    [A_TENSOR] = "a tensor",
+    [A_OPT_TENSOR] = "a tensor or None",
+    [A_INT] = "an int",
+    [A_I64] = "an int",
+    [A_SEED] = "a non-negative int",
+    [A_NUM] = "a number",
+    [A_OPT_NUM] = "a number or None",
+    [A_BOOL] = "true or false",
+    [A_DIMS] = "an int, a list of ints or None",
+    [A_INTS] = "an int or a list of ints",
+    [A_SHAPE] = "an int or a list of ints",
+    [A_STRING] = "a string",
+    [A_TENSORS] = "a list of tensors",
 };
 
 typedef struct {
     const char *name;
     ArgType type;
     bool required;
-    bool kwonly;       /* can only be given by keyword */
-    bool varargs;      /* also takes the remaining positional ints as a list */
-    double def;        /* default of an absent int/number/bool */
+    bool kwonly;  /* can only be given by keyword */
+    bool varargs; /* also takes the remaining positional ints as a list */
+    double def;   /* default of an absent int/number/bool */
 } Param;
 
 typedef struct Sig Sig;
@@ -347,11 +336,10 @@ typedef kiln_value (*BuildFn)(Parser *p, const Sig *s, const Value *a);
 struct Sig {
     const char *name;
     BuildFn build;
-    Param params[MAX_PARAMS];   /* ends at the first one with a NULL name */
+    Param params[MAX_PARAMS]; /* ends at the first one with a NULL name */
 };
 
-static int nparams(const Sig *s)
-{
+static int nparams(const Sig *s) {
     int n = 0;
     while (n < MAX_PARAMS && s->params[n].name) n++;
     return n;
@@ -359,55 +347,46 @@ static int nparams(const Sig *s)
 
 /* ----- build functions: one builder call each ---------------------------- */
 
-static kiln_value b_unary(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_unary(Parser *p, const Sig *s, const Value *a) {
     return kiln_unary(p->g, s->name, a[0].t);
 }
 
-static kiln_value b_binary(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_binary(Parser *p, const Sig *s, const Value *a) {
     return kiln_binary(p->g, s->name, a[0].t, a[1].t);
 }
 
-static kiln_value b_where(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_where(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_where(p->g, a[0].t, a[1].t, a[2].t);
 }
 
-static kiln_value b_clamp(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_clamp(Parser *p, const Sig *s, const Value *a) {
     (void)s;
-    return kiln_clamp(p->g, a[0].t, a[1].kind == V_NUMBER, a[1].num,
-                      a[2].kind == V_NUMBER, a[2].num);
+    return kiln_clamp(p->g, a[0].t, a[1].kind == V_NUMBER, a[1].num, a[2].kind == V_NUMBER,
+                      a[2].num);
 }
 
-static void to_ints(const Value *v, int *out)
-{
+static void to_ints(const Value *v, int *out) {
     for (int i = 0; i < v->n; i++) out[i] = (int)v->list[i];
 }
 
-static kiln_value b_reduce(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_reduce(Parser *p, const Sig *s, const Value *a) {
     int dims[MAX_LIST];
     to_ints(&a[1], dims);
     return kiln_reduce(p->g, s->name, a[0].t, a[1].n, a[1].n ? dims : NULL, (int)a[2].ival);
 }
 
-static kiln_value b_softmax(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_softmax(Parser *p, const Sig *s, const Value *a) {
     return strcmp(s->name, "softmax") == 0 ? kiln_softmax(p->g, a[0].t, (int)a[1].ival)
                                            : kiln_log_softmax(p->g, a[0].t, (int)a[1].ival);
 }
 
-static kiln_value b_layer_norm(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_layer_norm(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_layer_norm(p->g, a[0].t, a[1].n, a[1].list, a[2].t, a[3].t, a[4].num);
 }
 
-static kiln_value b_batch_norm(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_batch_norm(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     if (a[6].ival) {
         error_at(p, a[6].at, "batch_norm supports only inference (training=false)");
@@ -416,47 +395,40 @@ static kiln_value b_batch_norm(Parser *p, const Sig *s, const Value *a)
     return kiln_batch_norm(p->g, a[0].t, a[1].t, a[2].t, a[3].t, a[4].t, a[5].num);
 }
 
-static kiln_value b_transpose(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_transpose(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_transpose(p->g, a[0].t, (int)a[1].ival, (int)a[2].ival);
 }
 
-static kiln_value b_permute(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_permute(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     int dims[MAX_LIST];
     to_ints(&a[1], dims);
     return kiln_permute(p->g, a[0].t, a[1].n, dims);
 }
 
-static kiln_value b_reshape(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_reshape(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_reshape(p->g, a[0].t, a[1].n, a[1].list);
 }
 
-static kiln_value b_expand(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_expand(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_expand(p->g, a[0].t, a[1].n, a[1].list);
 }
 
-static kiln_value b_slice(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_slice(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_slice(p->g, a[0].t, (int)a[1].ival, a[2].ival, a[3].ival, a[4].ival);
 }
 
-static kiln_value b_matmul(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_matmul(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_matmul(p->g, a[0].t, a[1].t);
 }
 
 /* stride/padding/dilation: an int for both spatial dims, or a 2-list. */
-static bool pair(Parser *p, const Sig *s, const Param *pr, const Value *v, int out[2])
-{
+static bool pair(Parser *p, const Sig *s, const Param *pr, const Value *v, int out[2]) {
     if (v->n != 1 && v->n != 2)
         return error_at(p, v->at, "argument '%s' of %s must be an int or a list of 2 ints",
                         pr->name, s->name);
@@ -465,8 +437,7 @@ static bool pair(Parser *p, const Sig *s, const Param *pr, const Value *v, int o
     return true;
 }
 
-static kiln_value b_conv2d(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_conv2d(Parser *p, const Sig *s, const Value *a) {
     kiln_conv_params cp = kiln_conv_defaults();
     if (!pair(p, s, &s->params[3], &a[3], cp.stride) ||
         !pair(p, s, &s->params[4], &a[4], cp.padding) ||
@@ -477,15 +448,13 @@ static kiln_value b_conv2d(Parser *p, const Sig *s, const Value *a)
 }
 
 /* numpy.take / ONNX Gather (not torch.gather): indices hold integral floats. */
-static kiln_value b_gather(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_gather(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_gather(p->g, a[0].t, a[1].t, (int)a[2].ival);
 }
 
 /* torch.nn.functional.conv_transpose2d's argument order: groups before dilation. */
-static kiln_value b_conv_transpose2d(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_conv_transpose2d(Parser *p, const Sig *s, const Value *a) {
     kiln_conv_transpose_params cp = {{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
     if (!pair(p, s, &s->params[3], &a[3], cp.stride) ||
         !pair(p, s, &s->params[4], &a[4], cp.padding) ||
@@ -496,31 +465,27 @@ static kiln_value b_conv_transpose2d(Parser *p, const Sig *s, const Value *a)
     return kiln_conv_transpose2d(p->g, a[0].t, a[1].t, a[2].t, &cp);
 }
 
-static kiln_value b_rand_like(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_rand_like(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     return kiln_rand_like(p->g, a[0].t, (uint64_t)a[1].ival);
 }
 
 /* training=false is PyTorch's eval mode, where dropout is the identity. */
-static kiln_value b_dropout(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_dropout(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     if (!a[3].ival) return a[0].t;
     return kiln_dropout(p->g, a[0].t, a[1].num, (uint64_t)a[2].ival);
 }
 
 /* The text of a string literal token, without its quotes. */
-static bool string_is(const Parser *p, const Token *t, const char *s)
-{
+static bool string_is(const Parser *p, const Token *t, const char *s) {
     return t->len - 2 == (int)strlen(s) && !memcmp(p->src + t->pos + 1, s, strlen(s));
 }
 
 /* pad(input, pad, mode="constant", value=0): PyTorch's F.pad. pad holds
  * (before, after) pairs starting from the last dim; modes are "constant",
  * "replicate" (numpy's edge) and "reflect". */
-static kiln_value b_pad(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_pad(Parser *p, const Sig *s, const Value *a) {
     static const char *const modes[] = {"constant", "replicate", "reflect"};
     int mode = a[2].kind == V_STRING ? -1 : 0, rank = kiln_value_rank(p->g, a[0].t);
     for (int m = 0; m < 3 && mode < 0; m++)
@@ -530,8 +495,10 @@ static kiln_value b_pad(Parser *p, const Sig *s, const Value *a)
         return KILN_NONE;
     }
     if (a[1].n % 2 || a[1].n > 2 * rank) {
-        error_at(p, a[1].at, "argument 'pad' of %s must hold pairs for at most %d dims, got %d "
-                 "values", s->name, rank, a[1].n);
+        error_at(p, a[1].at,
+                 "argument 'pad' of %s must hold pairs for at most %d dims, got %d "
+                 "values",
+                 s->name, rank, a[1].n);
         return KILN_NONE;
     }
     int64_t before[KILN_MAX_RANK] = {0}, after[KILN_MAX_RANK] = {0};
@@ -542,8 +509,7 @@ static kiln_value b_pad(Parser *p, const Sig *s, const Value *a)
     return kiln_pad(p->g, a[0].t, (kiln_pad_mode)mode, rank, before, after, a[3].num);
 }
 
-static kiln_value b_cat(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_cat(Parser *p, const Sig *s, const Value *a) {
     (void)s;
     kiln_value xs[MAX_LIST];
     for (int i = 0; i < a[0].n; i++) xs[i] = (kiln_value)a[0].list[i];
@@ -552,13 +518,12 @@ static kiln_value b_cat(Parser *p, const Sig *s, const Value *a)
 
 /* An int or a list of ns ints per spatial dim (padding: 2*ns gives begins
  * then ends, ONNX's pads). */
-static bool pool_list(Parser *p, const Sig *s, const Value *v, const char *what, int ns,
-                      bool pairs, int64_t *out, int64_t *out_end)
-{
+static bool pool_list(Parser *p, const Sig *s, const Value *v, const char *what, int ns, bool pairs,
+                      int64_t *out, int64_t *out_end) {
     bool ok = v->n == 1 || v->n == ns || (pairs && v->n == 2 * ns);
     if (!ok)
-        return error_at(p, v->at, "argument '%s' of %s must be an int or a list of %d ints%s",
-                        what, s->name, ns, pairs ? " (or 2x that: begins, then ends)" : "");
+        return error_at(p, v->at, "argument '%s' of %s must be an int or a list of %d ints%s", what,
+                        s->name, ns, pairs ? " (or 2x that: begins, then ends)" : "");
     for (int i = 0; i < ns; i++) {
         out[i] = v->list[v->n == 1 ? 0 : i];
         if (out_end) out_end[i] = v->list[v->n == 2 * ns ? ns + i : v->n == 1 ? 0 : i];
@@ -569,8 +534,7 @@ static bool pool_list(Parser *p, const Sig *s, const Value *v, const char *what,
 /* max_poolNd(input, kernel_size, stride=None, padding=0, dilation=1,
  * ceil_mode=false); avg_poolNd(input, kernel_size, stride=None, padding=0,
  * ceil_mode=false, count_include_pad=true, *, dilation=1). */
-static kiln_value b_pool(Parser *p, const Sig *s, const Value *a)
-{
+static kiln_value b_pool(Parser *p, const Sig *s, const Value *a) {
     bool is_max = s->name[0] == 'm';
     kiln_pool_params q = {.nspatial = s->name[strlen(s->name) - 2] - '0'};
     const Value *dil = &a[is_max ? 4 : 6];
@@ -586,41 +550,92 @@ static kiln_value b_pool(Parser *p, const Sig *s, const Value *a)
 
 /* ----- the table ---------------------------------------------------------- */
 
-#define REQ(n, t) {n, t, true, false, false, 0}
-#define OPT(n, t, d) {n, t, false, false, false, d}
-#define KWONLY(n, t, d) {n, t, false, true, false, d}
-#define VARARGS(n, t) {n, t, true, false, true, 0}
+#define REQ(n, t) \
+    { n, t, true, false, false, 0 }
+#define OPT(n, t, d) \
+    { n, t, false, false, false, d }
+#define KWONLY(n, t, d) \
+    { n, t, false, true, false, d }
+#define VARARGS(n, t) \
+    { n, t, true, false, true, 0 }
 #define INPUT REQ("input", A_TENSOR)
-#define UNARY(name) {name, b_unary, {INPUT}}
-#define BINARY(name) {name, b_binary, {INPUT, REQ("other", A_TENSOR)}}
-#define REDUCE(name) {name, b_reduce, {INPUT, OPT("dim", A_DIMS, 0), OPT("keepdim", A_BOOL, 0)}}
-#define MAX_POOL(name)                                                                       \
-    {name, b_pool, {INPUT, REQ("kernel_size", A_INTS), OPT("stride", A_DIMS, 0),              \
-                    OPT("padding", A_INTS, 0), OPT("dilation", A_INTS, 1),                    \
-                    OPT("ceil_mode", A_BOOL, 0)}}
-#define AVG_POOL(name)                                                                       \
-    {name, b_pool, {INPUT, REQ("kernel_size", A_INTS), OPT("stride", A_DIMS, 0),              \
-                    OPT("padding", A_INTS, 0), OPT("ceil_mode", A_BOOL, 0),                   \
-                    OPT("count_include_pad", A_BOOL, 1), KWONLY("dilation", A_INTS, 1)}}
+#define UNARY(name)              \
+    {                            \
+        name, b_unary, { INPUT } \
+    }
+#define BINARY(name)                                      \
+    {                                                     \
+        name, b_binary, { INPUT, REQ("other", A_TENSOR) } \
+    }
+#define REDUCE(name)                                                                \
+    {                                                                               \
+        name, b_reduce, { INPUT, OPT("dim", A_DIMS, 0), OPT("keepdim", A_BOOL, 0) } \
+    }
+#define MAX_POOL(name)                                                                             \
+    {                                                                                              \
+        name, b_pool, {                                                                            \
+            INPUT, REQ("kernel_size", A_INTS), OPT("stride", A_DIMS, 0),                           \
+                OPT("padding", A_INTS, 0), OPT("dilation", A_INTS, 1), OPT("ceil_mode", A_BOOL, 0) \
+        }                                                                                          \
+    }
+#define AVG_POOL(name)                                                             \
+    {                                                                              \
+        name, b_pool, {                                                            \
+            INPUT, REQ("kernel_size", A_INTS), OPT("stride", A_DIMS, 0),           \
+                OPT("padding", A_INTS, 0), OPT("ceil_mode", A_BOOL, 0),            \
+                OPT("count_include_pad", A_BOOL, 1), KWONLY("dilation", A_INTS, 1) \
+        }                                                                          \
+    }
 
 /* Every function of the language, with PyTorch's names and argument order. */
 static const Sig sigs[] = {
-    UNARY("neg"), UNARY("abs"), UNARY("relu"), UNARY("sigmoid"), UNARY("tanh"),
-    UNARY("exp"), UNARY("log"), UNARY("sqrt"), UNARY("rsqrt"), UNARY("sin"),
-    UNARY("cos"), UNARY("erf"), UNARY("gelu"), UNARY("silu"), UNARY("floor"),
-    UNARY("ceil"), UNARY("reciprocal"), UNARY("logical_not"), UNARY("contiguous"),
-    BINARY("add"), BINARY("sub"), BINARY("mul"), BINARY("div"), BINARY("pow"),
-    BINARY("maximum"), BINARY("minimum"), BINARY("lt"), BINARY("le"), BINARY("gt"),
-    BINARY("ge"), BINARY("eq"), BINARY("ne"),
+    UNARY("neg"),
+    UNARY("abs"),
+    UNARY("relu"),
+    UNARY("sigmoid"),
+    UNARY("tanh"),
+    UNARY("exp"),
+    UNARY("log"),
+    UNARY("sqrt"),
+    UNARY("rsqrt"),
+    UNARY("sin"),
+    UNARY("cos"),
+    UNARY("erf"),
+    UNARY("gelu"),
+    UNARY("silu"),
+    UNARY("floor"),
+    UNARY("ceil"),
+    UNARY("reciprocal"),
+    UNARY("logical_not"),
+    UNARY("contiguous"),
+    BINARY("add"),
+    BINARY("sub"),
+    BINARY("mul"),
+    BINARY("div"),
+    BINARY("pow"),
+    BINARY("maximum"),
+    BINARY("minimum"),
+    BINARY("lt"),
+    BINARY("le"),
+    BINARY("gt"),
+    BINARY("ge"),
+    BINARY("eq"),
+    BINARY("ne"),
     {"where", b_where, {REQ("condition", A_TENSOR), INPUT, REQ("other", A_TENSOR)}},
     {"clamp", b_clamp, {INPUT, OPT("min", A_OPT_NUM, 0), OPT("max", A_OPT_NUM, 0)}},
-    REDUCE("sum"), REDUCE("mean"), REDUCE("amax"), REDUCE("amin"), REDUCE("prod"),
+    REDUCE("sum"),
+    REDUCE("mean"),
+    REDUCE("amax"),
+    REDUCE("amin"),
+    REDUCE("prod"),
     {"softmax", b_softmax, {INPUT, REQ("dim", A_INT)}},
     {"log_softmax", b_softmax, {INPUT, REQ("dim", A_INT)}},
-    {"layer_norm", b_layer_norm,
+    {"layer_norm",
+     b_layer_norm,
      {INPUT, REQ("normalized_shape", A_SHAPE), OPT("weight", A_OPT_TENSOR, 0),
       OPT("bias", A_OPT_TENSOR, 0), OPT("eps", A_NUM, 1e-5)}},
-    {"batch_norm", b_batch_norm,
+    {"batch_norm",
+     b_batch_norm,
      {INPUT, REQ("running_mean", A_TENSOR), REQ("running_var", A_TENSOR),
       OPT("weight", A_OPT_TENSOR, 0), OPT("bias", A_OPT_TENSOR, 0), OPT("eps", A_NUM, 1e-5),
       KWONLY("training", A_BOOL, 0)}},
@@ -628,29 +643,35 @@ static const Sig sigs[] = {
     {"permute", b_permute, {INPUT, VARARGS("dims", A_INTS)}},
     {"reshape", b_reshape, {INPUT, VARARGS("shape", A_SHAPE)}},
     {"expand", b_expand, {INPUT, VARARGS("size", A_SHAPE)}},
-    {"slice", b_slice,
+    {"slice",
+     b_slice,
      {INPUT, REQ("dim", A_INT), REQ("start", A_I64), REQ("end", A_I64), OPT("step", A_I64, 1)}},
-    {"pad", b_pad,
-     {INPUT, REQ("pad", A_INTS), OPT("mode", A_STRING, 0), OPT("value", A_NUM, 0)}},
+    {"pad", b_pad, {INPUT, REQ("pad", A_INTS), OPT("mode", A_STRING, 0), OPT("value", A_NUM, 0)}},
     {"cat", b_cat, {REQ("tensors", A_TENSORS), OPT("dim", A_INT, 0)}},
-    MAX_POOL("max_pool1d"), MAX_POOL("max_pool2d"), MAX_POOL("max_pool3d"),
-    AVG_POOL("avg_pool1d"), AVG_POOL("avg_pool2d"), AVG_POOL("avg_pool3d"),
+    MAX_POOL("max_pool1d"),
+    MAX_POOL("max_pool2d"),
+    MAX_POOL("max_pool3d"),
+    AVG_POOL("avg_pool1d"),
+    AVG_POOL("avg_pool2d"),
+    AVG_POOL("avg_pool3d"),
     {"matmul", b_matmul, {INPUT, REQ("other", A_TENSOR)}},
-    {"conv2d", b_conv2d,
+    {"conv2d",
+     b_conv2d,
      {INPUT, REQ("weight", A_TENSOR), OPT("bias", A_OPT_TENSOR, 0), OPT("stride", A_INTS, 1),
       OPT("padding", A_INTS, 0), OPT("dilation", A_INTS, 1), OPT("groups", A_INT, 1)}},
     {"gather", b_gather, {INPUT, REQ("indices", A_TENSOR), OPT("axis", A_INT, 0)}},
-    {"conv_transpose2d", b_conv_transpose2d,
+    {"conv_transpose2d",
+     b_conv_transpose2d,
      {INPUT, REQ("weight", A_TENSOR), OPT("bias", A_OPT_TENSOR, 0), OPT("stride", A_INTS, 1),
       OPT("padding", A_INTS, 0), OPT("output_padding", A_INTS, 0), OPT("groups", A_INT, 1),
       OPT("dilation", A_INTS, 1)}},
     {"rand_like", b_rand_like, {INPUT, OPT("seed", A_SEED, 0)}},
-    {"dropout", b_dropout,
+    {"dropout",
+     b_dropout,
      {INPUT, OPT("p", A_NUM, 0.5), OPT("seed", A_SEED, 0), KWONLY("training", A_BOOL, 1)}},
 };
 
-static const Sig *find_sig(const Parser *p, const Token *name)
-{
+static const Sig *find_sig(const Parser *p, const Token *name) {
     for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
         if (is_word(p, name, sigs[i].name)) return &sigs[i];
     return NULL;
@@ -659,12 +680,11 @@ static const Sig *find_sig(const Parser *p, const Token *name)
 /* ===== argument binding ================================================== */
 
 typedef struct {
-    const Token *kw;     /* the keyword, or NULL for a positional argument */
+    const Token *kw; /* the keyword, or NULL for a positional argument */
     Value v;
 } Arg;
 
-static bool arg_error(Parser *p, const Sig *s, const Param *pr, const Value *v)
-{
+static bool arg_error(Parser *p, const Sig *s, const Param *pr, const Value *v) {
     return error_at(p, v->at, "argument '%s' of %s must be %s, got %s", pr->name, s->name,
                     type_desc[pr->type], describe(v));
 }
@@ -672,8 +692,7 @@ static bool arg_error(Parser *p, const Sig *s, const Param *pr, const Value *v)
 static bool fits_int(int64_t v) { return v >= INT_MIN && v <= INT_MAX; }
 
 /* An absent optional parameter takes its default. */
-static void set_default(const Param *pr, Value *v)
-{
+static void set_default(const Param *pr, Value *v) {
     v->kind = V_NUMBER;
     v->is_int = true;
     v->ival = (int64_t)pr->def;
@@ -690,8 +709,7 @@ static void set_default(const Param *pr, Value *v)
     if (pr->type == A_DIMS) v->kind = V_LIST;
 }
 
-static bool convert_int(Parser *p, const Sig *s, const Param *pr, Value *v)
-{
+static bool convert_int(Parser *p, const Sig *s, const Param *pr, Value *v) {
     if (v->kind != V_NUMBER || !v->is_int) return arg_error(p, s, pr, v);
     if (pr->type == A_INT && !fits_int(v->ival))
         return error_at(p, v->at, "argument '%s' of %s is out of range", pr->name, s->name);
@@ -701,10 +719,17 @@ static bool convert_int(Parser *p, const Sig *s, const Param *pr, Value *v)
 }
 
 /* An int becomes a list of one; C-int lists are range checked. */
-static bool convert_list(Parser *p, const Sig *s, const Param *pr, Value *v)
-{
-    if (v->kind == V_NONE && pr->type == A_DIMS) { v->kind = V_LIST; v->n = 0; return true; }
-    if (v->kind == V_NUMBER && v->is_int) { v->kind = V_LIST; v->n = 1; v->list[0] = v->ival; }
+static bool convert_list(Parser *p, const Sig *s, const Param *pr, Value *v) {
+    if (v->kind == V_NONE && pr->type == A_DIMS) {
+        v->kind = V_LIST;
+        v->n = 0;
+        return true;
+    }
+    if (v->kind == V_NUMBER && v->is_int) {
+        v->kind = V_LIST;
+        v->n = 1;
+        v->list[0] = v->ival;
+    }
     if (v->kind != V_LIST) return arg_error(p, s, pr, v);
     for (int i = 0; pr->type != A_SHAPE && i < v->n; i++)
         if (!fits_int(v->list[i]))
@@ -712,44 +737,45 @@ static bool convert_list(Parser *p, const Sig *s, const Param *pr, Value *v)
     return true;
 }
 
-static bool convert(Parser *p, const Sig *s, const Param *pr, Value *v)
-{
-    if (v->kind == V_ABSENT) { set_default(pr, v); return true; }
+static bool convert(Parser *p, const Sig *s, const Param *pr, Value *v) {
+    if (v->kind == V_ABSENT) {
+        set_default(pr, v);
+        return true;
+    }
     switch (pr->type) {
     case A_OPT_TENSOR:
-        if (v->kind == V_NONE) { v->t = KILN_NONE; return true; }
+        if (v->kind == V_NONE) {
+            v->t = KILN_NONE;
+            return true;
+        }
         /* fall through */
     case A_TENSOR:
         if (v->kind != V_TENSOR && v->kind != V_NUMBER) return arg_error(p, s, pr, v);
         return to_tensor(p, v);
-    case A_INT: case A_I64: case A_SEED:
-        return convert_int(p, s, pr, v);
+    case A_INT:
+    case A_I64:
+    case A_SEED: return convert_int(p, s, pr, v);
     case A_OPT_NUM:
         if (v->kind == V_NONE) return true;
         /* fall through */
-    case A_NUM:
-        return v->kind == V_NUMBER || arg_error(p, s, pr, v);
-    case A_BOOL:
-        return v->kind == V_BOOL || arg_error(p, s, pr, v);
-    case A_DIMS: case A_INTS: case A_SHAPE:
-        return convert_list(p, s, pr, v);
-    case A_STRING:
-        return v->kind == V_STRING || arg_error(p, s, pr, v);
-    case A_TENSORS:
-        return v->kind == V_TENSORS || arg_error(p, s, pr, v);
+    case A_NUM: return v->kind == V_NUMBER || arg_error(p, s, pr, v);
+    case A_BOOL: return v->kind == V_BOOL || arg_error(p, s, pr, v);
+    case A_DIMS:
+    case A_INTS:
+    case A_SHAPE: return convert_list(p, s, pr, v);
+    case A_STRING: return v->kind == V_STRING || arg_error(p, s, pr, v);
+    case A_TENSORS: return v->kind == V_TENSORS || arg_error(p, s, pr, v);
     }
     return false;
 }
 
-static int positional_params(const Sig *s)
-{
+static int positional_params(const Sig *s) {
     int n = 0;
     for (int i = 0; i < nparams(s); i++) n += !s->params[i].kwonly;
     return n;
 }
 
-static bool too_many(Parser *p, const Sig *s, const Value *extra, int given)
-{
+static bool too_many(Parser *p, const Sig *s, const Value *extra, int given) {
     int max = positional_params(s), req = 0;
     for (int i = 0; i < nparams(s); i++) req += s->params[i].required;
     return error_at(p, extra->at, "%s takes %s%d positional argument%s, got %d", s->name,
@@ -759,8 +785,7 @@ static bool too_many(Parser *p, const Sig *s, const Value *extra, int given)
 /* The varargs form permute(x, 1, 0): args[*i..] up to the first keyword
  * are ints gathered into one list. */
 static bool gather(Parser *p, const Sig *s, const Param *pr, const Arg *args, int n, int *i,
-                   Value *out)
-{
+                   Value *out) {
     *out = (Value){.kind = V_LIST, .at = args[*i].v.at};
     for (; *i < n && !args[*i].kw; (*i)++) {
         const Value *e = &args[*i].v;
@@ -775,15 +800,13 @@ static bool gather(Parser *p, const Sig *s, const Param *pr, const Arg *args, in
     return true;
 }
 
-static int positional_args(const Arg *args, int n)
-{
+static int positional_args(const Arg *args, int n) {
     int k = 0;
     while (k < n && !args[k].kw) k++;
     return k;
 }
 
-static bool bind_keyword(Parser *p, const Sig *s, const Arg *a, Value *bound, char *how)
-{
+static bool bind_keyword(Parser *p, const Sig *s, const Arg *a, Value *bound, char *how) {
     for (int k = 0; k < nparams(s); k++) {
         if (!is_word(p, a->kw, s->params[k].name)) continue;
         if (how[k] == 'k')
@@ -800,8 +823,7 @@ static bool bind_keyword(Parser *p, const Sig *s, const Arg *a, Value *bound, ch
 
 /* Every required parameter is given; each argument is checked and each
  * absent one defaulted. */
-static bool check_bound(Parser *p, const Sig *s, const Token *fn, const char *how, Value *bound)
-{
+static bool check_bound(Parser *p, const Sig *s, const Token *fn, const char *how, Value *bound) {
     for (int k = 0; k < nparams(s); k++)
         if (s->params[k].required && !how[k])
             return error_at(p, fn, "%s is missing required argument '%s'", s->name,
@@ -814,9 +836,8 @@ static bool check_bound(Parser *p, const Sig *s, const Token *fn, const char *ho
 /* Python's binding: positionals fill parameters in order, keywords by name;
  * then every parameter is checked and defaulted (convert). */
 static bool bind_args(Parser *p, const Sig *s, const Token *fn, const Arg *args, int n,
-                      Value *bound)
-{
-    char how[MAX_PARAMS] = {0};      /* 'p' positional, 'k' keyword, 0 absent */
+                      Value *bound) {
+    char how[MAX_PARAMS] = {0}; /* 'p' positional, 'k' keyword, 0 absent */
     int npos = 0, given = positional_args(args, n);
     for (int k = 0; k < MAX_PARAMS; k++) bound[k] = (Value){.kind = V_ABSENT, .at = fn};
     for (int i = 0; i < n; i++) {
@@ -841,11 +862,11 @@ static bool bind_args(Parser *p, const Sig *s, const Token *fn, const Arg *args,
 static bool parse_expr(Parser *p, Value *out);
 
 /* args := [arg (',' arg)* [',']] ')';  arg := expr | NAME '=' expr */
-static bool parse_args(Parser *p, Arg *args, int *n)
-{
+static bool parse_args(Parser *p, Arg *args, int *n) {
     bool seen_kw = false;
     for (*n = 0; !at_punct(p, ")");) {
-        if (*n == MAX_ARGS) return error_at(p, peek(p), "too many arguments (at most %d)", MAX_ARGS);
+        if (*n == MAX_ARGS)
+            return error_at(p, peek(p), "too many arguments (at most %d)", MAX_ARGS);
         Arg *a = &args[*n];
         a->kw = NULL;
         if (peek(p)->kind == T_NAME && tok_is(p, peek2(p), T_PUNCT, "=")) {
@@ -864,12 +885,11 @@ static bool parse_args(Parser *p, Arg *args, int *n)
 
 /* NAME '(' args ')': the function is looked up before its arguments are
  * parsed, so "unknown function" comes first. */
-static bool parse_call(Parser *p, Value *out)
-{
+static bool parse_call(Parser *p, Value *out) {
     const Token *fn = advance(p);
     const Sig *s = find_sig(p, fn);
     if (!s) return error_at(p, fn, "unknown function '%.*s'", fn->len, p->src + fn->pos);
-    advance(p);   /* '(' */
+    advance(p); /* '(' */
     Arg args[MAX_ARGS];
     Value a[MAX_PARAMS];
     int n;
@@ -879,15 +899,14 @@ static bool parse_call(Parser *p, Value *out)
 }
 
 /* '[' [expr (',' expr)* [',']] ']' where every element is an int literal. */
-static bool parse_list(Parser *p, Value *out)
-{
+static bool parse_list(Parser *p, Value *out) {
     *out = (Value){.kind = V_LIST, .at = advance(p)};
     while (!at_punct(p, "]")) {
         if (out->n == MAX_LIST)
             return error_at(p, peek(p), "list has too many elements (at most %d)", MAX_LIST);
         Value e;
         if (!parse_expr(p, &e)) return false;
-        if (out->n == 0 && e.kind == V_TENSOR) out->kind = V_TENSORS;   /* cat([a, b]) */
+        if (out->n == 0 && e.kind == V_TENSOR) out->kind = V_TENSORS; /* cat([a, b]) */
         if (out->kind == V_TENSORS ? e.kind != V_TENSOR : e.kind != V_NUMBER || !e.is_int)
             return error_at(p, e.at, "list elements must be %s, got %s",
                             out->kind == V_TENSORS ? "tensors" : "ints", describe(&e));
@@ -897,8 +916,7 @@ static bool parse_list(Parser *p, Value *out)
     return expect(p, "]", "expected ']' after list elements");
 }
 
-static bool parse_name(Parser *p, Value *out)
-{
+static bool parse_name(Parser *p, Value *out) {
     const Token *t = peek(p);
     *out = (Value){.at = t, .t = KILN_NONE};
     if (is_word(p, t, "true") || is_word(p, t, "false")) {
@@ -917,17 +935,16 @@ static bool parse_name(Parser *p, Value *out)
 }
 
 /* primary := NUMBER | true | false | None | NAME | call | '(' expr ')' | list */
-static bool parse_primary(Parser *p, Value *out)
-{
+static bool parse_primary(Parser *p, Value *out) {
     const Token *t = peek(p);
     if (t->kind == T_NUMBER) {
         advance(p);
-        *out = (Value){.kind = V_NUMBER, .at = t, .num = t->num, .is_int = t->is_int,
-                       .ival = t->ival};
+        *out =
+            (Value){.kind = V_NUMBER, .at = t, .num = t->num, .is_int = t->is_int, .ival = t->ival};
         return true;
     }
     if (t->kind == T_NAME) return parse_name(p, out);
-    if (t->kind == T_STRING) {   /* a mode name: pad(..., mode="reflect") */
+    if (t->kind == T_STRING) { /* a mode name: pad(..., mode="reflect") */
         advance(p);
         *out = (Value){.kind = V_STRING, .at = t};
         return true;
@@ -940,8 +957,7 @@ static bool parse_primary(Parser *p, Value *out)
 }
 
 /* Unary minus folds into a number literal; on a tensor it is neg. */
-static bool negate(Parser *p, Value *v, const Token *minus)
-{
+static bool negate(Parser *p, Value *v, const Token *minus) {
     if (v->kind == V_NUMBER) {
         v->num = -v->num;
         v->ival = -v->ival;
@@ -956,8 +972,7 @@ static bool negate(Parser *p, Value *v, const Token *minus)
 
 /* unary := '-' unary | primary.  Every level of nesting passes here, so it
  * is where the depth is bounded. */
-static bool parse_unary(Parser *p, Value *out)
-{
+static bool parse_unary(Parser *p, Value *out) {
     if (p->depth >= MAX_DEPTH) return error_at(p, peek(p), "expression nested too deeply");
     p->depth++;
     bool ok;
@@ -971,24 +986,24 @@ static bool parse_unary(Parser *p, Value *out)
     return ok;
 }
 
-typedef struct { const char *sym, *op; } BinOp;
+typedef struct {
+    const char *sym, *op;
+} BinOp;
 
-static const BinOp CMP_OPS[] = {{"<", "lt"}, {"<=", "le"}, {">", "gt"}, {">=", "ge"},
+static const BinOp CMP_OPS[] = {{"<", "lt"},  {"<=", "le"}, {">", "gt"}, {">=", "ge"},
                                 {"==", "eq"}, {"!=", "ne"}, {NULL, NULL}};
 static const BinOp ADD_OPS[] = {{"+", "add"}, {"-", "sub"}, {NULL, NULL}};
 static const BinOp MUL_OPS[] = {{"*", "mul"}, {"/", "div"}, {"@", "matmul"}, {NULL, NULL}};
 
 /* The op of the current token if it is one of ops, else NULL. */
-static const char *binop_at(const Parser *p, const BinOp *ops)
-{
+static const char *binop_at(const Parser *p, const BinOp *ops) {
     for (; ops->sym; ops++)
         if (at_punct(p, ops->sym)) return ops->op;
     return NULL;
 }
 
 /* lhs = lhs OP rhs; a builder error is reported at the operator. */
-static bool apply_binary(Parser *p, const char *op, const Token *at, Value *lhs, Value *rhs)
-{
+static bool apply_binary(Parser *p, const char *op, const Token *at, Value *lhs, Value *rhs) {
     if (!to_tensor(p, lhs) || !to_tensor(p, rhs)) return false;
     lhs->t = strcmp(op, "matmul") == 0 ? kiln_matmul(p->g, lhs->t, rhs->t)
                                        : kiln_binary(p->g, op, lhs->t, rhs->t);
@@ -997,8 +1012,7 @@ static bool apply_binary(Parser *p, const char *op, const Token *at, Value *lhs,
 
 /* A left-associative level: operand ((op) operand)*. */
 static bool parse_level(Parser *p, const BinOp *ops, bool (*operand)(Parser *, Value *),
-                        Value *out)
-{
+                        Value *out) {
     if (!operand(p, out)) return false;
     for (const char *op; (op = binop_at(p, ops));) {
         const Token *at = advance(p);
@@ -1012,11 +1026,12 @@ static bool parse_level(Parser *p, const BinOp *ops, bool (*operand)(Parser *, V
 static bool parse_term(Parser *p, Value *out) { return parse_level(p, MUL_OPS, parse_unary, out); }
 
 /* additive := term (('+' | '-') term)* */
-static bool parse_additive(Parser *p, Value *out) { return parse_level(p, ADD_OPS, parse_term, out); }
+static bool parse_additive(Parser *p, Value *out) {
+    return parse_level(p, ADD_OPS, parse_term, out);
+}
 
 /* comparison := additive [cmp additive]; comparisons do not chain. */
-static bool parse_expr(Parser *p, Value *out)
-{
+static bool parse_expr(Parser *p, Value *out) {
     if (!parse_additive(p, out)) return false;
     const char *op = binop_at(p, CMP_OPS);
     if (!op) return true;
@@ -1030,14 +1045,13 @@ static bool parse_expr(Parser *p, Value *out)
 /* ===== types and weights ================================================= */
 
 typedef struct {
-    const Token *dtok;             /* the dtype, for messages */
+    const Token *dtok; /* the dtype, for messages */
     kiln_dtype dtype;
     int rank;
     int64_t shape[KILN_MAX_RANK];
 } Type;
 
-static void format_shape(char *buf, size_t size, int rank, const int64_t *shape)
-{
+static void format_shape(char *buf, size_t size, int rank, const int64_t *shape) {
     size_t n = 0;
     n += (size_t)snprintf(buf, size, "[");
     for (int i = 0; i < rank && n < size; i++)
@@ -1045,22 +1059,23 @@ static void format_shape(char *buf, size_t size, int rank, const int64_t *shape)
     if (n < size) snprintf(buf + n, size - n, "]");
 }
 
-static bool parse_dtype(Parser *p, Type *ty)
-{
+static bool parse_dtype(Parser *p, Type *ty) {
     const Token *t = ty->dtok = peek(p);
     if (t->kind != T_NAME) return error_at(p, t, "expected a type such as f32[2, 3]");
-    if (is_word(p, t, "f32")) ty->dtype = KILN_F32;
-    else if (is_word(p, t, "bool")) ty->dtype = KILN_BOOL;
+    if (is_word(p, t, "f32"))
+        ty->dtype = KILN_F32;
+    else if (is_word(p, t, "bool"))
+        ty->dtype = KILN_BOOL;
     else if (is_word(p, t, "f64") || is_word(p, t, "i32") || is_word(p, t, "i64"))
         return error_at(p, t, "dtype '%.*s' is not supported: programs compute in f32 and bool",
                         t->len, p->src + t->pos);
-    else return error_at(p, t, "unknown dtype '%.*s'", t->len, p->src + t->pos);
+    else
+        return error_at(p, t, "unknown dtype '%.*s'", t->len, p->src + t->pos);
     advance(p);
     return true;
 }
 
-static bool parse_dim(Parser *p, int64_t *dim)
-{
+static bool parse_dim(Parser *p, int64_t *dim) {
     const Token *t = peek(p), *n = peek2(p);
     if (tok_is(p, t, T_PUNCT, "-") && n->kind == T_NUMBER && n->is_int)
         return error_at(p, t, "dim must be positive, got -%.*s", n->len, p->src + n->pos);
@@ -1072,8 +1087,7 @@ static bool parse_dim(Parser *p, int64_t *dim)
 }
 
 /* type := DTYPE '[' [dim (',' dim)* [',']] ']' */
-static bool parse_type(Parser *p, Type *ty)
-{
+static bool parse_type(Parser *p, Type *ty) {
     if (!parse_dtype(p, ty)) return false;
     const Token *lb = peek(p);
     if (!expect(p, "[", "expected '[' after the dtype")) return false;
@@ -1093,8 +1107,7 @@ static bool parse_type(Parser *p, Type *ty)
 }
 
 /* A string literal's contents with escapes resolved, prefixed by dir. */
-static char *string_path(const Parser *p, const Token *t, const char *dir, int dirlen)
-{
+static char *string_path(const Parser *p, const Token *t, const char *dir, int dirlen) {
     char *s = kmalloc((size_t)dirlen + (size_t)t->len + 1);
     if (!s) return NULL;
     memcpy(s, dir, (size_t)dirlen);
@@ -1108,8 +1121,7 @@ static char *string_path(const Parser *p, const Token *t, const char *dir, int d
 }
 
 /* file("w.npy"): the path is relative to the program's directory. */
-static char *resolve_path(const Parser *p, const Token *t)
-{
+static char *resolve_path(const Parser *p, const Token *t) {
     const char *slash = strrchr(p->file, '/');
     bool absolute = t->len > 2 && p->src[t->pos + 1] == '/';
     int dirlen = slash && !absolute ? (int)(slash - p->file + 1) : 0;
@@ -1117,8 +1129,7 @@ static char *resolve_path(const Parser *p, const Token *t)
 }
 
 static bool check_loaded(Parser *p, const Token *at, const char *path, const char *wname,
-                         const Type *ty, const kiln_tensor *t)
-{
+                         const Type *ty, const kiln_tensor *t) {
     if (t->dtype != KILN_F32)
         return error_at(p, at, "%s holds %s data, weight '%s' must be f32", path,
                         kiln_dtype_name(t->dtype), wname);
@@ -1133,22 +1144,20 @@ static bool check_loaded(Parser *p, const Token *at, const char *path, const cha
 
 /* Load a weight from a .npy file: exactly f32 and exactly the declared shape. */
 static bool load_file(Parser *p, const Token *at, const char *wname, const Type *ty,
-                      kiln_tensor *data)
-{
+                      kiln_tensor *data) {
     char *path = resolve_path(p, at);
     if (!path) return nomem(p);
     char err[512];
     kiln_status st = kiln_npy_read(path, data, err, sizeof err);
-    bool ok = st == KILN_OK ? check_loaded(p, at, path, wname, ty, data)
+    bool ok = st == KILN_OK          ? check_loaded(p, at, path, wname, ty, data)
               : st == KILN_ERR_NOMEM ? nomem(p)
-              : error_at(p, at, "cannot load weight '%s': %s", wname, err);
+                                     : error_at(p, at, "cannot load weight '%s': %s", wname, err);
     kfree(path);
     return ok;
 }
 
 /* Weight data of the declared shape, filled by the initializer. */
-static bool alloc_weight(Parser *p, const Token *at, const Type *ty, kiln_tensor *data)
-{
+static bool alloc_weight(Parser *p, const Token *at, const Type *ty, kiln_tensor *data) {
     data->rank = ty->rank;
     memcpy(data->shape, ty->shape, sizeof ty->shape);
     if (kiln_tensor_alloc(data) == KILN_OK) return true;
@@ -1159,14 +1168,12 @@ static bool alloc_weight(Parser *p, const Token *at, const Type *ty, kiln_tensor
     return false;
 }
 
-static void fill(float *data, int64_t n, float v)
-{
+static void fill(float *data, int64_t n, float v) {
     for (int64_t i = 0; i < n; i++) data[i] = v;
 }
 
 /* randn '(' seed ')' */
-static bool parse_randn(Parser *p, const Type *ty, const Token *init, kiln_tensor *data)
-{
+static bool parse_randn(Parser *p, const Type *ty, const Token *init, kiln_tensor *data) {
     if (!expect(p, "(", "expected '(' after randn")) return false;
     const Token *seed = peek(p);
     if (seed->kind != T_NUMBER || !seed->is_int)
@@ -1179,8 +1186,7 @@ static bool parse_randn(Parser *p, const Type *ty, const Token *init, kiln_tenso
 }
 
 /* zeros ['(' ')'] | ones ['(' ')'] */
-static bool parse_const_init(Parser *p, const Type *ty, const Token *init, kiln_tensor *data)
-{
+static bool parse_const_init(Parser *p, const Type *ty, const Token *init, kiln_tensor *data) {
     if (accept(p, "(") && !expect(p, ")", "expected ')'")) return false;
     if (!alloc_weight(p, init, ty, data)) return false;
     fill(data->data, kiln_tensor_numel(data), is_word(p, init, "ones") ? 1.0f : 0.0f);
@@ -1188,8 +1194,7 @@ static bool parse_const_init(Parser *p, const Type *ty, const Token *init, kiln_
 }
 
 /* file '(' STRING ')' */
-static bool parse_file_init(Parser *p, const Type *ty, const char *wname, kiln_tensor *data)
-{
+static bool parse_file_init(Parser *p, const Type *ty, const char *wname, kiln_tensor *data) {
     if (!expect(p, "(", "expected '(' after file")) return false;
     const Token *path = peek(p);
     if (path->kind != T_STRING) return error_at(p, path, "expected a file name string");
@@ -1200,29 +1205,29 @@ static bool parse_file_init(Parser *p, const Type *ty, const char *wname, kiln_t
 
 /* init := randn '(' INT ')' | zeros ['(' ')'] | ones ['(' ')'] | file '(' STRING ')'
  * data (an f32 tensor, data NULL) receives the values; the caller frees it. */
-static bool parse_init(Parser *p, const Type *ty, const char *wname, kiln_tensor *data)
-{
+static bool parse_init(Parser *p, const Type *ty, const char *wname, kiln_tensor *data) {
     const Token *t = peek(p);
     if (t->kind != T_NAME)
-        return error_at(p, t, "expected an initializer: randn(seed), zeros, ones or file(\"path\")");
+        return error_at(p, t,
+                        "expected an initializer: randn(seed), zeros, ones or file(\"path\")");
     advance(p);
     if (is_word(p, t, "randn")) return parse_randn(p, ty, t, data);
     if (is_word(p, t, "zeros") || is_word(p, t, "ones")) return parse_const_init(p, ty, t, data);
     if (is_word(p, t, "file")) return parse_file_init(p, ty, wname, data);
-    return error_at(p, t, "unknown initializer '%.*s': expected randn(seed), zeros, ones or "
-                    "file(\"path\")", t->len, p->src + t->pos);
+    return error_at(p, t,
+                    "unknown initializer '%.*s': expected randn(seed), zeros, ones or "
+                    "file(\"path\")",
+                    t->len, p->src + t->pos);
 }
 
 /* ===== statements ======================================================== */
 
-static bool define(Parser *p, const Token *name, kiln_value v)
-{
+static bool define(Parser *p, const Token *name, kiln_value v) {
     return built(p, v, name) && sym_add(p, name, v);
 }
 
 /* 'input' NAME ':' type */
-static bool parse_input(Parser *p)
-{
+static bool parse_input(Parser *p) {
     const Token *name = NULL;
     Type ty;
     advance(p);
@@ -1235,8 +1240,7 @@ static bool parse_input(Parser *p)
 }
 
 /* 'weight' NAME ':' type '=' init */
-static bool parse_weight(Parser *p)
-{
+static bool parse_weight(Parser *p) {
     const Token *name = NULL;
     Type ty;
     advance(p);
@@ -1255,16 +1259,14 @@ static bool parse_weight(Parser *p)
     return ok && define(p, name, v);
 }
 
-static bool is_output(const Parser *p, const char *name)
-{
+static bool is_output(const Parser *p, const char *name) {
     for (int i = 0; i < kiln_num_outputs(p->g); i++)
         if (strcmp(kiln_output_name(p->g, i), name) == 0) return true;
     return false;
 }
 
 /* 'output' NAME (',' NAME)* */
-static bool parse_output(Parser *p)
-{
+static bool parse_output(Parser *p) {
     const char *msg = "expected a name after 'output'";
     advance(p);
     do {
@@ -1281,20 +1283,21 @@ static bool parse_output(Parser *p)
 }
 
 /* NAME '=' expr */
-static bool parse_assign(Parser *p)
-{
+static bool parse_assign(Parser *p) {
     const Token *name = advance(p);
     Value v;
-    advance(p);   /* '=' */
+    advance(p); /* '=' */
     return check_new_name(p, name) && parse_expr(p, &v) && to_tensor(p, &v) &&
            sym_add(p, name, v.t);
 }
 
-static bool end_of_statement(Parser *p)
-{
+static bool end_of_statement(Parser *p) {
     const Token *t = peek(p);
     if (t->kind == T_EOF) return true;
-    if (t->kind == T_NEWLINE) { advance(p); return true; }
+    if (t->kind == T_NEWLINE) {
+        advance(p);
+        return true;
+    }
     if (at_punct(p, ")") || at_punct(p, "]"))
         return error_at(p, t, "unmatched '%c'", p->src[t->pos]);
     return error_at(p, t, "expected end of line after the statement");
@@ -1302,22 +1305,25 @@ static bool end_of_statement(Parser *p)
 
 /* The keywords input/weight/output start a statement unless followed by '='
  * (a variable may be called "input", as in PyTorch code). */
-static bool parse_statement(Parser *p)
-{
+static bool parse_statement(Parser *p) {
     const Token *t = peek(p), *next = peek2(p);
     if (t->kind != T_NAME) return error_at(p, t, "expected a statement");
     bool assign = tok_is(p, next, T_PUNCT, "=");
     bool ok;
-    if (!assign && is_word(p, t, "input")) ok = parse_input(p);
-    else if (!assign && is_word(p, t, "weight")) ok = parse_weight(p);
-    else if (!assign && is_word(p, t, "output")) ok = parse_output(p);
-    else if (assign) ok = parse_assign(p);
-    else return error_at(p, next, "expected '=' after '%.*s'", t->len, p->src + t->pos);
+    if (!assign && is_word(p, t, "input"))
+        ok = parse_input(p);
+    else if (!assign && is_word(p, t, "weight"))
+        ok = parse_weight(p);
+    else if (!assign && is_word(p, t, "output"))
+        ok = parse_output(p);
+    else if (assign)
+        ok = parse_assign(p);
+    else
+        return error_at(p, next, "expected '=' after '%.*s'", t->len, p->src + t->pos);
     return ok && end_of_statement(p);
 }
 
-static bool parse_program(Parser *p)
-{
+static bool parse_program(Parser *p) {
     int nstmts = 0;
     for (;;) {
         while (peek(p)->kind == T_NEWLINE) advance(p);
@@ -1332,15 +1338,15 @@ static bool parse_program(Parser *p)
 
 /* ===== entry points ====================================================== */
 
-static kiln_status parse_source(Graph *g, const char *src, size_t len, const char *filename)
-{
+static kiln_status parse_source(Graph *g, const char *src, size_t len, const char *filename) {
     Parser p = {.g = g, .src = src, .file = filename ? filename : "<string>"};
     if (len >= INT_MAX / 2)
         return graph_fail(g, KILN_ERR_INPUT, "%s: error: program too large", p.file), g->status;
     p.len = (int)len;
     p.lx = (Lexer){.src = src, .len = p.len};
     p.lexmsg = p.lx.lexmsg;
-    if (!lex_run(&p.lx)) nomem(&p);
+    if (!lex_run(&p.lx))
+        nomem(&p);
     else {
         p.toks = p.lx.toks;
         p.ntoks = p.lx.ntoks;
@@ -1352,20 +1358,17 @@ static kiln_status parse_source(Graph *g, const char *src, size_t len, const cha
     return g->status != KILN_OK ? g->status : KILN_ERR_INPUT;
 }
 
-kiln_status kiln_parse(kiln_graph *g, const char *src, const char *filename)
-{
+kiln_status kiln_parse(kiln_graph *g, const char *src, const char *filename) {
     return parse_source(g, src ? src : "", src ? strlen(src) : 0, filename);
 }
 
-static kiln_status read_error(Graph *g, const char *path, kiln_status st, const char *why)
-{
+static kiln_status read_error(Graph *g, const char *path, kiln_status st, const char *why) {
     graph_fail(g, st, "cannot read %s: %s", path, why);
     return st;
 }
 
 /* Read a whole file into a kmalloc'd buffer. */
-static kiln_status read_file(Graph *g, const char *path, char **out, size_t *len)
-{
+static kiln_status read_file(Graph *g, const char *path, char **out, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return read_error(g, path, KILN_ERR_INPUT, strerror(errno));
     size_t cap = 4096, n = 0;
@@ -1389,8 +1392,7 @@ static kiln_status read_file(Graph *g, const char *path, char **out, size_t *len
     return KILN_OK;
 }
 
-kiln_status kiln_parse_file(kiln_graph *g, const char *path)
-{
+kiln_status kiln_parse_file(kiln_graph *g, const char *path) {
     char *src;
     size_t len;
     kiln_status st = read_file(g, path, &src, &len);

@@ -28,10 +28,10 @@ static bool want_f32(Graph *g, kiln_value v, const char *op) {
 
 /* Normalize a dim for a tensor of rank `rank` (negative counts from the end). */
 static bool norm_dim(Graph *g, const char *op, int rank, int64_t d, int64_t *out) {
-    int64_t r = rank ? rank : 1;  /* a scalar accepts dim 0 / -1 like torch */
+    int64_t r = rank ? rank : 1; /* a scalar accepts dim 0 / -1 like torch */
     if (d < -r || d >= r) {
-        graph_fail(g, KILN_ERR_INPUT, "%s: dim %lld is out of range for a tensor of rank %d",
-                   op, (long long)d, rank);
+        graph_fail(g, KILN_ERR_INPUT, "%s: dim %lld is out of range for a tensor of rank %d", op,
+                   (long long)d, rank);
         return false;
     }
     *out = d < 0 ? d + r : d;
@@ -141,7 +141,10 @@ static bool broadcast(Graph *g, const char *op, int nin, const int *in, Node *ou
             int64_t *o = &out->shape[out->rank - a->rank + d];
             int64_t s = a->shape[d];
             if (s == *o || s == 1) continue;
-            if (*o == 1) { *o = s; continue; }
+            if (*o == 1) {
+                *o = s;
+                continue;
+            }
             char sa[128], sb[128];
             graph_shape_str(sa, sizeof sa, g->nodes[in[0]].rank, g->nodes[in[0]].shape);
             graph_shape_str(sb, sizeof sb, a->rank, a->shape);
@@ -194,7 +197,8 @@ kiln_value kiln_binary(kiln_graph *g, const char *opname, kiln_value a, kiln_val
 }
 
 kiln_value kiln_where(kiln_graph *g, kiln_value c, kiln_value a, kiln_value b) {
-    if (!graph_ok_value(g, c, "where") || !graph_ok_value(g, a, "where") || !graph_ok_value(g, b, "where"))
+    if (!graph_ok_value(g, c, "where") || !graph_ok_value(g, a, "where") ||
+        !graph_ok_value(g, b, "where"))
         return KILN_NONE;
     if (g->nodes[c].dtype != KILN_BOOL)
         return graph_fail(g, KILN_ERR_INPUT, "where: the condition must be a bool tensor, got %s",
@@ -250,13 +254,15 @@ static void reduced_shape(const Node *x, Node *n, bool keepdim) {
     for (int d = 0; d < x->rank; d++) {
         bool red = k < n->nattr && n->attr[k] == d;
         if (red) k++;
-        if (!red) n->shape[n->rank++] = x->shape[d];
-        else if (keepdim) n->shape[n->rank++] = 1;
+        if (!red)
+            n->shape[n->rank++] = x->shape[d];
+        else if (keepdim)
+            n->shape[n->rank++] = 1;
     }
 }
 
-kiln_value kiln_reduce(kiln_graph *g, const char *opname, kiln_value x, int ndims,
-                       const int *dims, int keepdim) {
+kiln_value kiln_reduce(kiln_graph *g, const char *opname, kiln_value x, int ndims, const int *dims,
+                       int keepdim) {
     int op = op_lookup(opname ? opname : "");
     if (op < 0 || (op_info[op].kind != KIND_REDUCTION && op != OP_MEAN))
         return g->status ? KILN_NONE
@@ -314,9 +320,8 @@ static bool param_shape(Graph *g, const char *op, const char *what, kiln_value p
     return false;
 }
 
-kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, int nshape,
-                           const int64_t *normalized_shape, kiln_value weight, kiln_value bias,
-                           double eps) {
+kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, int nshape, const int64_t *normalized_shape,
+                           kiln_value weight, kiln_value bias, double eps) {
     const char *op = "layer_norm";
     if (!graph_ok_value(g, x, op) || !ok_optional(g, weight, op) || !ok_optional(g, bias, op) ||
         !want_f32(g, x, op))
@@ -334,7 +339,8 @@ kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, int nshape,
             graph_shape_str(got, sizeof got, xn->rank, xn->shape);
             return graph_fail(g, KILN_ERR_INPUT,
                               "layer_norm: normalized_shape %s does not match the last dims of "
-                              "input shape %s", want, got);
+                              "input shape %s",
+                              want, got);
         }
     if (!param_shape(g, op, "weight", weight, nshape, normalized_shape) ||
         !param_shape(g, op, "bias", bias, nshape, normalized_shape))
@@ -421,7 +427,10 @@ kiln_value kiln_transpose(kiln_graph *g, kiln_value x, int d0, int d1) {
         return KILN_NONE;
     int perm[KILN_MAX_RANK];
     for (int i = 0; i < rank; i++) perm[i] = i;
-    if (rank) { perm[a] = (int)b; perm[b] = (int)a; }
+    if (rank) {
+        perm[a] = (int)b;
+        perm[b] = (int)a;
+    }
     const char *saved = g->origin;
     if (!saved) g->origin = "transpose";
     int v = kiln_permute(g, x, rank, perm);
@@ -438,8 +447,7 @@ kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int n, const int64_t *shape
     for (int i = 0; i < n; i++) {
         out[i] = shape[i];
         if (shape[i] == -1) {
-            if (infer >= 0)
-                return graph_fail(g, KILN_ERR_INPUT, "reshape: only one dim may be -1");
+            if (infer >= 0) return graph_fail(g, KILN_ERR_INPUT, "reshape: only one dim may be -1");
             infer = i;
         } else if (shape[i] <= 0) {
             return graph_fail(g, KILN_ERR_INPUT, "reshape: dim %d is %lld; dims must be positive",
@@ -455,9 +463,8 @@ kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int n, const int64_t *shape
         char a[128], b[128];
         graph_shape_str(a, sizeof a, g->nodes[x].rank, g->nodes[x].shape);
         graph_shape_str(b, sizeof b, n, shape);
-        return graph_fail(g, KILN_ERR_INPUT,
-                          "reshape: cannot reshape %s (%lld elements) to %s", a, (long long)numel,
-                          b);
+        return graph_fail(g, KILN_ERR_INPUT, "reshape: cannot reshape %s (%lld elements) to %s", a,
+                          (long long)numel, b);
     }
     return view(g, OP_RESHAPE, x, n, out, n, out);
 }
@@ -513,14 +520,12 @@ kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64
     int64_t size = xn->shape[d], s0 = start, e0 = end;
     int64_t len = slice_indices(size, step, &start, &end);
     if (len == 0 && step > 0)
-        return graph_fail(g, KILN_ERR_INPUT,
-                          "slice: range [%lld, %lld) of dim %d (size %lld) is empty",
-                          (long long)(s0 < 0 ? start : s0), (long long)end, (int)d,
-                          (long long)size);
+        return graph_fail(
+            g, KILN_ERR_INPUT, "slice: range [%lld, %lld) of dim %d (size %lld) is empty",
+            (long long)(s0 < 0 ? start : s0), (long long)end, (int)d, (long long)size);
     if (len == 0)
-        return graph_fail(g, KILN_ERR_INPUT,
-                          "slice: %lld:%lld:%lld of dim %d (size %lld) is empty", (long long)s0,
-                          (long long)e0, (long long)step, (int)d, (long long)size);
+        return graph_fail(g, KILN_ERR_INPUT, "slice: %lld:%lld:%lld of dim %d (size %lld) is empty",
+                          (long long)s0, (long long)e0, (long long)step, (int)d, (long long)size);
     int64_t shape[KILN_MAX_RANK];
     memcpy(shape, xn->shape, sizeof shape);
     shape[d] = len;
@@ -529,26 +534,28 @@ kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64
 }
 
 /* The kept size of a dim for edge and reflect padding, after cropping. */
-static bool pad_border_ok(Graph *g, kiln_pad_mode mode, int d, int64_t size, int64_t b,
-                          int64_t a) {
+static bool pad_border_ok(Graph *g, kiln_pad_mode mode, int d, int64_t size, int64_t b, int64_t a) {
     int64_t m = size + (b < 0 ? b : 0) + (a < 0 ? a : 0);
     if (m < 1) {
-        graph_fail(g, KILN_ERR_INPUT, "pad: cropping %lld and %lld leaves nothing of dim %d "
-                   "(size %lld) to %s", (long long)-b, (long long)-a, d, (long long)size,
+        graph_fail(g, KILN_ERR_INPUT,
+                   "pad: cropping %lld and %lld leaves nothing of dim %d "
+                   "(size %lld) to %s",
+                   (long long)-b, (long long)-a, d, (long long)size,
                    mode == KILN_PAD_EDGE ? "repeat" : "reflect");
         return false;
     }
     if (mode == KILN_PAD_REFLECT && (b > m - 1 || a > m - 1)) {
-        graph_fail(g, KILN_ERR_INPUT, "pad: reflect padding of %lld and %lld needs dim %d to "
-                   "have more than that many elements, it has %lld", (long long)b,
-                   (long long)a, d, (long long)m);
+        graph_fail(g, KILN_ERR_INPUT,
+                   "pad: reflect padding of %lld and %lld needs dim %d to "
+                   "have more than that many elements, it has %lld",
+                   (long long)b, (long long)a, d, (long long)m);
         return false;
     }
     return true;
 }
 
-kiln_value kiln_pad(kiln_graph *g, kiln_value x, kiln_pad_mode mode, int n,
-                    const int64_t *before, const int64_t *after, double value) {
+kiln_value kiln_pad(kiln_graph *g, kiln_value x, kiln_pad_mode mode, int n, const int64_t *before,
+                    const int64_t *after, double value) {
     if (!graph_ok_value(g, x, "pad")) return KILN_NONE;
     const Node *xn = &g->nodes[x];
     if ((unsigned)mode > KILN_PAD_REFLECT)
@@ -564,8 +571,10 @@ kiln_value kiln_pad(kiln_graph *g, kiln_value x, kiln_pad_mode mode, int n,
     for (int d = 0; d < n; d++) {
         if (before[d] < -xn->shape[d] || before[d] > INT32_MAX || after[d] < -xn->shape[d] ||
             after[d] > INT32_MAX)
-            return graph_fail(g, KILN_ERR_INPUT, "pad: widths %lld, %lld of dim %d (size %lld) "
-                              "are out of range", (long long)before[d], (long long)after[d], d,
+            return graph_fail(g, KILN_ERR_INPUT,
+                              "pad: widths %lld, %lld of dim %d (size %lld) "
+                              "are out of range",
+                              (long long)before[d], (long long)after[d], d,
                               (long long)xn->shape[d]);
         if (mode != KILN_PAD_CONSTANT &&
             !pad_border_ok(g, mode, d, xn->shape[d], before[d], after[d]))
@@ -605,9 +614,10 @@ static bool concat_part_ok(Graph *g, const Node *a, const Node *b, int i, int64_
     char sa[128], sb[128];
     graph_shape_str(sa, sizeof sa, a->rank, a->shape);
     graph_shape_str(sb, sizeof sb, b->rank, b->shape);
-    graph_fail(g, KILN_ERR_INPUT, "concat: part %d is %s%s, part 0 is %s%s: all dims but dim "
-               "%lld must match", i, kiln_dtype_name(b->dtype), sb, kiln_dtype_name(a->dtype),
-               sa, (long long)d);
+    graph_fail(g, KILN_ERR_INPUT,
+               "concat: part %d is %s%s, part 0 is %s%s: all dims but dim "
+               "%lld must match",
+               i, kiln_dtype_name(b->dtype), sb, kiln_dtype_name(a->dtype), sa, (long long)d);
     return false;
 }
 
@@ -638,8 +648,8 @@ kiln_value kiln_concat(kiln_graph *g, int n, const kiln_value *xs, int dim) {
 
 /* torch.matmul: 1-D operands gain a dim that is removed again afterwards. */
 kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
-    if (!graph_ok_value(g, a, "matmul") || !graph_ok_value(g, b, "matmul") || !want_f32(g, a, "matmul") ||
-        !want_f32(g, b, "matmul"))
+    if (!graph_ok_value(g, a, "matmul") || !graph_ok_value(g, b, "matmul") ||
+        !want_f32(g, a, "matmul") || !want_f32(g, b, "matmul"))
         return KILN_NONE;
     Node an = g->nodes[a], bn = g->nodes[b];
     if (an.rank == 0 || bn.rank == 0)
@@ -647,8 +657,14 @@ kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
     const char *saved = g->origin;
     if (!saved) g->origin = "matmul";
     int a2 = a, b2 = b;
-    if (an.rank == 1) { int64_t s[2] = {1, an.shape[0]}; a2 = kiln_reshape(g, a, 2, s); }
-    if (bn.rank == 1) { int64_t s[2] = {bn.shape[0], 1}; b2 = kiln_reshape(g, b, 2, s); }
+    if (an.rank == 1) {
+        int64_t s[2] = {1, an.shape[0]};
+        a2 = kiln_reshape(g, a, 2, s);
+    }
+    if (bn.rank == 1) {
+        int64_t s[2] = {bn.shape[0], 1};
+        b2 = kiln_reshape(g, b, 2, s);
+    }
     g->origin = saved;
     if (a2 < 0 || b2 < 0) return KILN_NONE;
     const Node *A = &g->nodes[a2], *B = &g->nodes[b2];
@@ -657,9 +673,8 @@ kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
         char sa[128], sb[128];
         graph_shape_str(sa, sizeof sa, an.rank, an.shape);
         graph_shape_str(sb, sizeof sb, bn.rank, bn.shape);
-        return graph_fail(g, KILN_ERR_INPUT,
-                          "matmul: shapes %s and %s do not match (%lld != %lld)", sa, sb,
-                          (long long)k1, (long long)k2);
+        return graph_fail(g, KILN_ERR_INPUT, "matmul: shapes %s and %s do not match (%lld != %lld)",
+                          sa, sb, (long long)k1, (long long)k2);
     }
     /* batch dims broadcast like numpy */
     Node n = node_like(OP_MATMUL, NULL);
@@ -727,13 +742,13 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bia
     if (d.groups < 1 || X->shape[1] % d.groups || W->shape[0] % d.groups)
         return graph_fail(g, KILN_ERR_INPUT,
                           "conv2d: groups=%d must divide input channels %lld and output "
-                          "channels %lld", d.groups, (long long)X->shape[1],
-                          (long long)W->shape[0]);
+                          "channels %lld",
+                          d.groups, (long long)X->shape[1], (long long)W->shape[0]);
     if (W->shape[1] * d.groups != X->shape[1])
         return graph_fail(g, KILN_ERR_INPUT,
                           "conv2d: weight expects %lld input channels per group, input has "
-                          "%lld channels in %d groups", (long long)W->shape[1],
-                          (long long)X->shape[1], d.groups);
+                          "%lld channels in %d groups",
+                          (long long)W->shape[1], (long long)X->shape[1], d.groups);
     int64_t oc = W->shape[0];
     if (!param_shape(g, op, "bias", bias, 1, &oc)) return KILN_NONE;
     Node n = node_like(OP_CONV2D, NULL);
@@ -746,15 +761,16 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bia
         if (o < 0)
             return graph_fail(g, KILN_ERR_INPUT,
                               "conv2d: kernel (extent %lld) is larger than the padded input "
-                              "(%lld) in dim %d", (long long)span,
-                              (long long)(X->shape[2 + i] + 2 * d.padding[i]), 2 + i);
+                              "(%lld) in dim %d",
+                              (long long)span, (long long)(X->shape[2 + i] + 2 * d.padding[i]),
+                              2 + i);
         n.shape[2 + i] = o / d.stride[i] + 1;
     }
     n.nin = bias >= 0 ? 3 : 2;
     n.in[0] = x;
     n.in[1] = w;
     n.in[2] = bias;
-    int64_t attr[7] = {d.stride[0], d.stride[1], d.padding[0], d.padding[1],
+    int64_t attr[7] = {d.stride[0],   d.stride[1],   d.padding[0], d.padding[1],
                        d.dilation[0], d.dilation[1], d.groups};
     n.nattr = 7;
     memcpy(n.attr, attr, sizeof attr);
@@ -794,14 +810,16 @@ static bool conv_t_params_ok(Graph *g, const kiln_conv_transpose_params *d) {
     for (int i = 0; i < 2; i++) {
         if (d->stride[i] < 1 || d->dilation[i] < 1 || d->padding[i] < 0 ||
             d->output_padding[i] < 0) {
-            graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: stride and dilation must be >= 1, "
+            graph_fail(g, KILN_ERR_INPUT,
+                       "conv_transpose2d: stride and dilation must be >= 1, "
                        "padding and output_padding >= 0");
             return false;
         }
         if (d->output_padding[i] >= d->stride[i] && d->output_padding[i] >= d->dilation[i]) {
-            graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: output_padding %d must be smaller "
-                       "than stride %d or dilation %d (dim %d)", d->output_padding[i],
-                       d->stride[i], d->dilation[i], 2 + i);
+            graph_fail(g, KILN_ERR_INPUT,
+                       "conv_transpose2d: output_padding %d must be smaller "
+                       "than stride %d or dilation %d (dim %d)",
+                       d->output_padding[i], d->stride[i], d->dilation[i], 2 + i);
             return false;
         }
     }
@@ -815,22 +833,24 @@ kiln_value kiln_conv_transpose2d(kiln_graph *g, kiln_value x, kiln_value w, kiln
     if (!graph_ok_value(g, x, op) || !graph_ok_value(g, w, op) || !ok_optional(g, bias, op) ||
         !want_f32(g, x, op) || !want_f32(g, w, op))
         return KILN_NONE;
-    kiln_conv_transpose_params d = p ? *p : (kiln_conv_transpose_params){{1, 1}, {0, 0}, {0, 0},
-                                                                          {1, 1}, 1};
+    kiln_conv_transpose_params d =
+        p ? *p : (kiln_conv_transpose_params){{1, 1}, {0, 0}, {0, 0}, {1, 1}, 1};
     const Node *X = &g->nodes[x], *W = &g->nodes[w];
     if (X->rank != 4 || W->rank != 4)
-        return graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: input and weight must be 4-D "
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "conv_transpose2d: input and weight must be 4-D "
                           "(NCHW, C_in x C_out/groups x kH x kW), got ranks %d and %d",
                           X->rank, W->rank);
     if (!conv_t_params_ok(g, &d)) return KILN_NONE;
     if (d.groups < 1 || X->shape[1] % d.groups)
         return graph_fail(g, KILN_ERR_INPUT,
-                          "conv_transpose2d: groups=%d must divide input channels %lld",
-                          d.groups, (long long)X->shape[1]);
-    if (W->shape[0] != X->shape[1])
-        return graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: weight has %lld input channels "
-                          "(dim 0), input has %lld", (long long)W->shape[0],
+                          "conv_transpose2d: groups=%d must divide input channels %lld", d.groups,
                           (long long)X->shape[1]);
+    if (W->shape[0] != X->shape[1])
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "conv_transpose2d: weight has %lld input channels "
+                          "(dim 0), input has %lld",
+                          (long long)W->shape[0], (long long)X->shape[1]);
     int64_t oc = W->shape[1] * d.groups;
     if (!param_shape(g, op, "bias", bias, 1, &oc)) return KILN_NONE;
     Node n = node_like(OP_CONV_TRANSPOSE2D, NULL);
@@ -841,18 +861,19 @@ kiln_value kiln_conv_transpose2d(kiln_graph *g, kiln_value x, kiln_value w, kiln
         int64_t o = (X->shape[2 + i] - 1) * d.stride[i] - 2 * (int64_t)d.padding[i] +
                     (int64_t)d.dilation[i] * (W->shape[2 + i] - 1) + d.output_padding[i] + 1;
         if (o < 1)
-            return graph_fail(g, KILN_ERR_INPUT, "conv_transpose2d: output size %lld in dim %d "
-                              "is not positive (padding %d too large)", (long long)o, 2 + i,
-                              d.padding[i]);
+            return graph_fail(g, KILN_ERR_INPUT,
+                              "conv_transpose2d: output size %lld in dim %d "
+                              "is not positive (padding %d too large)",
+                              (long long)o, 2 + i, d.padding[i]);
         n.shape[2 + i] = o;
     }
     n.nin = bias >= 0 ? 3 : 2;
     n.in[0] = x;
     n.in[1] = w;
     n.in[2] = bias;
-    int64_t attr[9] = {d.stride[0], d.stride[1], d.padding[0], d.padding[1],
-                       d.output_padding[0], d.output_padding[1], d.dilation[0], d.dilation[1],
-                       d.groups};
+    int64_t attr[9] = {d.stride[0],   d.stride[1],         d.padding[0],
+                       d.padding[1],  d.output_padding[0], d.output_padding[1],
+                       d.dilation[0], d.dilation[1],       d.groups};
     n.nattr = 9;
     memcpy(n.attr, attr, sizeof attr);
     return graph_add(g, &n);
@@ -879,16 +900,21 @@ static bool pool_params_ok(Graph *g, const char *op, const Node *xn, const kiln_
         return false;
     }
     if (xn->rank != p->nspatial + 2) {
-        graph_fail(g, KILN_ERR_INPUT, "%s: a %d-D pool needs a tensor of rank %d (N, C, "
-                   "spatial...), got rank %d", op, p->nspatial, p->nspatial + 2, xn->rank);
+        graph_fail(g, KILN_ERR_INPUT,
+                   "%s: a %d-D pool needs a tensor of rank %d (N, C, "
+                   "spatial...), got rank %d",
+                   op, p->nspatial, p->nspatial + 2, xn->rank);
         return false;
     }
     for (int i = 0; i < p->nspatial; i++)
         if (p->kernel[i] < 1 || p->stride[i] < 1 || p->dilation[i] < 1 || p->pad_begin[i] < 0 ||
             p->pad_end[i] < 0 || p->kernel[i] > INT32_MAX || p->stride[i] > INT32_MAX ||
-            p->dilation[i] > INT32_MAX || p->pad_begin[i] > INT32_MAX || p->pad_end[i] > INT32_MAX) {
-            graph_fail(g, KILN_ERR_INPUT, "%s: kernel, stride and dilation must be >= 1 and "
-                       "padding >= 0 (spatial dim %d)", op, i);
+            p->dilation[i] > INT32_MAX || p->pad_begin[i] > INT32_MAX ||
+            p->pad_end[i] > INT32_MAX) {
+            graph_fail(g, KILN_ERR_INPUT,
+                       "%s: kernel, stride and dilation must be >= 1 and "
+                       "padding >= 0 (spatial dim %d)",
+                       op, i);
             return false;
         }
     return true;
@@ -907,9 +933,10 @@ static int pool(Graph *g, Op op, kiln_value x, const kiln_pool_params *p) {
         r.shape[d] = pool_out(xn->shape[d], p->kernel[i], p->stride[i], p->dilation[i],
                               p->pad_begin[i], p->pad_end[i], p->ceil_mode);
         if (r.shape[d] < 1)
-            return graph_fail(g, KILN_ERR_INPUT, "%s: the window (extent %lld) is larger than "
-                              "the padded input (%lld) in dim %d", name,
-                              (long long)(p->dilation[i] * (p->kernel[i] - 1) + 1),
+            return graph_fail(g, KILN_ERR_INPUT,
+                              "%s: the window (extent %lld) is larger than "
+                              "the padded input (%lld) in dim %d",
+                              name, (long long)(p->dilation[i] * (p->kernel[i] - 1) + 1),
                               (long long)(xn->shape[d] + p->pad_begin[i] + p->pad_end[i]), d);
         const int64_t v[5] = {p->kernel[i], p->stride[i], p->dilation[i], p->pad_begin[i],
                               p->pad_end[i]};
@@ -934,7 +961,7 @@ kiln_value kiln_avg_pool(kiln_graph *g, kiln_value x, const kiln_pool_params *p)
 
 kiln_value kiln_rand_like(kiln_graph *g, kiln_value x, uint64_t seed) {
     if (!graph_ok_value(g, x, "rand_like")) return KILN_NONE;
-    Node n = node_like(OP_RAND, &g->nodes[x]);  /* x gives the shape only */
+    Node n = node_like(OP_RAND, &g->nodes[x]); /* x gives the shape only */
     n.seed = seed;
     return graph_add(g, &n);
 }
@@ -950,4 +977,3 @@ kiln_value kiln_dropout(kiln_graph *g, kiln_value x, double p, uint64_t seed) {
     n.seed = seed;
     return graph_add(g, &n);
 }
-

@@ -39,7 +39,10 @@ static int mean(Graph *g, int x, int nd, const int *dims, bool keepdim) {
 /* softmax = exp(x - amax) / sum(exp(x - amax)), the max keeps exp finite */
 static int softmax(Graph *g, int x, const Node *n, bool logarithmic) {
     int dims[KILN_MAX_RANK], nd = dims_of(n, dims);
-    if (nd == 0) { dims[0] = 0; nd = 1; }  /* a scalar: reduce over nothing */
+    if (nd == 0) {
+        dims[0] = 0;
+        nd = 1;
+    } /* a scalar: reduce over nothing */
     int m = kiln_reduce(g, "amax", x, nd, dims, 1);
     int sh = bin(g, "sub", x, m);
     int e = kiln_unary(g, "exp", sh);
@@ -108,7 +111,7 @@ static int border(Graph *g, int x, int mode, int d, int64_t width, bool front) {
     const Node *xn = graph_node(g, x);
     int64_t m = xn->shape[d];
     if (mode == KILN_PAD_REFLECT) {
-        int64_t end = m - 2 - width;     /* -1 would mean "the last element": run to the start */
+        int64_t end = m - 2 - width; /* -1 would mean "the last element": run to the start */
         return front ? kiln_slice(g, x, d, width, 0, -1)
                      : kiln_slice(g, x, d, m - 2, end < 0 ? INT64_MIN : end, -1);
     }
@@ -121,7 +124,7 @@ static int border(Graph *g, int x, int mode, int d, int64_t width, bool front) {
 static int pad_border(Graph *g, int x, const Node *n) {
     int rank = n->rank, mode = (int)n->attr[0];
     const int64_t *b = n->attr + 1, *a = n->attr + 1 + rank;
-    for (int d = 0; d < rank && x >= 0; d++)     /* negative widths crop first */
+    for (int d = 0; d < rank && x >= 0; d++) /* negative widths crop first */
         if (b[d] < 0 || a[d] < 0)
             x = kiln_slice(g, x, d, b[d] < 0 ? -b[d] : 0,
                            graph_node(g, x)->shape[d] + (a[d] < 0 ? a[d] : 0), 1);
@@ -138,7 +141,7 @@ static int pad_border(Graph *g, int x, const Node *n) {
 /* ---- pooling: the window's taps as strided slices of the padded input ------ */
 
 typedef struct {
-    int ns;                  /* spatial dims: the last ns dims of x */
+    int ns; /* spatial dims: the last ns dims of x */
     int64_t k[3], s[3], dil[3], pb[3], pe[3];
 } PoolGeom;
 
@@ -153,8 +156,7 @@ static PoolGeom pool_geom(const Node *n) {
 
 /* x padded so that every window of the output (ceil_mode's last one too)
  * lies inside: the declared padding plus what ceil_mode's last window needs. */
-static int pool_pad(Graph *g, int x, const Node *n, const PoolGeom *p, double value,
-                    bool *padded) {
+static int pool_pad(Graph *g, int x, const Node *n, const PoolGeom *p, double value, bool *padded) {
     const Node *xn = graph_node(g, x);
     int64_t before[KILN_MAX_RANK] = {0}, after[KILN_MAX_RANK] = {0};
     *padded = false;
@@ -261,8 +263,7 @@ static int pooling(Graph *g, int x, const Node *n) {
 static int expand_composite(Graph *dst, const Node *n, const int *map) {
     int x = map[n->in[0]], dims[KILN_MAX_RANK];
     switch (n->op) {
-    case OP_MEAN:
-        return mean(dst, x, dims_of(n, dims), dims, n->flags & NF_KEEPDIM);
+    case OP_MEAN: return mean(dst, x, dims_of(n, dims), dims, n->flags & NF_KEEPDIM);
     case OP_SOFTMAX: return softmax(dst, x, n, false);
     case OP_LOG_SOFTMAX: return softmax(dst, x, n, true);
     case OP_LAYER_NORM: return layer_norm(dst, x, n, map);
@@ -270,7 +271,8 @@ static int expand_composite(Graph *dst, const Node *n, const int *map) {
     case OP_SILU: return bin(dst, "mul", x, kiln_unary(dst, "sigmoid", x));
     case OP_CLAMP: return clamp(dst, x, n);
     case OP_DROPOUT: return dropout(dst, x, n);
-    case OP_MAX_POOL: case OP_AVG_POOL: return pooling(dst, x, n);
+    case OP_MAX_POOL:
+    case OP_AVG_POOL: return pooling(dst, x, n);
     case OP_PAD: return pad_border(dst, x, n);
     default: break;
     }
@@ -279,9 +281,7 @@ static int expand_composite(Graph *dst, const Node *n, const int *map) {
 
 /* Edge and reflect pads are rewritten like composites; constant pads are
  * primitive views. */
-static bool border_pad(const Node *n) {
-    return n->op == OP_PAD && n->attr[0] != KILN_PAD_CONSTANT;
-}
+static bool border_pad(const Node *n) { return n->op == OP_PAD && n->attr[0] != KILN_PAD_CONSTANT; }
 
 kiln_status dec_run(const Graph *src, Graph *dst) {
     if (src->status != KILN_OK) {
@@ -297,7 +297,7 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
     for (int i = 0; i < src->n && dst->status == KILN_OK; i++) {
         const Node *n = &src->nodes[i];
         if (rw.drop[i]) {
-            map[i] = KILN_NONE;   /* replaced by a rewrite: nothing refers to it */
+            map[i] = KILN_NONE; /* replaced by a rewrite: nothing refers to it */
             continue;
         }
         if (rw.bn_conv[i] >= 0) {

@@ -117,7 +117,8 @@ int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map) {
         n.data = d;
     }
     int r = graph_add(dst, &n);
-    if (r >= 0 && n.op == OP_INPUT && !graph_push_int(&dst->inputs, &dst->ninputs, &dst->capinputs, r))
+    if (r >= 0 && n.op == OP_INPUT &&
+        !graph_push_int(&dst->inputs, &dst->ninputs, &dst->capinputs, r))
         return graph_nomem(dst);
     return r;
 }
@@ -144,17 +145,22 @@ bool graph_ok_value(Graph *g, kiln_value v, const char *op) {
 
 kiln_status kiln_output(kiln_graph *g, kiln_value v, const char *name) {
     if (!graph_ok_value(g, v, "output")) return g->status;
-    if (!name || !*name) return (graph_fail(g, KILN_ERR_INPUT, "an output needs a name"), g->status);
+    if (!name || !*name)
+        return (graph_fail(g, KILN_ERR_INPUT, "an output needs a name"), g->status);
     for (int i = 0; i < g->noutputs; i++)
         if (strcmp(g->outnames[i], name) == 0)
-            return (graph_fail(g, KILN_ERR_INPUT, "output '%s' is declared twice", name), g->status);
+            return (graph_fail(g, KILN_ERR_INPUT, "output '%s' is declared twice", name),
+                    g->status);
     const char *nm = arena_strdup(&g->arena, name);
     int cap = g->capoutputs;
     if (!nm || !graph_push_int(&g->outputs, &g->noutputs, &g->capoutputs, v))
         return (graph_nomem(g), g->status);
     if (cap != g->capoutputs) {
         const char **nn = krealloc(g->outnames, sizeof(char *) * (size_t)g->capoutputs);
-        if (!nn) { g->noutputs--; return (graph_nomem(g), g->status); }
+        if (!nn) {
+            g->noutputs--;
+            return (graph_nomem(g), g->status);
+        }
         g->outnames = nn;
     }
     g->outnames[g->noutputs - 1] = nm;

@@ -19,13 +19,13 @@
 /* ===== op table (ops.def) ============================================= */
 
 typedef enum {
-    KIND_SOURCE,     /* input, weight, scalar constant */
-    KIND_POINTWISE,  /* elementwise with numpy broadcasting: fuses freely */
-    KIND_REDUCTION,  /* sum/amax/amin/prod over some dims */
-    KIND_VIEW,       /* permute/reshape/expand/slice: index arithmetic only */
-    KIND_EXTERN,     /* matmul/conv2d: a library call, a wall for loop fusion */
-    KIND_RANDOM,     /* rand: materialized once, never recomputed */
-    KIND_COMPOSITE,  /* rewritten into primitives by decompose.c */
+    KIND_SOURCE,    /* input, weight, scalar constant */
+    KIND_POINTWISE, /* elementwise with numpy broadcasting: fuses freely */
+    KIND_REDUCTION, /* sum/amax/amin/prod over some dims */
+    KIND_VIEW,      /* permute/reshape/expand/slice: index arithmetic only */
+    KIND_EXTERN,    /* matmul/conv2d: a library call, a wall for loop fusion */
+    KIND_RANDOM,    /* rand: materialized once, never recomputed */
+    KIND_COMPOSITE, /* rewritten into primitives by decompose.c */
 } OpKind;
 
 typedef enum {
@@ -39,18 +39,17 @@ typedef struct {
     const char *name;
     OpKind kind;
     int arity;
-    bool expensive;       /* tens of instructions per element (ops.def) */
-    const char *cform;    /* its form in generated kernels */
+    bool expensive;    /* tens of instructions per element (ops.def) */
+    const char *cform; /* its form in generated kernels */
 } OpInfo;
 
 extern const OpInfo op_info[OP_COUNT];
 /* The op with this name, or -1. */
 int op_lookup(const char *name);
 
-
 /* ===== graph.c ========================================================== */
 
-#define MAX_IN 5      /* most operands of any op (batch_norm) */
+#define MAX_IN 5 /* most operands of any op (batch_norm) */
 #define MAX_ATTR 16
 
 /* Node flags. */
@@ -88,19 +87,19 @@ enum {
  */
 typedef struct {
     Op op;
-    kiln_dtype dtype;            /* KILN_F32 or KILN_BOOL */
+    kiln_dtype dtype; /* KILN_F32 or KILN_BOOL */
     int rank;
     int64_t shape[KILN_MAX_RANK];
     int nin;
-    int in[MAX_IN];              /* operand node ids; -1 for an absent optional */
+    int in[MAX_IN]; /* operand node ids; -1 for an absent optional */
     int nattr;
     int64_t attr[MAX_ATTR];
     double f[2];
     unsigned flags;
     uint64_t seed;
-    const char *origin;          /* the user-level op this node came from */
-    const char *name;            /* input/weight/output name, or NULL */
-    float *data;                 /* WEIGHT: numel floats, arena-owned */
+    const char *origin; /* the user-level op this node came from */
+    const char *name;   /* input/weight/output name, or NULL */
+    float *data;        /* WEIGHT: numel floats, arena-owned */
 } Node;
 
 enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
@@ -109,22 +108,24 @@ enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
  * into conv2d %6 ..."), kept in the rewritten graph for logs and explain. */
 typedef struct GraphNote GraphNote;
 struct GraphNote {
-    const char *text;            /* arena-owned */
+    const char *text; /* arena-owned */
     GraphNote *next;
 };
 
 struct kiln_graph {
-    Arena arena;                 /* owns node names, weight data, arrays */
-    Node *nodes;                 /* kmalloc'd, grows */
+    Arena arena; /* owns node names, weight data, arrays */
+    Node *nodes; /* kmalloc'd, grows */
     int n, cap;
-    int *inputs;  int ninputs, capinputs;    /* INPUT node ids, declaration order */
-    int *outputs; int noutputs, capoutputs;  /* output node ids */
-    const char **outnames;                   /* parallel to outputs */
-    const char *origin;          /* when set, new nodes take this origin */
-    GraphNote *notes;            /* rewrites applied or declined, in order (arena) */
+    int *inputs;
+    int ninputs, capinputs; /* INPUT node ids, declaration order */
+    int *outputs;
+    int noutputs, capoutputs; /* output node ids */
+    const char **outnames;    /* parallel to outputs */
+    const char *origin;       /* when set, new nodes take this origin */
+    GraphNote *notes;         /* rewrites applied or declined, in order (arena) */
     int nnotes;
     char err[1024];
-    kiln_status status;          /* sticky: the first failure */
+    kiln_status status; /* sticky: the first failure */
 };
 
 typedef kiln_graph Graph;
@@ -172,8 +173,8 @@ bool graph_note(Graph *g, const char *fmt, ...) __attribute__((format(printf, 2,
  * w * gamma/sqrt(var+eps) per output channel and bias
  * (b - mean) * gamma/sqrt(var+eps) + beta. */
 typedef struct {
-    int *bn_conv;    /* per node: for a BATCH_NORM that folds, its conv; else -1 */
-    bool *drop;      /* per node: not copied (the folded conv, weights read only
+    int *bn_conv; /* per node: for a BATCH_NORM that folds, its conv; else -1 */
+    bool *drop;   /* per node: not copied (the folded conv, weights read only
                       * by folded pairs) */
     int nfolds;
 } RwPlan;

@@ -21,4 +21,3 @@ int op_lookup(const char *name) {
         if (strcmp(op_info[i].name, name) == 0) return i;
     return -1;
 }
-

@@ -54,12 +54,12 @@ static bool fold_params(const Graph *g, const Node *bn, const Node *conv, double
 }
 
 /* Whether BATCH_NORM node bn with conv input c folds; if not, why (in why). */
-static bool folds(const Graph *g, const Node *bn, int c, const int *uses, char *why,
-                  size_t len) {
+static bool folds(const Graph *g, const Node *bn, int c, const int *uses, char *why, size_t len) {
     static const char *const param[] = {"", "running_mean", "running_var", "weight", "bias"};
     const Node *conv = &g->nodes[c];
     const char *r = NULL;
-    if (!is_const(g, conv->in[1])) r = "the conv weight is not a compile-time constant";
+    if (!is_const(g, conv->in[1]))
+        r = "the conv weight is not a compile-time constant";
     else if (conv->nin > 2 && !const_or_absent(g, conv->in[2]))
         r = "the conv bias is not a compile-time constant";
     for (int k = 1; k < 5 && !r; k++)
@@ -97,8 +97,10 @@ kiln_status rw_plan(const Graph *src, Graph *notes_to, RwPlan *plan) {
         int c = bn->in[0];
         char why[128];
         if (!folds(src, bn, c, uses, why, sizeof why)) {
-            if (notes_to && !graph_note(notes_to, "not folding batch_norm into conv2d (source "
-                                        "nodes %%%d, %%%d): %s", c, i, why))
+            if (notes_to && !graph_note(notes_to,
+                                        "not folding batch_norm into conv2d (source "
+                                        "nodes %%%d, %%%d): %s",
+                                        c, i, why))
                 goto nomem;
             continue;
         }
@@ -160,18 +162,21 @@ static int add_weight(Graph *dst, const Graph *src, const char *base, int rank,
 int rw_fold_conv_bn(Graph *dst, const Graph *src, int bn, const int *map) {
     const Node *b = &src->nodes[bn], *conv = &src->nodes[b->in[0]], *w = &src->nodes[conv->in[1]];
     int64_t oc = conv->shape[1], per = node_numel(w) / oc;
-    double *scale = kmalloc(sizeof(double) * (size_t)oc), *bias = kmalloc(sizeof(double) * (size_t)oc);
-    float *wf = kmalloc(sizeof(float) * (size_t)node_numel(w)), *bf = kmalloc(sizeof(float) * (size_t)oc);
+    double *scale = kmalloc(sizeof(double) * (size_t)oc),
+           *bias = kmalloc(sizeof(double) * (size_t)oc);
+    float *wf = kmalloc(sizeof(float) * (size_t)node_numel(w)),
+          *bf = kmalloc(sizeof(float) * (size_t)oc);
     int v = KILN_NONE;
     if (!scale || !bias || !wf || !bf) {
         graph_fail(dst, KILN_ERR_NOMEM, "out of memory");
         goto done;
     }
     bool ok = fold_params(src, b, conv, scale, bias);
-    assert(ok);  /* rw_plan checked it */
+    assert(ok); /* rw_plan checked it */
     (void)ok;
     for (int64_t o = 0; o < oc; o++) {
-        for (int64_t k = 0; k < per; k++) wf[o * per + k] = (float)(w->data[o * per + k] * scale[o]);
+        for (int64_t k = 0; k < per; k++)
+            wf[o * per + k] = (float)(w->data[o * per + k] * scale[o]);
         bf[o] = (float)bias[o];
     }
     char base[160];
@@ -181,14 +186,16 @@ int rw_fold_conv_bn(Graph *dst, const Graph *src, int bn, const int *map) {
     int bv = add_weight(dst, src, base, 1, &oc, bf);
     kiln_conv_params p = {{(int)conv->attr[0], (int)conv->attr[1]},
                           {(int)conv->attr[2], (int)conv->attr[3]},
-                          {(int)conv->attr[4], (int)conv->attr[5]}, (int)conv->attr[6]};
+                          {(int)conv->attr[4], (int)conv->attr[5]},
+                          (int)conv->attr[6]};
     const char *saved = dst->origin;
-    dst->origin = NULL;   /* the folded conv is a conv2d: its kernel is extern_kernels.conv2d */
+    dst->origin = NULL; /* the folded conv is a conv2d: its kernel is extern_kernels.conv2d */
     v = kiln_conv2d(dst, map[conv->in[0]], wv, bv, &p);
     dst->origin = saved;
-    if (v >= 0 && !graph_note(dst, "folded batch_norm into conv2d %%%d: weight %s -> %s, bias "
-                              "-> %s (source nodes %%%d, %%%d)", v, w->name, dst->nodes[wv].name,
-                              dst->nodes[bv].name, b->in[0], bn))
+    if (v >= 0 && !graph_note(dst,
+                              "folded batch_norm into conv2d %%%d: weight %s -> %s, bias "
+                              "-> %s (source nodes %%%d, %%%d)",
+                              v, w->name, dst->nodes[wv].name, dst->nodes[bv].name, b->in[0], bn))
         v = graph_fail(dst, KILN_ERR_NOMEM, "out of memory");
 done:
     kfree(scale);

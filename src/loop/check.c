@@ -36,8 +36,8 @@
 
 typedef struct {
     const LoopProgram *p;
-    const Buffer *b;       /* the buffer being checked; NULL for the program */
-    int nvars;             /* loop variables of b's body */
+    const Buffer *b; /* the buffer being checked; NULL for the program */
+    int nvars;       /* loop variables of b's body */
     char *err;
     size_t errlen;
 } Check;
@@ -82,27 +82,25 @@ static bool check_read(Check *C, int buf, const char *verb) {
 static bool check_index(Check *C, const Index *ix, const char *where) {
     if (!ix) return fail(C, "%s no index", where);
     switch (ix->kind) {
-    case IX_VAR:            /* a variable of the body's iteration space */
+    case IX_VAR: /* a variable of the body's iteration space */
         if (ix->v < 0 || ix->v >= C->nvars)
-            return fail(C, "%s an index that uses v%lld, but its body has %d loop variables",
-                        where, (long long)ix->v, C->nvars);
+            return fail(C, "%s an index that uses v%lld, but its body has %d loop variables", where,
+                        (long long)ix->v, C->nvars);
         return true;
-    case IX_CONST:
-        return true;
-    case IX_ADD:            /* a sum of at least one term */
+    case IX_CONST: return true;
+    case IX_ADD: /* a sum of at least one term */
         if (ix->n < 1) return fail(C, "%s an index with an empty sum", where);
         break;
     case IX_MUL:
         if (ix->n != 1) return fail(C, "%s an index with a product of %d operands", where, ix->n);
         break;
     case IX_FLOORDIV:
-    case IX_MOD:            /* one operand, by a positive constant */
+    case IX_MOD: /* one operand, by a positive constant */
         if (ix->n != 1 || ix->v <= 0)
             return fail(C, "%s an index with a %s by %lld of %d operands", where,
                         ix->kind == IX_MOD ? "modulo" : "division", (long long)ix->v, ix->n);
         break;
-    default:
-        return fail(C, "%s an index of unknown kind %d", where, (int)ix->kind);
+    default: return fail(C, "%s an index of unknown kind %d", where, (int)ix->kind);
     }
     for (int i = 0; i < ix->n; i++)
         if (!ix->a || !ix->a[i]) return fail(C, "%s an index with a missing operand", where);
@@ -117,16 +115,15 @@ static bool check_expr(Check *C, const Expr *e) {
     if (!e) return fail(C, "has a missing expression");
     if (!dtype_ok(e->dtype)) return fail(C, "has an expression of dtype %d", (int)e->dtype);
     switch (e->kind) {
-    case EX_CONST:
-        return true;
-    case EX_LOAD:           /* an earlier buffer, read as its dtype, at an index of the body */
+    case EX_CONST: return true;
+    case EX_LOAD: /* an earlier buffer, read as its dtype, at an index of the body */
         if (!check_read(C, e->buf, "loads")) return false;
         if (e->dtype != p->bufs[e->buf]->dtype)
             return fail(C, "loads %s as %s, but it holds %s", bname(p, e->buf),
                         kiln_dtype_name(e->dtype), kiln_dtype_name(p->bufs[e->buf]->dtype));
         snprintf(where, sizeof where, "reads %s at", bname(p, e->buf));
         return check_index(C, e->index, where);
-    case EX_OP:             /* a pointwise op of ops.def with its arity */
+    case EX_OP: /* a pointwise op of ops.def with its arity */
         if ((int)e->op < 0 || e->op >= OP_COUNT)
             return fail(C, "applies unknown op %d", (int)e->op);
         if (op_info[e->op].kind != KIND_POINTWISE)
@@ -135,7 +132,7 @@ static bool check_expr(Check *C, const Expr *e) {
             return fail(C, "applies %s to %d operands; ops.def gives it %d", op_info[e->op].name,
                         e->nargs, op_info[e->op].arity);
         break;
-    case EX_SELECT:         /* two branches, a predicate index, at least one bound */
+    case EX_SELECT: /* two branches, a predicate index, at least one bound */
         if (e->nargs != 2) return fail(C, "has a select of %d branches", e->nargs);
         if (e->lo == EX_NOLO && e->hi == EX_NOHI)
             return fail(C, "has a select with no bound (it should have been folded)");
@@ -144,8 +141,7 @@ static bool check_expr(Check *C, const Expr *e) {
                         (long long)e->hi);
         if (!check_index(C, e->index, "selects on")) return false;
         break;
-    default:
-        return fail(C, "has an expression of unknown kind %d", (int)e->kind);
+    default: return fail(C, "has an expression of unknown kind %d", (int)e->kind);
     }
     if (e->nargs > 0 && !e->args) return fail(C, "has an expression with no operands");
     for (int i = 0; i < e->nargs; i++)
@@ -158,8 +154,8 @@ static bool check_sizes(Check *C, int n, const int64_t *size, int first, const c
     if (n < 0 || n > KILN_MAX_RANK) return fail(C, "has %d %s sizes", n, what);
     for (int i = 0; i < n; i++) {
         if (size[i] < 1)
-            return fail(C, "has range %lld for v%d (%s); ranges must be >= 1",
-                        (long long)size[i], first + i, what);
+            return fail(C, "has range %lld for v%d (%s); ranges must be >= 1", (long long)size[i],
+                        first + i, what);
         if (size[i] == 1)
             return fail(C, "has range 1 for v%d (%s); size-1 dims are dropped", first + i, what);
     }
@@ -190,13 +186,13 @@ static bool check_view(Check *C, int i, const BufView *v) {
 static bool check_body(Check *C, const Buffer *b) {
     switch (b->body) {
     case BODY_INPUT:
-    case BODY_WEIGHT:       /* no body; a weight has its data */
+    case BODY_WEIGHT: /* no body; a weight has its data */
         if (b->expr) return fail(C, "is a source with a loop body");
         if (b->body == BODY_WEIGHT && !b->data) return fail(C, "is a weight with no data");
         return true;
     case BODY_POINTWISE:
     case BODY_RAND:
-    case BODY_REDUCTION: {  /* the parallel sizes cover the buffer */
+    case BODY_REDUCTION: { /* the parallel sizes cover the buffer */
         if (!check_sizes(C, b->np, b->size, 0, "parallel")) return false;
         int64_t n = util_numel(b->np, b->size);
         if (n != b->numel)
@@ -211,20 +207,18 @@ static bool check_body(Check *C, const Buffer *b) {
                 return fail(C, "has unknown reduction %d", (int)b->rop);
             C->nvars = b->np + b->nr;
         }
-        if (b->body == BODY_RAND)
-            return b->expr ? fail(C, "is random with a loop body") : true;
+        if (b->body == BODY_RAND) return b->expr ? fail(C, "is random with a loop body") : true;
         if (!b->expr) return fail(C, "has no loop body");
         return check_expr(C, b->expr);
     }
-    case BODY_EXTERN: {     /* a library op with its operands */
+    case BODY_EXTERN: { /* a library op with its operands */
         if (b->expr) return fail(C, "is an extern with a loop body");
         if ((int)b->ext_op < 0 || b->ext_op >= OP_COUNT || op_info[b->ext_op].kind != KIND_EXTERN)
             return fail(C, "is an extern of op %d, which is not an extern op", (int)b->ext_op);
         int ar = op_info[b->ext_op].arity;
         if (ar >= 0 ? b->nopnds != ar : b->nopnds < 1 || b->nopnds > 3)
             return fail(C, "calls %s with %d operands", op_info[b->ext_op].name, b->nopnds);
-        if (b->nattr < 0 || b->nattr > MAX_ATTR)
-            return fail(C, "has %d attributes", b->nattr);
+        if (b->nattr < 0 || b->nattr > MAX_ATTR) return fail(C, "has %d attributes", b->nattr);
         for (int i = 0; i < b->nopnds; i++)
             if (!check_view(C, i, &b->opnd[i])) return false;
         return true;
@@ -241,7 +235,7 @@ static bool check_buffer(Check *C, int i, int *ncomputed) {
     if (b->id != i) return fail(C, "buffer %d has id %d", i, b->id);
     C->b = b;
     if (!b->name) return fail(C, "(buffer %d) has no name", i);
-    if (buf_computed(b)) {  /* buf<k> for the k-th computed buffer */
+    if (buf_computed(b)) { /* buf<k> for the k-th computed buffer */
         char want[32];
         snprintf(want, sizeof want, "buf%d", *ncomputed);
         if (strcmp(b->name, want))
@@ -251,14 +245,13 @@ static bool check_buffer(Check *C, int i, int *ncomputed) {
     if (!dtype_ok(b->dtype)) return fail(C, "has dtype %d", (int)b->dtype);
     if (b->rank < 0 || b->rank > KILN_MAX_RANK) return fail(C, "has rank %d", b->rank);
     for (int d = 0; d < b->rank; d++)
-        if (b->shape[d] < 1)
-            return fail(C, "has dim %d of size %lld", d, (long long)b->shape[d]);
+        if (b->shape[d] < 1) return fail(C, "has dim %d of size %lld", d, (long long)b->shape[d]);
     if (util_numel(b->rank, b->shape) != b->numel)
         return fail(C, "has numel %lld for its shape of %lld elements", (long long)b->numel,
                     (long long)util_numel(b->rank, b->shape));
     if (b->node < 0 || b->node >= p->g->n || p->node_buf[b->node] != i)
         return fail(C, "holds graph node %d, which does not map back to it", b->node);
-    for (int k = 0; k < b->ncover; k++)   /* ascending graph node ids */
+    for (int k = 0; k < b->ncover; k++) /* ascending graph node ids */
         if (b->cover[k] < 0 || b->cover[k] >= p->g->n || (k && b->cover[k] <= b->cover[k - 1]))
             return fail(C, "covers graph node %d out of order or range", b->cover[k]);
     return check_body(C, b);
@@ -273,7 +266,7 @@ static bool check_program(Check *C) {
     for (int i = 0; i < p->nbufs; i++)
         if (!check_buffer(C, i, &ncomputed)) return false;
     C->b = NULL;
-    if (ncomputed != p->ncomputed)   /* the scheduler makes one node per computed buffer */
+    if (ncomputed != p->ncomputed) /* the scheduler makes one node per computed buffer */
         return fail(C, "program counts %d computed buffers but has %d", p->ncomputed, ncomputed);
     for (int i = 0; i < p->ninputs; i++) {
         int b = p->inputs[i];

@@ -31,20 +31,20 @@
 /* ===== Index: integer expressions over loop variables ===================== */
 
 typedef enum {
-    IX_VAR,        /* v<v> */
-    IX_CONST,      /* v */
-    IX_ADD,        /* a[0] + ... + a[n-1] */
-    IX_MUL,        /* a[0] * v (v a constant) */
-    IX_FLOORDIV,   /* floor(a[0] / v), v > 0 */
-    IX_MOD,        /* a[0] mod v (floor semantics), v > 0 */
+    IX_VAR,      /* v<v> */
+    IX_CONST,    /* v */
+    IX_ADD,      /* a[0] + ... + a[n-1] */
+    IX_MUL,      /* a[0] * v (v a constant) */
+    IX_FLOORDIV, /* floor(a[0] / v), v > 0 */
+    IX_MOD,      /* a[0] mod v (floor semantics), v > 0 */
 } IndexKind;
 
 typedef struct Index Index;
 struct Index {
     IndexKind kind;
-    int64_t v;     /* VAR: the variable; CONST: the value; MUL/FLOORDIV/MOD: the constant */
-    int n;         /* ADD: number of terms; MUL/FLOORDIV/MOD: 1 */
-    Index **a;     /* the operands */
+    int64_t v; /* VAR: the variable; CONST: the value; MUL/FLOORDIV/MOD: the constant */
+    int n;     /* ADD: number of terms; MUL/FLOORDIV/MOD: 1 */
+    Index **a; /* the operands */
 };
 
 Index *ix_var(Pool *p, int v);
@@ -77,10 +77,10 @@ Index *ix_contiguous(Pool *p, int rank, const int64_t *shape, Index *const *vars
 /* ===== Expr: the body of a loop ======================================== */
 
 typedef enum {
-    EX_LOAD,     /* buf at index */
-    EX_CONST,    /* value */
-    EX_OP,       /* op(args) for a pointwise op of ops.def */
-    EX_SELECT,   /* lo <= index < hi ? args[0] : args[1] (pad, concat) */
+    EX_LOAD,   /* buf at index */
+    EX_CONST,  /* value */
+    EX_OP,     /* op(args) for a pointwise op of ops.def */
+    EX_SELECT, /* lo <= index < hi ? args[0] : args[1] (pad, concat) */
 } ExprKind;
 
 /* An absent bound of a select: the simplifier drops a comparison that the
@@ -91,14 +91,14 @@ typedef enum {
 typedef struct Expr Expr;
 struct Expr {
     ExprKind kind;
-    kiln_dtype dtype;    /* of the result */
-    Op op;               /* EX_OP */
+    kiln_dtype dtype; /* of the result */
+    Op op;            /* EX_OP */
     int nargs;
     Expr **args;
-    int buf;             /* EX_LOAD */
-    Index *index;        /* EX_LOAD, EX_SELECT: canonical over the body's variables */
-    double value;        /* EX_CONST */
-    int64_t lo, hi;      /* EX_SELECT: the range of index that picks args[0] */
+    int buf;        /* EX_LOAD */
+    Index *index;   /* EX_LOAD, EX_SELECT: canonical over the body's variables */
+    double value;   /* EX_CONST */
+    int64_t lo, hi; /* EX_SELECT: the range of index that picks args[0] */
 };
 
 Expr *ex_load(Pool *p, int buf, Index *index, kiln_dtype dt);
@@ -112,7 +112,7 @@ Expr *ex_select(Pool *p, Index *index, int64_t lo, int64_t hi, Expr *a, Expr *b,
                 const int64_t *ranges);
 /* A copy with every load index substituted by map and simplified over ranges. */
 Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64_t *ranges);
-int ex_nops(const Expr *e);            /* number of EX_OP nodes */
+int ex_nops(const Expr *e); /* number of EX_OP nodes */
 /* The first expensive op (op_info[].expensive, ops.def) or -1. */
 int ex_expensive(const Expr *e);
 /* Sethi-Ullman number: registers needed to evaluate e without spilling. */
@@ -125,16 +125,16 @@ void ex_selects(const Expr *e, void (*fn)(const Expr *sel, void *ud), void *ud);
 /* ===== Buffers and the loop program ======================================= */
 
 typedef enum {
-    BODY_INPUT,      /* a runtime input */
-    BODY_WEIGHT,     /* a compile-time constant: data */
-    BODY_POINTWISE,  /* out[contig(size)] = expr over v0..v(np-1) */
-    BODY_REDUCTION,  /* out[contig(size)] = rop over v(np).. of expr over parallel ++ reduced vars */
-    BODY_EXTERN,     /* a library call: ext_op(operands) */
-    BODY_RAND,       /* uniform [0,1) of the seed at each contiguous index */
+    BODY_INPUT,     /* a runtime input */
+    BODY_WEIGHT,    /* a compile-time constant: data */
+    BODY_POINTWISE, /* out[contig(size)] = expr over v0..v(np-1) */
+    BODY_REDUCTION, /* out[contig(size)] = rop over v(np).. of expr over parallel ++ reduced vars */
+    BODY_EXTERN,    /* a library call: ext_op(operands) */
+    BODY_RAND,      /* uniform [0,1) of the seed at each contiguous index */
 } BodyKind;
 
 typedef enum { ROP_SUM, ROP_AMAX, ROP_AMIN, ROP_PROD } ReduceOp;
-extern const char *const rop_name[];   /* "sum", "max", "min", "prod" */
+extern const char *const rop_name[]; /* "sum", "max", "min", "prod" */
 
 /* An extern operand: a strided view of a buffer, so a transposed operand can
  * become a BLAS transpose instead of a copy. */
@@ -142,38 +142,38 @@ typedef struct {
     int buf;
     int rank;
     int64_t shape[KILN_MAX_RANK];
-    int64_t stride[KILN_MAX_RANK];    /* in elements; 0 for a broadcast dim */
+    int64_t stride[KILN_MAX_RANK]; /* in elements; 0 for a broadcast dim */
     int64_t offset;
 } BufView;
 
 typedef struct {
     int id;
-    const char *name;          /* buf<N> for computed buffers, the name for inputs/weights */
+    const char *name; /* buf<N> for computed buffers, the name for inputs/weights */
     kiln_dtype dtype;
     int rank;
-    int64_t shape[KILN_MAX_RANK];   /* contiguous, C order */
+    int64_t shape[KILN_MAX_RANK]; /* contiguous, C order */
     int64_t numel;
     BodyKind body;
-    int np;                    /* POINTWISE, RAND: iteration sizes; REDUCTION: parallel sizes */
+    int np; /* POINTWISE, RAND: iteration sizes; REDUCTION: parallel sizes */
     int64_t size[KILN_MAX_RANK];
-    int nr;                    /* REDUCTION: reduced sizes (vars v(np)..v(np+nr-1)) */
+    int nr; /* REDUCTION: reduced sizes (vars v(np)..v(np+nr-1)) */
     int64_t rsize[KILN_MAX_RANK];
     ReduceOp rop;
-    Expr *expr;                /* POINTWISE, REDUCTION */
-    Op ext_op;                 /* EXTERN: OP_MATMUL or OP_CONV2D */
+    Expr *expr; /* POINTWISE, REDUCTION */
+    Op ext_op;  /* EXTERN: OP_MATMUL or OP_CONV2D */
     int nopnds;
     BufView opnd[3];
     int nattr;
     int64_t attr[MAX_ATTR];
-    uint64_t seed;             /* RAND */
-    const float *data;         /* WEIGHT (the graph owns it) */
-    int node;                  /* the graph node whose value this holds */
+    uint64_t seed;     /* RAND */
+    const float *data; /* WEIGHT (the graph owns it) */
+    int node;          /* the graph node whose value this holds */
     bool is_output;
-    int norigins;              /* origin op names, sorted, unique */
+    int norigins; /* origin op names, sorted, unique */
     const char **origins;
-    int ncover;                /* graph node ids computed in its body, ascending */
+    int ncover; /* graph node ids computed in its body, ascending */
     int *cover;
-    const char *reason;        /* why it was materialized */
+    const char *reason; /* why it was materialized */
 } Buffer;
 
 static inline bool buf_computed(const Buffer *b) {
@@ -182,28 +182,28 @@ static inline bool buf_computed(const Buffer *b) {
 
 /* One inlining decision of the lowering (for logs and explain). */
 typedef struct {
-    int node;                  /* graph node */
-    int buf;                   /* the buffer it became, or -1: inlined */
+    int node; /* graph node */
+    int buf;  /* the buffer it became, or -1: inlined */
     int users, ops;
-    const char *reason;        /* why materialized / why inlined */
+    const char *reason; /* why materialized / why inlined */
 } InlineDecision;
 
 typedef struct {
     Pool pool;
-    const Graph *g;            /* the decomposed graph (not owned) */
-    Buffer **bufs;             /* in creation order = program order */
+    const Graph *g; /* the decomposed graph (not owned) */
+    Buffer **bufs;  /* in creation order = program order */
     int nbufs, capbufs;
-    int ncomputed;             /* computed buffers: ids of the scheduler nodes */
+    int ncomputed; /* computed buffers: ids of the scheduler nodes */
     int ninputs;
-    int *inputs;               /* buffer of graph input i */
+    int *inputs; /* buffer of graph input i */
     int noutputs;
-    int *outputs;              /* buffer of graph output i */
+    int *outputs; /* buffer of graph output i */
     const char **outnames;
-    int *node_buf;             /* graph node -> buffer holding its value, or -1 */
-    bool *live;                /* graph node is needed by some output */
+    int *node_buf; /* graph node -> buffer holding its value, or -1 */
+    bool *live;    /* graph node is needed by some output */
     InlineDecision *dec;
     int ndec, capdec;
-    int64_t unfused_bytes;     /* eager traffic: every op reads operands, writes result */
+    int64_t unfused_bytes; /* eager traffic: every op reads operands, writes result */
 } LoopProgram;
 
 /* Lower a decomposed graph (no composite ops) to the loop IR. */

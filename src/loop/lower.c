@@ -106,14 +106,25 @@ Index *ix_contiguous(Pool *p, int rank, const int64_t *shape, Index *const *vars
  * range of its operand allows. Ranges are intervals computed from the
  * variables' ranges, saturating instead of overflowing. */
 
-typedef struct { int64_t k; Index *atom; } Term;
-typedef struct { int n, cap; Term *t; int64_t c; } Lin;
-typedef struct { Pool *p; int nv; const int64_t *r; } Simp;
+typedef struct {
+    int64_t k;
+    Index *atom;
+} Term;
+typedef struct {
+    int n, cap;
+    Term *t;
+    int64_t c;
+} Lin;
+typedef struct {
+    Pool *p;
+    int nv;
+    const int64_t *r;
+} Simp;
 
 #define BIG ((int64_t)1 << 61)
 
 static int64_t sat(int64_t v) { return v > BIG ? BIG : v < -BIG ? -BIG : v; }
-static int64_t sadd(int64_t a, int64_t b) { return sat(a + b); }   /* |a|,|b| <= BIG */
+static int64_t sadd(int64_t a, int64_t b) { return sat(a + b); } /* |a|,|b| <= BIG */
 static int64_t smul(int64_t a, int64_t b) {
     int64_t r;
     if (__builtin_mul_overflow(a, b, &r)) return (a < 0) != (b < 0) ? -BIG : BIG;
@@ -127,7 +138,11 @@ static int64_t fmodi(int64_t a, int64_t d) { return a - fdiv(a, d) * d; }
 static int64_t gcd64(int64_t a, int64_t b) {
     a = a < 0 ? -a : a;
     b = b < 0 ? -b : b;
-    while (b) { int64_t t = a % b; a = b; b = t; }
+    while (b) {
+        int64_t t = a % b;
+        a = b;
+        b = t;
+    }
     return a;
 }
 
@@ -151,7 +166,11 @@ static void ix_range(const Simp *S, const Index *ix, int64_t *lo, int64_t *hi) {
         ix_range(S, ix->a[0], &l, &h);
         *lo = smul(l, ix->v);
         *hi = smul(h, ix->v);
-        if (ix->v < 0) { int64_t t = *lo; *lo = *hi; *hi = t; }
+        if (ix->v < 0) {
+            int64_t t = *lo;
+            *lo = *hi;
+            *hi = t;
+        }
         return;
     case IX_FLOORDIV:
         ix_range(S, ix->a[0], &l, &h);
@@ -160,8 +179,13 @@ static void ix_range(const Simp *S, const Index *ix, int64_t *lo, int64_t *hi) {
         return;
     case IX_MOD:
         ix_range(S, ix->a[0], &l, &h);
-        if (l >= 0 && h < ix->v) { *lo = l; *hi = h; }
-        else { *lo = 0; *hi = ix->v - 1; }
+        if (l >= 0 && h < ix->v) {
+            *lo = l;
+            *hi = h;
+        } else {
+            *lo = 0;
+            *hi = ix->v - 1;
+        }
         return;
     }
 }
@@ -169,7 +193,10 @@ static void ix_range(const Simp *S, const Index *ix, int64_t *lo, int64_t *hi) {
 static void lin_push(const Simp *S, Lin *L, int64_t k, Index *atom) {
     if (k == 0) return;
     for (int i = 0; i < L->n; i++)
-        if (ix_cmp(L->t[i].atom, atom) == 0) { L->t[i].k += k; return; }
+        if (ix_cmp(L->t[i].atom, atom) == 0) {
+            L->t[i].k += k;
+            return;
+        }
     L->t = pool_grow(S->p, L->t, &L->cap, L->n + 1, sizeof(Term));
     L->t[L->n].k = k;
     L->t[L->n].atom = atom;
@@ -285,14 +312,16 @@ static Lin lin_floordiv(const Simp *S, Lin L, int64_t d) {
     if (d <= 0) return lin_atom(S, IX_FLOORDIV, L, d);
     Lin q = {0}, rm = {0};
     for (int i = 0; i < L.n; i++) {
-        if (L.t[i].k % d == 0) lin_push(S, &q, L.t[i].k / d, L.t[i].atom);
-        else lin_push(S, &rm, L.t[i].k, L.t[i].atom);
+        if (L.t[i].k % d == 0)
+            lin_push(S, &q, L.t[i].k / d, L.t[i].atom);
+        else
+            lin_push(S, &rm, L.t[i].k, L.t[i].atom);
     }
     q.c = fdiv(L.c, d);
     rm.c = fmodi(L.c, d);
     int64_t lo, hi;
     lin_range(S, &rm, &lo, &hi);
-    if (fdiv(lo, d) == fdiv(hi, d)) {      /* floor(rm/d) is a constant */
+    if (fdiv(lo, d) == fdiv(hi, d)) { /* floor(rm/d) is a constant */
         q.c += fdiv(lo, d);
         return q;
     }
@@ -306,7 +335,10 @@ static Lin lin_floordiv(const Simp *S, Lin L, int64_t d) {
     g = d;
     for (int i = 0; i < rm.n; i++) g = gcd64(g, rm.t[i].k);
     g = gcd64(g, rm.c);
-    if (g > 1) { rm = lin_scaled(S, &rm, 1, g); d /= g; }
+    if (g > 1) {
+        rm = lin_scaled(S, &rm, 1, g);
+        d /= g;
+    }
     Lin inner;
     if (rm.n == 1 && rm.c == 0 && rm.t[0].k == 1 && rm.t[0].atom->kind == IX_FLOORDIV) {
         inner = lin_floordiv(S, lin_from(S, rm.t[0].atom->a[0]), rm.t[0].atom->v * d);
@@ -327,7 +359,7 @@ static Lin lin_modulo(const Simp *S, Lin L, int64_t d) {
     lin_normalize(S, &r);
     int64_t lo, hi;
     lin_range(S, &r, &lo, &hi);
-    if (fdiv(lo, d) == fdiv(hi, d)) {      /* r - d*floor(r/d), the floor constant */
+    if (fdiv(lo, d) == fdiv(hi, d)) { /* r - d*floor(r/d), the floor constant */
         r.c -= d * fdiv(lo, d);
         return r;
     }
@@ -342,12 +374,12 @@ static Lin lin_modulo(const Simp *S, Lin L, int64_t d) {
     g = d;
     for (int i = 0; i < r.n; i++) g = gcd64(g, r.t[i].k);
     g = gcd64(g, r.c);
-    if (g > 1) {                           /* (g*x) mod (g*e) = g * (x mod e) */
+    if (g > 1) { /* (g*x) mod (g*e) = g * (x mod e) */
         Lin inner = lin_modulo(S, lin_scaled(S, &r, 1, g), d / g);
         return lin_scaled(S, &inner, g, 1);
     }
     if (r.n == 1 && r.c == 0 && r.t[0].k == 1 && r.t[0].atom->kind == IX_MOD &&
-        r.t[0].atom->v % d == 0)           /* (e mod a) mod d = e mod d when d | a */
+        r.t[0].atom->v % d == 0) /* (e mod a) mod d = e mod d when d | a */
         return lin_modulo(S, lin_from(S, r.t[0].atom->a[0]), d);
     return lin_atom(S, IX_MOD, r, d);
 }
@@ -408,8 +440,14 @@ bool ix_affine(const Index *ix, int nvars, int64_t *coef, int64_t *offset) {
     for (int i = 0; i < n; i++) {
         const Index *t = terms[i];
         int64_t k = 1;
-        if (t->kind == IX_CONST) { *offset += t->v; continue; }
-        if (t->kind == IX_MUL) { k = t->v; t = t->a[0]; }
+        if (t->kind == IX_CONST) {
+            *offset += t->v;
+            continue;
+        }
+        if (t->kind == IX_MUL) {
+            k = t->v;
+            t = t->a[0];
+        }
         if (t->kind != IX_VAR || t->v >= nvars) return false;
         coef[t->v] += k;
     }
@@ -419,16 +457,25 @@ bool ix_affine(const Index *ix, int nvars, int64_t *coef, int64_t *offset) {
 /* ===== Index: printing ===================================================== */
 
 static void ix_print_inner(Str *s, const Index *ix) {
-    if (ix->kind == IX_ADD) { str_putf(s, "("); ix_print(s, ix); str_putf(s, ")"); }
-    else ix_print(s, ix);
+    if (ix->kind == IX_ADD) {
+        str_putf(s, "(");
+        ix_print(s, ix);
+        str_putf(s, ")");
+    } else
+        ix_print(s, ix);
 }
 
 static void ix_print_term(Str *s, const Index *t, bool first) {
     int64_t k = t->kind == IX_MUL ? t->v : t->kind == IX_CONST ? t->v : 1;
-    if (!first) str_putf(s, k < 0 ? " - " : " + ");
-    else if (k < 0) str_putf(s, "-");
+    if (!first)
+        str_putf(s, k < 0 ? " - " : " + ");
+    else if (k < 0)
+        str_putf(s, "-");
     int64_t ak = k < 0 ? -k : k;
-    if (t->kind == IX_CONST) { str_putf(s, "%lld", (long long)ak); return; }
+    if (t->kind == IX_CONST) {
+        str_putf(s, "%lld", (long long)ak);
+        return;
+    }
     if (t->kind == IX_MUL) {
         str_putf(s, "%lld*", (long long)ak);
         ix_print_inner(s, t->a[0]);
@@ -536,7 +583,7 @@ static Expr *subst_select(Pool *p, const Expr *e, Index *const *map, int nvars,
 Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64_t *ranges) {
     switch (e->kind) {
     case EX_SELECT: return subst_select(p, e, map, nvars, ranges);
-    case EX_CONST: return (Expr *)e;     /* immutable: shared */
+    case EX_CONST: return (Expr *)e; /* immutable: shared */
     case EX_LOAD:
         return ex_load(p, e->buf, ix_simplify(p, ix_subst(p, e->index, map), nvars, ranges),
                        e->dtype);
@@ -574,9 +621,11 @@ int ex_regs(const Expr *e) {
     if (e->kind < EX_OP || e->nargs == 0) return 1;
     int need[MAX_IN];
     for (int i = 0; i < e->nargs; i++) need[i] = ex_regs(e->args[i]);
-    for (int i = 1; i < e->nargs; i++)          /* descending: hardest first */
+    for (int i = 1; i < e->nargs; i++) /* descending: hardest first */
         for (int j = i; j > 0 && need[j] > need[j - 1]; j--) {
-            int t = need[j]; need[j] = need[j - 1]; need[j - 1] = t;
+            int t = need[j];
+            need[j] = need[j - 1];
+            need[j - 1] = t;
         }
     int r = 0;
     for (int i = 0; i < e->nargs; i++)
@@ -614,7 +663,10 @@ static void print_number(Str *s, double v) {
 
 /* ctx: the precedence the surrounding context needs (parenthesize below it). */
 static void ex_print_prec(Str *s, const LoopProgram *p, const Expr *e, int ctx) {
-    if (e->kind == EX_CONST) { print_number(s, e->value); return; }
+    if (e->kind == EX_CONST) {
+        print_number(s, e->value);
+        return;
+    }
     if (e->kind == EX_LOAD) {
         str_putf(s, "load(%s, ", p->bufs[e->buf]->name);
         ix_print(s, e->index);
@@ -626,7 +678,10 @@ static void ex_print_prec(Str *s, const LoopProgram *p, const Expr *e, int ctx) 
         if (e->lo != EX_NOLO) str_putf(s, "%lld <= ", (long long)e->lo);
         ix_print(s, e->index);
         if (e->hi != EX_NOHI) str_putf(s, " < %lld", (long long)e->hi);
-        for (int i = 0; i < 2; i++) { str_putf(s, ", "); ex_print_prec(s, p, e->args[i], 0); }
+        for (int i = 0; i < 2; i++) {
+            str_putf(s, ", ");
+            ex_print_prec(s, p, e->args[i], 0);
+        }
         str_putf(s, ")");
         return;
     }
@@ -653,9 +708,9 @@ void ex_print(Str *s, const LoopProgram *p, const Expr *e) { ex_print_prec(s, p,
 /* ===== lowering ============================================================== */
 
 typedef struct {
-    Expr *fn;         /* over the value's own dims; NULL until lowered */
-    int buf;          /* the buffer holding it, or -1 */
-    int ncover;       /* graph nodes computed in fn (not behind a load) */
+    Expr *fn;   /* over the value's own dims; NULL until lowered */
+    int buf;    /* the buffer holding it, or -1 */
+    int ncover; /* graph nodes computed in fn (not behind a load) */
     int *cover;
 } Val;
 
@@ -665,15 +720,16 @@ typedef struct {
     const KilnConfig *cfg;
     LoopProgram *p;
     Val *val;
-    int *uses;        /* consumers of each value, counted through views */
-    bool *ext_read;   /* an extern reads it, directly or through views */
-    int *nout;        /* times it is a program output */
+    int *uses;      /* consumers of each value, counted through views */
+    bool *ext_read; /* an extern reads it, directly or through views */
+    int *nout;      /* times it is a program output */
     char *err;
     size_t errlen;
     jmp_buf jb;
 } Lower;
 
-static void lower_fail(Lower *L, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
+static void lower_fail(Lower *L, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3), noreturn));
 static void lower_fail(Lower *L, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -728,8 +784,10 @@ static Buffer *new_buffer(Lower *L, int node, BodyKind body) {
     memcpy(b->shape, n->shape, sizeof b->shape);
     b->numel = node_numel(n);
     b->is_output = L->nout[node] > 0;
-    if (buf_computed(b)) b->name = pool_printf(L->pool, "buf%d", p->ncomputed++);
-    else b->name = pool_strdup(L->pool, n->name ? n->name : "?");
+    if (buf_computed(b))
+        b->name = pool_printf(L->pool, "buf%d", p->ncomputed++);
+    else
+        b->name = pool_strdup(L->pool, n->name ? n->name : "?");
     p->bufs[p->nbufs++] = b;
     p->node_buf[node] = b->id;
     return b;
@@ -740,7 +798,10 @@ static Buffer *new_buffer(Lower *L, int node, BodyKind body) {
 static int squeeze(Lower *L, int rank, const int64_t *shape, int64_t *size, Index **map) {
     int k = 0;
     for (int d = 0; d < rank; d++) {
-        if (shape[d] == 1) { map[d] = ix_const(L->pool, 0); continue; }
+        if (shape[d] == 1) {
+            map[d] = ix_const(L->pool, 0);
+            continue;
+        }
         map[d] = ix_var(L->pool, k);
         size[k++] = shape[d];
     }
@@ -752,8 +813,8 @@ static void set_loaded(Lower *L, int node, const Buffer *b) {
     const Node *n = graph_node(L->g, node);
     Index *v[KILN_MAX_RANK];
     vars(L, n->rank, v);
-    Index *ix = ix_simplify(L->pool, ix_contiguous(L->pool, n->rank, n->shape, v), n->rank,
-                            n->shape);
+    Index *ix =
+        ix_simplify(L->pool, ix_contiguous(L->pool, n->rank, n->shape, v), n->rank, n->shape);
     Val *val = &L->val[node];
     val->fn = ex_load(L->pool, b->id, ix, b->dtype);
     val->buf = b->id;
@@ -769,7 +830,7 @@ static int cmp_str(const void *a, const void *b) {
 static void set_cover(Lower *L, Buffer *b, int n, const int *cover) {
     b->ncover = n;
     b->cover = pool_alloc(L->pool, sizeof(int) * (size_t)(n ? n : 1));
-    if (n) memcpy(b->cover, cover, sizeof(int) * (size_t)n);   /* cover is NULL when n is 0 */
+    if (n) memcpy(b->cover, cover, sizeof(int) * (size_t)n); /* cover is NULL when n is 0 */
     const char **o = pool_alloc(L->pool, sizeof(char *) * (size_t)(n ? n : 1));
     for (int i = 0; i < n; i++) o[i] = node_origin(graph_node(L->g, cover[i]));
     if (n) qsort(o, (size_t)n, sizeof(char *), cmp_str);
@@ -891,14 +952,17 @@ static bool rule_shared_expensive(Lower *L, int id, char *why, size_t n) {
 }
 
 static const InlineRule materialize_rules[] = {
-    rule_output, rule_extern_operand, rule_contiguous,
-    rule_many_users, rule_big_body, rule_shared_expensive,
+    rule_output,     rule_extern_operand, rule_contiguous,
+    rule_many_users, rule_big_body,       rule_shared_expensive,
 };
 
 static void decide_pointwise(Lower *L, int id) {
     char why[160];
     for (size_t i = 0; i < sizeof materialize_rules / sizeof *materialize_rules; i++)
-        if (materialize_rules[i](L, id, why, sizeof why)) { materialize(L, id, why); return; }
+        if (materialize_rules[i](L, id, why, sizeof why)) {
+            materialize(L, id, why);
+            return;
+        }
     snprintf(why, sizeof why, "%d user%s, %d op%s, recomputed in each", L->uses[id],
              L->uses[id] == 1 ? "" : "s", ex_nops(L->val[id].fn),
              ex_nops(L->val[id].fn) == 1 ? "" : "s");
@@ -957,14 +1021,14 @@ static void view_map(Lower *L, const Node *n, const Node *in, Index **map) {
             map[j] = in->shape[j] == 1 ? ix_const(P, 0) : ix_var(P, d);
         }
         return;
-    case OP_PAD:        /* v - before; pad_fn adds the range tests */
+    case OP_PAD: /* v - before; pad_fn adds the range tests */
         for (int j = 0; j < in->rank; j++)
             map[j] = ix_add(P, ix_var(P, j), ix_const(P, -n->attr[1 + j]));
         return;
-    case OP_SLICE:      /* start + step*v, step may be negative */
+    case OP_SLICE: /* start + step*v, step may be negative */
         for (int j = 0; j < in->rank; j++) map[j] = ix_var(P, j);
-        map[n->attr[0]] = ix_add(P, ix_const(P, n->attr[1]), ix_mul(P, ix_var(P, (int)n->attr[0]),
-                                                                      n->attr[3]));
+        map[n->attr[0]] =
+            ix_add(P, ix_const(P, n->attr[1]), ix_mul(P, ix_var(P, (int)n->attr[0]), n->attr[3]));
         return;
     case OP_RESHAPE: reshape_map(L, n, in, map); return;
     default: lower_fail(L, "lower: %s is not a view", op_info[n->op].name);
@@ -975,8 +1039,8 @@ static void view_map(Lower *L, const Node *n, const Node *in, Index **map) {
  * every padded dim, else the value: a select per padded dim around x's
  * function read at shifted indices. Edge and reflect pads were decomposed. */
 static Expr *pad_fn(Lower *L, const Node *n, const Node *x, Expr *inner) {
-    if (n->attr[0] != KILN_PAD_CONSTANT) lower_fail(L, "lower: pad mode %d was not decomposed",
-                                                    (int)n->attr[0]);
+    if (n->attr[0] != KILN_PAD_CONSTANT)
+        lower_fail(L, "lower: pad mode %d was not decomposed", (int)n->attr[0]);
     Expr *e = inner, *value = ex_const(L->pool, n->f[0]);
     for (int d = n->rank - 1; d >= 0; d--) {
         Index *ix = ix_add(L->pool, ix_var(L->pool, d), ix_const(L->pool, -n->attr[1 + d]));
@@ -1002,8 +1066,8 @@ static Expr *concat_fn(Lower *L, int id) {
         map[d] = ix_add(L->pool, map[d], ix_const(L->pool, -off[k]));
         Expr *part = ex_subst(L->pool, L->val[n->in[k]].fn, map, n->rank, n->shape);
         int64_t end = off[k] + graph_node(L->g, n->in[k])->shape[d];
-        e = !e ? part : ex_select(L->pool, ix_var(L->pool, d), EX_NOLO, end, part, e, n->rank,
-                                  n->shape);
+        e = !e ? part
+               : ex_select(L->pool, ix_var(L->pool, d), EX_NOLO, end, part, e, n->rank, n->shape);
         cover_add(L, &L->val[id], L->val[n->in[k]].ncover, L->val[n->in[k]].cover);
     }
     return e;
@@ -1217,8 +1281,8 @@ kiln_status lower_run(const Graph *g, const KilnConfig *cfg, LoopProgram **out, 
         return KILN_ERR_NOMEM;
     }
     KilnConfig def = kiln_config_default();
-    Lower L = {.pool = &p->pool, .g = g, .cfg = cfg ? cfg : &def, .p = p, .err = err,
-               .errlen = errlen};
+    Lower L = {
+        .pool = &p->pool, .g = g, .cfg = cfg ? cfg : &def, .p = p, .err = err, .errlen = errlen};
     p->g = g;
     p->pool.oom = &L.jb;
     int r = setjmp(L.jb);
@@ -1284,7 +1348,10 @@ static void print_body(Str *s, const LoopProgram *p, const Buffer *b) {
         return;
     case BODY_EXTERN:
         str_putf(s, "Extern(%s", op_info[b->ext_op].name);
-        for (int i = 0; i < b->nopnds; i++) { str_putf(s, ", "); print_view(s, p, &b->opnd[i]); }
+        for (int i = 0; i < b->nopnds; i++) {
+            str_putf(s, ", ");
+            print_view(s, p, &b->opnd[i]);
+        }
         str_putf(s, ")");
         return;
     case BODY_RAND:

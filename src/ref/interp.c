@@ -33,7 +33,7 @@
 
 /* ===== the loop-nest walker ============================================ */
 
-#define NARR (MAX_IN + 1)   /* most arrays one nest walks: output + operands */
+#define NARR (MAX_IN + 1) /* most arrays one nest walks: output + operands */
 
 /* A loop nest over `rank` dims walking `narr` arrays, each with its own
  * strides (in elements; 0 broadcasts) and base offset. */
@@ -49,9 +49,7 @@ typedef struct {
  * element, step[a] its stride along the row, n the row length. */
 typedef void (*RowFn)(void *ctx, const int64_t *off, int64_t n, const int64_t *step);
 
-static void contiguous_strides(int rank, const int64_t *shape, int64_t elem,
-                               int64_t *stride)
-{
+static void contiguous_strides(int rank, const int64_t *shape, int64_t elem, int64_t *stride) {
     int64_t s = elem;
     for (int d = rank - 1; d >= 0; d--) {
         stride[d] = s;
@@ -62,9 +60,8 @@ static void contiguous_strides(int rank, const int64_t *shape, int64_t elem,
 /* Strides that read an array of shape in_shape (contiguous, each element
  * `elem` apart) as out_shape under numpy broadcasting: dims are
  * right-aligned, and missing or size-1 dims get stride 0. */
-static void bcast_strides(int in_rank, const int64_t *in_shape, int64_t elem,
-                          int out_rank, const int64_t *out_shape, int64_t *stride)
-{
+static void bcast_strides(int in_rank, const int64_t *in_shape, int64_t elem, int out_rank,
+                          const int64_t *out_shape, int64_t *stride) {
     int64_t own[KILN_MAX_RANK];
     assert(in_rank <= out_rank);
     contiguous_strides(in_rank, in_shape, elem, own);
@@ -75,64 +72,52 @@ static void bcast_strides(int in_rank, const int64_t *in_shape, int64_t elem,
     }
 }
 
-static void nest_init(Nest *s, int rank, const int64_t *size, int narr)
-{
+static void nest_init(Nest *s, int rank, const int64_t *size, int narr) {
     memset(s, 0, sizeof *s);
     s->rank = rank;
     s->narr = narr;
-    for (int d = 0; d < rank; d++)
-        s->size[d] = size[d];
+    for (int d = 0; d < rank; d++) s->size[d] = size[d];
 }
 
 /* Can dim d be folded into dim d+1 for every array? */
-static bool mergeable(const Nest *s, int d)
-{
+static bool mergeable(const Nest *s, int d) {
     for (int a = 0; a < s->narr; a++)
-        if (s->stride[a][d] != s->stride[a][d + 1] * s->size[d + 1])
-            return false;
+        if (s->stride[a][d] != s->stride[a][d + 1] * s->size[d + 1]) return false;
     return true;
 }
 
-static void drop_dim(Nest *s, int d)
-{
+static void drop_dim(Nest *s, int d) {
     for (int e = d; e + 1 < s->rank; e++) {
         s->size[e] = s->size[e + 1];
-        for (int a = 0; a < s->narr; a++)
-            s->stride[a][e] = s->stride[a][e + 1];
+        for (int a = 0; a < s->narr; a++) s->stride[a][e] = s->stride[a][e + 1];
     }
     s->rank--;
 }
 
 /* Drop size-1 dims and merge contiguous ones; leaves rank >= 1. The walk
  * order (C order of the nest's dims) is unchanged. */
-static void nest_coalesce(Nest *s)
-{
+static void nest_coalesce(Nest *s) {
     for (int d = s->rank - 1; d >= 0; d--)
-        if (s->size[d] == 1 && s->rank > 1)
-            drop_dim(s, d);
+        if (s->size[d] == 1 && s->rank > 1) drop_dim(s, d);
     for (int d = s->rank - 2; d >= 0; d--)
         if (mergeable(s, d)) {
-            for (int a = 0; a < s->narr; a++)
-                s->stride[a][d] = s->stride[a][d + 1];
+            for (int a = 0; a < s->narr; a++) s->stride[a][d] = s->stride[a][d + 1];
             s->size[d] *= s->size[d + 1];
             drop_dim(s, d + 1);
         }
-    if (s->rank == 0) {   /* a rank-0 nest is one row of one element */
+    if (s->rank == 0) { /* a rank-0 nest is one row of one element */
         s->rank = 1;
         s->size[0] = 1;
-        for (int a = 0; a < s->narr; a++)
-            s->stride[a][0] = 0;
+        for (int a = 0; a < s->narr; a++) s->stride[a][0] = 0;
     }
 }
 
 /* Walk every row of the nest in C order. */
-static void nest_run(Nest *s, RowFn fn, void *ctx)
-{
+static void nest_run(Nest *s, RowFn fn, void *ctx) {
     int64_t idx[KILN_MAX_RANK] = {0}, off[NARR], step[NARR];
     nest_coalesce(s);
     for (int d = 0; d < s->rank; d++)
-        if (s->size[d] == 0)
-            return;
+        if (s->size[d] == 0) return;
     int inner = s->rank - 1;
     for (int a = 0; a < s->narr; a++) {
         off[a] = s->base[a];
@@ -142,38 +127,33 @@ static void nest_run(Nest *s, RowFn fn, void *ctx)
         fn(ctx, off, s->size[inner], step);
         int d = inner - 1;
         for (; d >= 0; d--) {
-            for (int a = 0; a < s->narr; a++)
-                off[a] += s->stride[a][d];
-            if (++idx[d] < s->size[d])
-                break;
-            for (int a = 0; a < s->narr; a++)
-                off[a] -= s->stride[a][d] * s->size[d];
+            for (int a = 0; a < s->narr; a++) off[a] += s->stride[a][d];
+            if (++idx[d] < s->size[d]) break;
+            for (int a = 0; a < s->narr; a++) off[a] -= s->stride[a][d] * s->size[d];
             idx[d] = 0;
         }
-        if (d < 0)
-            return;
+        if (d < 0) return;
     }
 }
 
 /* ===== interpreter state ================================================ */
 
 typedef struct {
-    float *data;   /* the node's materialized value; NULL before/after its life */
-    bool owned;    /* allocated here (inputs and weights are borrowed) */
-    bool handed;   /* given to the caller as an output */
+    float *data; /* the node's materialized value; NULL before/after its life */
+    bool owned;  /* allocated here (inputs and weights are borrowed) */
+    bool handed; /* given to the caller as an output */
 } Val;
 
 typedef struct {
     Graph *g;
-    Val *val;      /* one per node */
-    int *uses;     /* users not yet run, outputs counted as users */
-    uint64_t perturb;  /* 0, or the seed of kiln_interpret_perturbed's nudges */
+    Val *val;         /* one per node */
+    int *uses;        /* users not yet run, outputs counted as users */
+    uint64_t perturb; /* 0, or the seed of kiln_interpret_perturbed's nudges */
 } Interp;
 
 static const char *op_name(Op op) { return op_info[op].name; }
 
-static kiln_status nomem(Interp *it, int id, size_t bytes)
-{
+static kiln_status nomem(Interp *it, int id, size_t bytes) {
     graph_fail(it->g, KILN_ERR_NOMEM, "out of memory: %lld bytes for %s (node %d)",
                (long long)bytes, op_name(it->g->nodes[id].op), id);
     return KILN_ERR_NOMEM;
@@ -181,23 +161,19 @@ static kiln_status nomem(Interp *it, int id, size_t bytes)
 
 /* n elements of `size` bytes for node id (at least one element, so that an
  * empty tensor still has a buffer); NULL after reporting NOMEM. */
-static void *scratch(Interp *it, int id, int64_t n, size_t size)
-{
-    if (n < 1)
-        n = 1;
+static void *scratch(Interp *it, int id, int64_t n, size_t size) {
+    if (n < 1) n = 1;
     if ((uint64_t)n > SIZE_MAX / size) {
         nomem(it, id, SIZE_MAX);
         return NULL;
     }
     void *p = kmalloc((size_t)n * size);
-    if (!p)
-        nomem(it, id, (size_t)n * size);
+    if (!p) nomem(it, id, (size_t)n * size);
     return p;
 }
 
 static const Node *node(const Interp *it, int id) { return graph_node(it->g, id); }
-static const float *operand(const Interp *it, const Node *n, int k)
-{
+static const float *operand(const Interp *it, const Node *n, int k) {
     return it->val[n->in[k]].data;
 }
 
@@ -209,63 +185,70 @@ typedef struct {
     const float *in[3];
 } PwCtx;
 
-static float relu_f(float x) { return x < 0.0f ? 0.0f : x; }          /* NaN stays */
+static float relu_f(float x) { return x < 0.0f ? 0.0f : x; }               /* NaN stays */
 static float max_f(float a, float b) { return (a != a || a > b) ? a : b; } /* NaN wins */
 static float min_f(float a, float b) { return (a != a || a < b) ? a : b; }
 static float sigmoid_f(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 #define DBL(f, x) ((float)f((double)(x)))
 
-#define MAP1(E) for (int64_t j = 0; j < n; j++) { float x = a[j * sa]; o[j * so] = (E); } break
-#define MAP2(E) for (int64_t j = 0; j < n; j++) { float x = a[j * sa], y = b[j * sb]; o[j * so] = (E); } break
+#define MAP1(E)                       \
+    for (int64_t j = 0; j < n; j++) { \
+        float x = a[j * sa];          \
+        o[j * so] = (E);              \
+    }                                 \
+    break
+#define MAP2(E)                             \
+    for (int64_t j = 0; j < n; j++) {       \
+        float x = a[j * sa], y = b[j * sb]; \
+        o[j * so] = (E);                    \
+    }                                       \
+    break
 
-static void pw_unary(Op op, float *o, int64_t so, const float *a, int64_t sa, int64_t n)
-{
+static void pw_unary(Op op, float *o, int64_t so, const float *a, int64_t sa, int64_t n) {
     switch (op) {
-    case OP_NEG:         MAP1(-x);
-    case OP_ABS:         MAP1(fabsf(x));
-    case OP_RELU:        MAP1(relu_f(x));
-    case OP_SIGMOID:     MAP1(sigmoid_f(x));
-    case OP_TANH:        MAP1(DBL(tanh, x));
-    case OP_EXP:         MAP1(DBL(exp, x));
-    case OP_LOG:         MAP1(DBL(log, x));
-    case OP_SQRT:        MAP1(sqrtf(x));
-    case OP_RSQRT:       MAP1((float)(1.0 / sqrt((double)x)));
-    case OP_SIN:         MAP1(DBL(sin, x));
-    case OP_COS:         MAP1(DBL(cos, x));
-    case OP_ERF:         MAP1(DBL(erf, x));
-    case OP_GELU:        MAP1((float)(0.5 * (double)x * erfc(-(double)x * M_SQRT1_2)));
-    case OP_FLOOR:       MAP1(floorf(x));
-    case OP_CEIL:        MAP1(ceilf(x));
-    case OP_RECIPROCAL:  MAP1(1.0f / x);
+    case OP_NEG: MAP1(-x);
+    case OP_ABS: MAP1(fabsf(x));
+    case OP_RELU: MAP1(relu_f(x));
+    case OP_SIGMOID: MAP1(sigmoid_f(x));
+    case OP_TANH: MAP1(DBL(tanh, x));
+    case OP_EXP: MAP1(DBL(exp, x));
+    case OP_LOG: MAP1(DBL(log, x));
+    case OP_SQRT: MAP1(sqrtf(x));
+    case OP_RSQRT: MAP1((float)(1.0 / sqrt((double)x)));
+    case OP_SIN: MAP1(DBL(sin, x));
+    case OP_COS: MAP1(DBL(cos, x));
+    case OP_ERF: MAP1(DBL(erf, x));
+    case OP_GELU: MAP1((float)(0.5 * (double)x * erfc(-(double)x * M_SQRT1_2)));
+    case OP_FLOOR: MAP1(floorf(x));
+    case OP_CEIL: MAP1(ceilf(x));
+    case OP_RECIPROCAL: MAP1(1.0f / x);
     case OP_LOGICAL_NOT: MAP1((float)(x == 0.0f));
-    case OP_COPY:        MAP1(x);
+    case OP_COPY: MAP1(x);
     default: assert(!"not a unary pointwise op");
     }
 }
 
-static void pw_binary(Op op, float *o, int64_t so, const float *a, int64_t sa,
-                      const float *b, int64_t sb, int64_t n)
-{
+static void pw_binary(Op op, float *o, int64_t so, const float *a, int64_t sa, const float *b,
+                      int64_t sb, int64_t n) {
     switch (op) {
-    case OP_ADD:     MAP2(x + y);
-    case OP_SUB:     MAP2(x - y);
-    case OP_MUL:     MAP2(x * y);
-    case OP_DIV:     MAP2(x / y);
-    case OP_POW:     MAP2((float)pow((double)x, (double)y));
+    case OP_ADD: MAP2(x + y);
+    case OP_SUB: MAP2(x - y);
+    case OP_MUL: MAP2(x * y);
+    case OP_DIV: MAP2(x / y);
+    case OP_POW: MAP2((float)pow((double)x, (double)y));
     case OP_MAXIMUM: MAP2(max_f(x, y));
     case OP_MINIMUM: MAP2(min_f(x, y));
-    case OP_LT:      MAP2((float)(x < y));
-    case OP_LE:      MAP2((float)(x <= y));
-    case OP_GT:      MAP2((float)(x > y));
-    case OP_GE:      MAP2((float)(x >= y));
-    case OP_EQ:      MAP2((float)(x == y));
-    case OP_NE:      MAP2((float)(x != y));
+    case OP_LT: MAP2((float)(x < y));
+    case OP_LE: MAP2((float)(x <= y));
+    case OP_GT: MAP2((float)(x > y));
+    case OP_GE: MAP2((float)(x >= y));
+    case OP_EQ: MAP2((float)(x == y));
+    case OP_NE: MAP2((float)(x != y));
     default: assert(!"not a binary pointwise op");
     }
 }
 
-static void pw_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st)
-{
+static void pw_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
     const PwCtx *c = ctx;
     float *o = c->out + off[0];
     const float *a = c->in[0] + off[1];
@@ -282,8 +265,7 @@ static void pw_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st)
     }
 }
 
-static void eval_pointwise(Interp *it, const Node *n, float *out)
-{
+static void eval_pointwise(Interp *it, const Node *n, float *out) {
     PwCtx c = {.op = n->op, .out = out};
     Nest s;
     assert(n->nin == op_info[n->op].arity && n->nin <= 3);
@@ -305,8 +287,7 @@ typedef struct {
     const float *in;
 } RedCtx;
 
-static void red_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st)
-{
+static void red_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
     const RedCtx *c = ctx;
     double *acc = c->acc + off[0];
     const float *x = c->in + off[1];
@@ -314,19 +295,22 @@ static void red_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st)
     for (int64_t j = 0; j < n; j++) {
         double v = x[j * sx], *r = &acc[j * sa];
         switch (c->op) {
-        case OP_SUM:  *r += v; break;
+        case OP_SUM: *r += v; break;
         case OP_PROD: *r *= v; break;
-        case OP_AMAX: if (v > *r || v != v) *r = v; break;   /* NaN sticks */
-        case OP_AMIN: if (v < *r || v != v) *r = v; break;
+        case OP_AMAX:
+            if (v > *r || v != v) *r = v;
+            break; /* NaN sticks */
+        case OP_AMIN:
+            if (v < *r || v != v) *r = v;
+            break;
         default: assert(!"not a reduction");
         }
     }
 }
 
-static double red_init(Op op)
-{
+static double red_init(Op op) {
     switch (op) {
-    case OP_SUM:  return 0.0;
+    case OP_SUM: return 0.0;
     case OP_PROD: return 1.0;
     case OP_AMAX: return -INFINITY;
     case OP_AMIN: return INFINITY;
@@ -337,50 +321,41 @@ static double red_init(Op op)
 /* Walks the operand in C order, accumulating into a double per output
  * element: the accumulator is read with the output's strides over the
  * operand's dims, 0 along reduced dims. */
-static kiln_status eval_reduction(Interp *it, int id, float *out)
-{
+static kiln_status eval_reduction(Interp *it, int id, float *out) {
     const Node *n = node(it, id), *x = node(it, n->in[0]);
     int64_t on = node_numel(n), ostride[KILN_MAX_RANK], kept[KILN_MAX_RANK];
     bool reduced[KILN_MAX_RANK] = {false};
-    for (int k = 0; k < n->nattr; k++)
-        reduced[n->attr[k]] = true;
-    for (int d = 0; d < x->rank; d++)   /* the output's shape, keepdim style */
+    for (int k = 0; k < n->nattr; k++) reduced[n->attr[k]] = true;
+    for (int d = 0; d < x->rank; d++) /* the output's shape, keepdim style */
         kept[d] = reduced[d] ? 1 : x->shape[d];
     double *acc = scratch(it, id, on, sizeof(double));
-    if (!acc)
-        return KILN_ERR_NOMEM;
-    for (int64_t i = 0; i < on; i++)
-        acc[i] = red_init(n->op);
+    if (!acc) return KILN_ERR_NOMEM;
+    for (int64_t i = 0; i < on; i++) acc[i] = red_init(n->op);
     RedCtx c = {n->op, acc, operand(it, n, 0)};
     Nest s;
     nest_init(&s, x->rank, x->shape, 2);
     contiguous_strides(x->rank, kept, 1, ostride);
-    for (int d = 0; d < x->rank; d++)
-        s.stride[0][d] = reduced[d] ? 0 : ostride[d];
+    for (int d = 0; d < x->rank; d++) s.stride[0][d] = reduced[d] ? 0 : ostride[d];
     contiguous_strides(x->rank, x->shape, 1, s.stride[1]);
     nest_run(&s, red_row, &c);
-    for (int64_t i = 0; i < on; i++)
-        out[i] = (float)acc[i];
+    for (int64_t i = 0; i < on; i++) out[i] = (float)acc[i];
     kfree(acc);
     return KILN_OK;
 }
 
 /* ===== views ============================================================= */
 
-static void copy_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st)
-{
-    float *const *p = ctx;   /* p[0] = out, p[1] = in */
+static void copy_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
+    float *const *p = ctx; /* p[0] = out, p[1] = in */
     float *o = p[0] + off[0];
     const float *x = p[1] + off[1];
-    for (int64_t j = 0; j < n; j++)
-        o[j * st[0]] = x[j * st[1]];
+    for (int64_t j = 0; j < n; j++) o[j * st[0]] = x[j * st[1]];
 }
 
 /* The one strided gather every view uses:
  * out[i] = in[offset + sum_d idx_d * stride_d], i running over shape in C order. */
-static void gather(float *out, const float *in, int rank, const int64_t *shape,
-                   int64_t offset, const int64_t *stride)
-{
+static void gather(float *out, const float *in, int rank, const int64_t *shape, int64_t offset,
+                   const int64_t *stride) {
     Nest s;
     float *p[2] = {out, (float *)in};
     nest_init(&s, rank, shape, 2);
@@ -392,8 +367,7 @@ static void gather(float *out, const float *in, int rank, const int64_t *shape,
 
 /* Constant padding, element by element: out[i] = x[i - before] where that
  * is inside x, else the value. */
-static void eval_pad(Interp *it, const Node *n, float *out)
-{
+static void eval_pad(Interp *it, const Node *n, float *out) {
     const Node *x = node(it, n->in[0]);
     const float *in = operand(it, n, 0);
     int64_t xs[KILN_MAX_RANK], total = node_numel(n);
@@ -413,14 +387,11 @@ static void eval_pad(Interp *it, const Node *n, float *out)
 }
 
 /* Concatenation: each part is a block of rows [outer, part size * inner]. */
-static void eval_concat(Interp *it, const Node *n, float *out)
-{
+static void eval_concat(Interp *it, const Node *n, float *out) {
     int d = (int)n->attr[0];
     int64_t outer = 1, inner = 1, at = 0;
-    for (int k = 0; k < d; k++)
-        outer *= n->shape[k];
-    for (int k = d + 1; k < n->rank; k++)
-        inner *= n->shape[k];
+    for (int k = 0; k < d; k++) outer *= n->shape[k];
+    for (int k = d + 1; k < n->rank; k++) inner *= n->shape[k];
     for (int p = 0; p < n->nin; p++) {
         const float *in = operand(it, n, p);
         int64_t w = node(it, n->in[p])->shape[d] * inner;
@@ -430,8 +401,7 @@ static void eval_concat(Interp *it, const Node *n, float *out)
     }
 }
 
-static void eval_view(Interp *it, const Node *n, float *out)
-{
+static void eval_view(Interp *it, const Node *n, float *out) {
     if (n->op == OP_PAD || n->op == OP_CONCAT) {
         (n->op == OP_PAD ? eval_pad : eval_concat)(it, n, out);
         return;
@@ -441,18 +411,15 @@ static void eval_view(Interp *it, const Node *n, float *out)
     int64_t xs[KILN_MAX_RANK], st[KILN_MAX_RANK], offset = 0;
     contiguous_strides(x->rank, x->shape, 1, xs);
     switch (n->op) {
-    case OP_PERMUTE:   /* out dim d is in dim perm[d] */
-        for (int d = 0; d < n->rank; d++)
-            st[d] = xs[n->attr[d]];
+    case OP_PERMUTE: /* out dim d is in dim perm[d] */
+        for (int d = 0; d < n->rank; d++) st[d] = xs[n->attr[d]];
         break;
-    case OP_RESHAPE:   /* the operand is contiguous: same data, new shape */
+    case OP_RESHAPE: /* the operand is contiguous: same data, new shape */
         assert(node_numel(n) == node_numel(x));
         contiguous_strides(n->rank, n->shape, 1, st);
         break;
-    case OP_EXPAND:
-        bcast_strides(x->rank, x->shape, 1, n->rank, n->shape, st);
-        break;
-    case OP_SLICE: {   /* attr = {dim, start, end, step} */
+    case OP_EXPAND: bcast_strides(x->rank, x->shape, 1, n->rank, n->shape, st); break;
+    case OP_SLICE: { /* attr = {dim, start, end, step} */
         int dim = (int)n->attr[0];
         memcpy(st, xs, sizeof st);
         offset = n->attr[1] * xs[dim];
@@ -473,44 +440,37 @@ typedef struct {
     const float *a, *b;
     float *out;
     int64_t m, k, n;
-    double *row;   /* n accumulators */
+    double *row; /* n accumulators */
 } MmCtx;
 
-static void mm_one(const MmCtx *c, const float *a, const float *b, float *o)
-{
+static void mm_one(const MmCtx *c, const float *a, const float *b, float *o) {
     for (int64_t i = 0; i < c->m; i++) {
-        for (int64_t j = 0; j < c->n; j++)
-            c->row[j] = 0.0;
+        for (int64_t j = 0; j < c->n; j++) c->row[j] = 0.0;
         for (int64_t p = 0; p < c->k; p++) {
             double aip = a[i * c->k + p];
             const float *brow = b + p * c->n;
-            for (int64_t j = 0; j < c->n; j++)
-                c->row[j] += aip * brow[j];
+            for (int64_t j = 0; j < c->n; j++) c->row[j] += aip * brow[j];
         }
-        for (int64_t j = 0; j < c->n; j++)
-            o[i * c->n + j] = (float)c->row[j];
+        for (int64_t j = 0; j < c->n; j++) o[i * c->n + j] = (float)c->row[j];
     }
 }
 
-static void mm_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st)
-{
-    const MmCtx *c = ctx;   /* one batch row: arrays are out, a, b */
+static void mm_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
+    const MmCtx *c = ctx; /* one batch row: arrays are out, a, b */
     for (int64_t j = 0; j < n; j++)
         mm_one(c, c->a + off[1] + j * st[1], c->b + off[2] + j * st[2],
                c->out + off[0] + j * st[0]);
 }
 
-static kiln_status eval_matmul(Interp *it, int id, float *out)
-{
+static kiln_status eval_matmul(Interp *it, int id, float *out) {
     const Node *n = node(it, id), *a = node(it, n->in[0]), *b = node(it, n->in[1]);
     assert(a->rank >= 2 && b->rank >= 2 && n->rank >= 2);
     int br = n->rank - 2;
-    MmCtx c = {operand(it, n, 0), operand(it, n, 1), out,
-               a->shape[a->rank - 2], a->shape[a->rank - 1], b->shape[b->rank - 1], NULL};
+    MmCtx c = {operand(it, n, 0),     operand(it, n, 1),     out, a->shape[a->rank - 2],
+               a->shape[a->rank - 1], b->shape[b->rank - 1], NULL};
     assert(b->shape[b->rank - 2] == c.k);
     c.row = scratch(it, id, c.n, sizeof(double));
-    if (!c.row)
-        return KILN_ERR_NOMEM;
+    if (!c.row) return KILN_ERR_NOMEM;
     Nest s;
     nest_init(&s, br, n->shape, 3);
     contiguous_strides(br, n->shape, c.m * c.n, s.stride[0]);
@@ -529,30 +489,25 @@ typedef struct {
     int64_t sh, sw, ph, pw, dh, dw, groups;
 } ConvGeom;
 
-static void conv_tap(const ConvGeom *q, double *plane, const float *img, double wv,
-                     int64_t kh, int64_t kw)
-{
+static void conv_tap(const ConvGeom *q, double *plane, const float *img, double wv, int64_t kh,
+                     int64_t kw) {
     for (int64_t y = 0; y < q->oh; y++) {
         int64_t iy = y * q->sh - q->ph + kh * q->dh;
-        if (iy < 0 || iy >= q->h)
-            continue;
+        if (iy < 0 || iy >= q->h) continue;
         const float *irow = img + iy * q->w;
         for (int64_t x = 0; x < q->ow; x++) {
             int64_t ix = x * q->sw - q->pw + kw * q->dw;
-            if (ix >= 0 && ix < q->w)
-                plane[y * q->ow + x] += wv * irow[ix];
+            if (ix >= 0 && ix < q->w) plane[y * q->ow + x] += wv * irow[ix];
         }
     }
 }
 
 /* One output plane (image nb, output channel oc). */
 static void conv_plane(const ConvGeom *q, double *plane, const float *x, const float *w,
-                       const float *bias, int64_t nb, int64_t oc)
-{
+                       const float *bias, int64_t nb, int64_t oc) {
     int64_t cpg = q->c / q->groups, opg = q->o / q->groups, g = oc / opg;
     double b0 = bias ? bias[oc] : 0.0;
-    for (int64_t i = 0; i < q->oh * q->ow; i++)
-        plane[i] = b0;
+    for (int64_t i = 0; i < q->oh * q->ow; i++) plane[i] = b0;
     for (int64_t ci = 0; ci < cpg; ci++) {
         const float *img = x + ((nb * q->c) + g * cpg + ci) * q->h * q->w;
         const float *ker = w + ((oc * cpg) + ci) * q->kh * q->kw;
@@ -562,35 +517,41 @@ static void conv_plane(const ConvGeom *q, double *plane, const float *x, const f
     }
 }
 
-static ConvGeom conv_geom(const Node *n, const Node *x, const Node *w)
-{
+static ConvGeom conv_geom(const Node *n, const Node *x, const Node *w) {
     ConvGeom q = {
-        .c = x->shape[1], .h = x->shape[2], .w = x->shape[3],
-        .o = w->shape[0], .kh = w->shape[2], .kw = w->shape[3],
-        .oh = n->shape[2], .ow = n->shape[3],
-        .sh = n->attr[0], .sw = n->attr[1], .ph = n->attr[2], .pw = n->attr[3],
-        .dh = n->attr[4], .dw = n->attr[5], .groups = n->attr[6],
+        .c = x->shape[1],
+        .h = x->shape[2],
+        .w = x->shape[3],
+        .o = w->shape[0],
+        .kh = w->shape[2],
+        .kw = w->shape[3],
+        .oh = n->shape[2],
+        .ow = n->shape[3],
+        .sh = n->attr[0],
+        .sw = n->attr[1],
+        .ph = n->attr[2],
+        .pw = n->attr[3],
+        .dh = n->attr[4],
+        .dw = n->attr[5],
+        .groups = n->attr[6],
     };
     assert(q.groups >= 1 && q.c % q.groups == 0 && q.o % q.groups == 0);
     assert(w->shape[1] == q.c / q.groups);
     return q;
 }
 
-static kiln_status eval_conv2d(Interp *it, int id, float *out)
-{
+static kiln_status eval_conv2d(Interp *it, int id, float *out) {
     const Node *n = node(it, id), *x = node(it, n->in[0]), *w = node(it, n->in[1]);
     assert(x->rank == 4 && w->rank == 4 && n->rank == 4 && n->nattr >= 7);
     ConvGeom q = conv_geom(n, x, w);
     const float *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
     double *plane = scratch(it, id, q.oh * q.ow, sizeof(double));
-    if (!plane)
-        return KILN_ERR_NOMEM;
+    if (!plane) return KILN_ERR_NOMEM;
     for (int64_t nb = 0; nb < x->shape[0]; nb++)
         for (int64_t oc = 0; oc < q.o; oc++) {
             float *o = out + (nb * q.o + oc) * q.oh * q.ow;
             conv_plane(&q, plane, operand(it, n, 0), operand(it, n, 1), bias, nb, oc);
-            for (int64_t i = 0; i < q.oh * q.ow; i++)
-                o[i] = (float)plane[i];
+            for (int64_t i = 0; i < q.oh * q.ow; i++) o[i] = (float)plane[i];
         }
     kfree(plane);
     return KILN_OK;
@@ -600,8 +561,7 @@ static kiln_status eval_conv2d(Interp *it, int id, float *out)
  * before the axis (o), the indices' dims (j) and the dims after it (k). An
  * index is an integral float, negative from the end; the first bad one is
  * an input error, before anything is computed. */
-static bool gather_index_ok(Interp *it, double v, int axis, int64_t size)
-{
+static bool gather_index_ok(Interp *it, double v, int axis, int64_t size) {
     if (v != floor(v) || isinf(v))
         graph_fail(it->g, KILN_ERR_INPUT, "gather: index %g is not an integer", v);
     else if (v < (double)-size || v >= (double)size)
@@ -612,19 +572,15 @@ static bool gather_index_ok(Interp *it, double v, int axis, int64_t size)
     return false;
 }
 
-static kiln_status eval_gather(Interp *it, int id, float *out)
-{
+static kiln_status eval_gather(Interp *it, int id, float *out) {
     const Node *n = node(it, id), *d = node(it, n->in[0]), *ix = node(it, n->in[1]);
     int axis = (int)n->attr[0];
     int64_t size = d->shape[axis], nidx = node_numel(ix), outer = 1, inner = 1;
-    for (int k = 0; k < axis; k++)
-        outer *= d->shape[k];
-    for (int k = axis + 1; k < d->rank; k++)
-        inner *= d->shape[k];
+    for (int k = 0; k < axis; k++) outer *= d->shape[k];
+    for (int k = axis + 1; k < d->rank; k++) inner *= d->shape[k];
     const float *data = operand(it, n, 0), *idx = operand(it, n, 1);
     for (int64_t j = 0; j < nidx; j++)
-        if (!gather_index_ok(it, idx[j], axis, size))
-            return KILN_ERR_INPUT;
+        if (!gather_index_ok(it, idx[j], axis, size)) return KILN_ERR_INPUT;
     for (int64_t o = 0; o < outer; o++)
         for (int64_t j = 0; j < nidx; j++) {
             int64_t p = (int64_t)idx[j] < 0 ? (int64_t)idx[j] + size : (int64_t)idx[j];
@@ -644,47 +600,41 @@ typedef struct {
 } CtGeom;
 
 static void ct_pixel(const CtGeom *q, double *acc, const float *w, double xv, int64_t nb,
-                     int64_t ci, int64_t ih, int64_t iw)
-{
+                     int64_t ci, int64_t ih, int64_t iw) {
     int64_t cog = q->o / q->groups, g = ci / (q->c / q->groups);
     for (int64_t c = 0; c < cog; c++)
         for (int64_t i = 0; i < q->kh; i++) {
             int64_t oy = ih * q->sh - q->ph + i * q->dh;
-            if (oy < 0 || oy >= q->oh)
-                continue;
+            if (oy < 0 || oy >= q->oh) continue;
             for (int64_t j = 0; j < q->kw; j++) {
                 int64_t ox = iw * q->sw - q->pw + j * q->dw;
-                if (ox < 0 || ox >= q->ow)
-                    continue;
+                if (ox < 0 || ox >= q->ow) continue;
                 double wv = w[((ci * cog + c) * q->kh + i) * q->kw + j];
                 acc[((nb * q->o + g * cog + c) * q->oh + oy) * q->ow + ox] += xv * wv;
             }
         }
 }
 
-static kiln_status eval_conv_transpose2d(Interp *it, int id, float *out)
-{
+static kiln_status eval_conv_transpose2d(Interp *it, int id, float *out) {
     const Node *n = node(it, id), *x = node(it, n->in[0]), *w = node(it, n->in[1]);
     const int64_t *a = n->attr;
     CtGeom q = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], n->shape[1], w->shape[2],
-                w->shape[3], n->shape[2], n->shape[3], a[0], a[1], a[2], a[3], a[6], a[7], a[8]};
+                w->shape[3], n->shape[2], n->shape[3], a[0],        a[1],        a[2],
+                a[3],        a[6],        a[7],        a[8]};
     assert(n->nattr == 9 && w->shape[0] == q.c && w->shape[1] * q.groups == q.o);
     const float *xd = operand(it, n, 0), *wd = operand(it, n, 1);
     const float *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
     int64_t numel = node_numel(n), plane = q.oh * q.ow;
     double *acc = scratch(it, id, numel, sizeof(double));
-    if (!acc)
-        return KILN_ERR_NOMEM;
-    for (int64_t i = 0; i < numel; i++)
-        acc[i] = bias ? bias[i / plane % q.o] : 0.0;
+    if (!acc) return KILN_ERR_NOMEM;
+    for (int64_t i = 0; i < numel; i++) acc[i] = bias ? bias[i / plane % q.o] : 0.0;
     for (int64_t nb = 0; nb < q.n; nb++)
         for (int64_t ci = 0; ci < q.c; ci++)
             for (int64_t ih = 0; ih < q.h; ih++)
                 for (int64_t iw = 0; iw < q.w; iw++)
-                    ct_pixel(&q, acc, wd, xd[((nb * q.c + ci) * q.h + ih) * q.w + iw], nb, ci,
-                             ih, iw);
-    for (int64_t i = 0; i < numel; i++)
-        out[i] = (float)acc[i];
+                    ct_pixel(&q, acc, wd, xd[((nb * q.c + ci) * q.h + ih) * q.w + iw], nb, ci, ih,
+                             iw);
+    for (int64_t i = 0; i < numel; i++) out[i] = (float)acc[i];
     kfree(acc);
     return KILN_OK;
 }
@@ -692,13 +642,11 @@ static kiln_status eval_conv_transpose2d(Interp *it, int id, float *out)
 /* ===== one node =========================================================== */
 
 /* Compute node id into a new buffer (sources: borrow where possible). */
-static kiln_status eval_node(Interp *it, int id)
-{
+static kiln_status eval_node(Interp *it, int id) {
     const Node *n = node(it, id);
     OpKind kind = op_info[n->op].kind;
     assert(kind != KIND_COMPOSITE && "interp_run needs a decomposed graph");
-    if (n->op == OP_INPUT)
-        return KILN_OK;           /* set up by interp_run */
+    if (n->op == OP_INPUT) return KILN_OK; /* set up by interp_run */
     if (n->op == OP_WEIGHT) {
         it->val[id].data = n->data;
         return KILN_OK;
@@ -706,17 +654,16 @@ static kiln_status eval_node(Interp *it, int id)
     int64_t numel = node_numel(n);
     assert(numel >= 0);
     float *out = scratch(it, id, numel, sizeof(float));
-    if (!out)
-        return KILN_ERR_NOMEM;
+    if (!out) return KILN_ERR_NOMEM;
     it->val[id] = (Val){out, true, false};
     switch (kind) {
-    case KIND_SOURCE:   /* CONST */
+    case KIND_SOURCE: /* CONST */
         assert(n->op == OP_CONST);
         out[0] = (float)n->f[0];
         return KILN_OK;
     case KIND_POINTWISE: eval_pointwise(it, n, out); return KILN_OK;
     case KIND_REDUCTION: return eval_reduction(it, id, out);
-    case KIND_VIEW:      eval_view(it, n, out); return KILN_OK;
+    case KIND_VIEW: eval_view(it, n, out); return KILN_OK;
     case KIND_EXTERN:
         switch (n->op) {
         case OP_MATMUL: return eval_matmul(it, id, out);
@@ -724,46 +671,37 @@ static kiln_status eval_node(Interp *it, int id)
         case OP_CONV_TRANSPOSE2D: return eval_conv_transpose2d(it, id, out);
         default: return eval_conv2d(it, id, out);
         }
-    case KIND_RANDOM:    /* counter-based: element i depends on (seed, i) only */
+    case KIND_RANDOM: /* counter-based: element i depends on (seed, i) only */
         assert(n->op == OP_RAND);
-        for (int64_t i = 0; i < numel; i++)
-            out[i] = util_rand_uniform(n->seed, (uint64_t)i);
+        for (int64_t i = 0; i < numel; i++) out[i] = util_rand_uniform(n->seed, (uint64_t)i);
         return KILN_OK;
-    default:
-        assert(!"unknown op kind");
-        return KILN_ERR_INPUT;
+    default: assert(!"unknown op kind"); return KILN_ERR_INPUT;
     }
 }
 
-static void release(Interp *it, int id)
-{
+static void release(Interp *it, int id) {
     Val *v = &it->val[id];
-    if (v->owned && !v->handed)
-        kfree(v->data);
+    if (v->owned && !v->handed) kfree(v->data);
     *v = (Val){NULL, false, false};
 }
 
 /* Node id has run (or was skipped): each operand slot gives up its use
  * (graph_use_counts counts slots, so x * x holds x twice), and a value
  * whose last user has run is freed. */
-static void drop_operands(Interp *it, int id)
-{
+static void drop_operands(Interp *it, int id) {
     const Node *n = node(it, id);
     for (int k = 0; k < n->nin; k++) {
         int x = n->in[k];
-        if (x < 0)
-            continue;
+        if (x < 0) continue;
         assert(it->uses[x] > 0);
-        if (--it->uses[x] == 0)
-            release(it, x);
+        if (--it->uses[x] == 0) release(it, x);
     }
 }
 
 /* outputs[i] takes the node's own buffer the first time that buffer is an
  * output; borrowed or repeated values are copied. On failure the copies
  * made so far are freed (handed buffers are freed with the rest). */
-static kiln_status hand_outputs(Interp *it, float **outputs)
-{
+static kiln_status hand_outputs(Interp *it, float **outputs) {
     Graph *g = it->g;
     for (int i = 0; i < g->noutputs; i++) {
         int id = g->outputs[i];
@@ -777,15 +715,12 @@ static kiln_status hand_outputs(Interp *it, float **outputs)
         outputs[i] = scratch(it, id, numel, sizeof(float));
         if (!outputs[i]) {
             for (int j = 0; j < i; j++)
-                if (outputs[j] != it->val[g->outputs[j]].data)
-                    kfree(outputs[j]);
-            for (int j = 0; j < g->noutputs; j++)
-                it->val[g->outputs[j]].handed = false;
+                if (outputs[j] != it->val[g->outputs[j]].data) kfree(outputs[j]);
+            for (int j = 0; j < g->noutputs; j++) it->val[g->outputs[j]].handed = false;
             memset(outputs, 0, sizeof(float *) * (size_t)g->noutputs);
             return KILN_ERR_NOMEM;
         }
-        if (numel > 0)
-            memcpy(outputs[i], v->data, sizeof(float) * (size_t)numel);
+        if (numel > 0) memcpy(outputs[i], v->data, sizeof(float) * (size_t)numel);
     }
     return KILN_OK;
 }
@@ -796,8 +731,7 @@ static kiln_status hand_outputs(Interp *it, float **outputs)
  * after a pointwise op, 2^-23 sqrt(n) after a reduction or a product over
  * n terms (float accumulation in another order). Views and gathers move
  * values exactly and are left alone, as are bool results. */
-static void perturb(Interp *it, int id)
-{
+static void perturb(Interp *it, int id) {
     const Node *n = node(it, id);
     OpKind kind = op_info[n->op].kind;
     if (n->dtype != KILN_F32 || !it->val[id].owned || n->op == OP_GATHER ||
@@ -807,9 +741,11 @@ static void perturb(Interp *it, int id)
     if (kind != KIND_POINTWISE) {
         const Node *a = n->nin > 0 && n->in[0] >= 0 ? node(it, n->in[0]) : NULL;
         int64_t len = 1;
-        if (kind == KIND_REDUCTION && a && node_numel(n) > 0) len = node_numel(a) / node_numel(n);
-        else if (n->op == OP_MATMUL && a && a->rank) len = a->shape[a->rank - 1];
-        else if (n->nin > 1 && node(it, n->in[1])->rank == 4) {   /* conv weights */
+        if (kind == KIND_REDUCTION && a && node_numel(n) > 0)
+            len = node_numel(a) / node_numel(n);
+        else if (n->op == OP_MATMUL && a && a->rank)
+            len = a->shape[a->rank - 1];
+        else if (n->nin > 1 && node(it, n->in[1])->rank == 4) { /* conv weights */
             const Node *w = node(it, n->in[1]);
             len = w->shape[1] * w->shape[2] * w->shape[3];
         }
@@ -821,31 +757,25 @@ static void perturb(Interp *it, int id)
         v[i] *= (float)(1.0 + (2.0 * util_rand_uniform(seed, (uint64_t)i) - 1.0) * r);
 }
 
-static kiln_status run_nodes(Interp *it, float *const *inputs)
-{
+static kiln_status run_nodes(Interp *it, float *const *inputs) {
     Graph *g = it->g;
-    for (int i = 0; i < g->ninputs; i++)
-        it->val[g->inputs[i]].data = inputs[i];
+    for (int i = 0; i < g->ninputs; i++) it->val[g->inputs[i]].data = inputs[i];
     for (int id = 0; id < g->n; id++) {
-        if (it->uses[id] > 0) {   /* a value nobody reads is not computed */
+        if (it->uses[id] > 0) { /* a value nobody reads is not computed */
             kiln_status st = eval_node(it, id);
-            if (st != KILN_OK)
-                return st;
-            if (it->perturb)
-                perturb(it, id);
+            if (st != KILN_OK) return st;
+            if (it->perturb) perturb(it, id);
         }
         drop_operands(it, id);
     }
     return KILN_OK;
 }
 
-kiln_status interp_run(Graph *g, float *const *inputs, float **outputs)
-{
+kiln_status interp_run(Graph *g, float *const *inputs, float **outputs) {
     return interp_run_perturbed(g, inputs, outputs, 0);
 }
 
-kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs, uint64_t seed)
-{
+kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs, uint64_t seed) {
     Interp it = {g, NULL, NULL, seed};
     it.uses = graph_use_counts(g);
     it.val = kcalloc((size_t)g->n + 1, sizeof(Val));
@@ -857,10 +787,8 @@ kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs
         return KILN_ERR_NOMEM;
     }
     kiln_status st = run_nodes(&it, inputs);
-    if (st == KILN_OK)
-        st = hand_outputs(&it, outputs);
-    for (int id = 0; id < g->n; id++)
-        release(&it, id);
+    if (st == KILN_OK) st = hand_outputs(&it, outputs);
+    for (int id = 0; id < g->n; id++) release(&it, id);
     kfree(it.val);
     kfree(it.uses);
     return st;
@@ -868,40 +796,33 @@ kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs
 
 /* ===== the public entry point ============================================= */
 
-static kiln_status check_input(Graph *g, int i, const kiln_tensor *t)
-{
+static kiln_status check_input(Graph *g, int i, const kiln_tensor *t) {
     char err[512];
     kiln_status st = graph_check_input(g, i, t, err, sizeof err);
-    if (st != KILN_OK)
-        graph_fail(g, st, "%s", err);
+    if (st != KILN_OK) graph_fail(g, st, "%s", err);
     return st;
 }
 
 /* Everything kiln_interpret allocates, so one function can free it. */
 typedef struct {
-    Graph *dec;          /* the decomposed graph */
-    float **in;          /* per input: the float data interp_run reads */
-    bool *in_owned;      /* in[i] was converted (bool) and must be freed */
-    float **out;         /* per output: interp_run's result */
+    Graph *dec;     /* the decomposed graph */
+    float **in;     /* per input: the float data interp_run reads */
+    bool *in_owned; /* in[i] was converted (bool) and must be freed */
+    float **out;    /* per output: interp_run's result */
     int nin, nout;
 } Run;
 
-static void run_free(Run *r)
-{
+static void run_free(Run *r) {
     for (int i = 0; r->in && r->in_owned && i < r->nin; i++)
-        if (r->in_owned[i])
-            kfree(r->in[i]);
-    for (int i = 0; r->out && i < r->nout; i++)
-        kfree(r->out[i]);
+        if (r->in_owned[i]) kfree(r->in[i]);
+    for (int i = 0; r->out && i < r->nout; i++) kfree(r->out[i]);
     kfree(r->in);
     kfree(r->in_owned);
     kfree(r->out);
-    if (r->dec)
-        kiln_graph_free(r->dec);
+    if (r->dec) kiln_graph_free(r->dec);
 }
 
-static kiln_status convert_inputs(Graph *g, Run *r, const kiln_tensor *inputs)
-{
+static kiln_status convert_inputs(Graph *g, Run *r, const kiln_tensor *inputs) {
     for (int i = 0; i < r->nin; i++) {
         const kiln_tensor *t = &inputs[i];
         if (t->dtype == KILN_F32) {
@@ -917,15 +838,13 @@ static kiln_status convert_inputs(Graph *g, Run *r, const kiln_tensor *inputs)
         }
         r->in_owned[i] = true;
         const unsigned char *bytes = t->data;
-        for (int64_t k = 0; k < n; k++)
-            r->in[i][k] = bytes[k] ? 1.0f : 0.0f;
+        for (int64_t k = 0; k < n; k++) r->in[i][k] = bytes[k] ? 1.0f : 0.0f;
     }
     return KILN_OK;
 }
 
 /* Output i of the decomposed graph as a new tensor (f32 or bool bytes). */
-static kiln_status convert_output(Graph *g, const Run *r, int i, kiln_tensor *t)
-{
+static kiln_status convert_output(Graph *g, const Run *r, int i, kiln_tensor *t) {
     const Node *n = graph_node(r->dec, r->dec->outputs[i]);
     assert(n->dtype == KILN_F32 || n->dtype == KILN_BOOL);
     *t = (kiln_tensor){.dtype = n->dtype, .rank = n->rank};
@@ -942,61 +861,49 @@ static kiln_status convert_output(Graph *g, const Run *r, int i, kiln_tensor *t)
     return KILN_OK;
 }
 
-static kiln_status run_alloc(Graph *g, Run *r)
-{
+static kiln_status run_alloc(Graph *g, Run *r) {
     r->dec = kiln_graph_new();
     r->in = kcalloc((size_t)r->nin + 1, sizeof(float *));
     r->in_owned = kcalloc((size_t)r->nin + 1, sizeof(bool));
     r->out = kcalloc((size_t)r->nout + 1, sizeof(float *));
-    if (r->dec && r->in && r->in_owned && r->out)
-        return KILN_OK;
+    if (r->dec && r->in && r->in_owned && r->out) return KILN_OK;
     graph_fail(g, KILN_ERR_NOMEM, "out of memory: interpreter set-up");
     return KILN_ERR_NOMEM;
 }
 
 /* Decompose, run, convert: every step's failure lands in g. */
-static kiln_status interpret(Graph *g, Run *r, const kiln_tensor *inputs,
-                             kiln_tensor *outputs, uint64_t seed)
-{
+static kiln_status interpret(Graph *g, Run *r, const kiln_tensor *inputs, kiln_tensor *outputs,
+                             uint64_t seed) {
     kiln_status st = run_alloc(g, r);
     if (st == KILN_OK && (st = dec_run(g, r->dec)) != KILN_OK) {
         graph_fail(g, st, "%s", kiln_error(r->dec));
         return st;
     }
-    if (st == KILN_OK)
-        st = convert_inputs(g, r, inputs);
+    if (st == KILN_OK) st = convert_inputs(g, r, inputs);
     if (st == KILN_OK && (st = interp_run_perturbed(r->dec, r->in, r->out, seed)) != KILN_OK) {
         graph_fail(g, st, "%s", kiln_error(r->dec));
         return st;
     }
     for (int i = 0; st == KILN_OK && i < r->nout; i++)
         if ((st = convert_output(g, r, i, &outputs[i])) != KILN_OK)
-            for (int j = 0; j < i; j++)
-                kiln_tensor_free(&outputs[j]);
+            for (int j = 0; j < i; j++) kiln_tensor_free(&outputs[j]);
     return st;
 }
 
-kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
-                           kiln_tensor *outputs)
-{
+kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs, kiln_tensor *outputs) {
     return kiln_interpret_perturbed(g, inputs, outputs, 0);
 }
 
-kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs,
-                                     kiln_tensor *outputs, uint64_t seed)
-{
+kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs, kiln_tensor *outputs,
+                                     uint64_t seed) {
     assert(g);
-    if (g->status != KILN_OK)
-        return g->status;
+    if (g->status != KILN_OK) return g->status;
     Run r = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
     assert((inputs || r.nin == 0) && (outputs || r.nout == 0));
     kiln_status st = KILN_OK;
-    for (int i = 0; i < r.nin && st == KILN_OK; i++)
-        st = check_input(g, i, &inputs[i]);
-    if (st == KILN_OK)
-        st = interpret(g, &r, inputs, outputs, seed);
-    if (st != KILN_OK && r.nout > 0)
-        memset(outputs, 0, sizeof(kiln_tensor) * (size_t)r.nout);
+    for (int i = 0; i < r.nin && st == KILN_OK; i++) st = check_input(g, i, &inputs[i]);
+    if (st == KILN_OK) st = interpret(g, &r, inputs, outputs, seed);
+    if (st != KILN_OK && r.nout > 0) memset(outputs, 0, sizeof(kiln_tensor) * (size_t)r.nout);
     run_free(&r);
     /* A failed run leaves its message but not a sticky status: the graph
      * itself is fine and may run again with other inputs. */

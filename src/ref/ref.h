@@ -21,9 +21,8 @@ kiln_status interp_run(Graph *g, float *const *inputs, float **outputs);
  * code may make there (seed != 0; see perturb in interp.c), and
  * kiln_interpret likewise: rt_reference_spread's runs. */
 kiln_status interp_run_perturbed(Graph *g, float *const *inputs, float **outputs, uint64_t seed);
-kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs,
-                                     kiln_tensor *outputs, uint64_t seed);
-
+kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs, kiln_tensor *outputs,
+                                     uint64_t seed);
 
 /* ===== tolerance.c ===================================================== */
 
@@ -31,7 +30,7 @@ kiln_status kiln_interpret_perturbed(kiln_graph *g, const kiln_tensor *inputs,
  * the fuzzer); see rt_tolerance in tolerance.c for how each class is set. */
 typedef struct {
     double atol, rtol;
-    int64_t reduce_n;      /* the largest reduction or extern dot-product length (1: none) */
+    int64_t reduce_n; /* the largest reduction or extern dot-product length (1: none) */
 } RtTolerance;
 RtTolerance rt_tolerance(const Graph *dec);
 /* |got - want| in units of atol + rtol |want| (> 1 fails). NaN matches NaN

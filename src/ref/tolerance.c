@@ -99,7 +99,7 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
                 } else {
                     a = ((const float *)ref[i].data)[k], b = ((const float *)want[i].data)[k];
                 }
-                double d = 0;   /* NaN meets NaN; one side non-finite: undetermined */
+                double d = 0; /* NaN meets NaN; one side non-finite: undetermined */
                 if (a != b && !(isnan(a) && isnan(b)))
                     d = isfinite(a) && isfinite(b) ? fabs(a - b) : INFINITY;
                 if (d > sp[k]) sp[k] = (float)d;
@@ -116,11 +116,11 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
 double rt_excess_spread(float got, float want, float spread, RtTolerance t) {
     if (isinf(spread) && spread > 0) return 0.0;
     if (!isfinite(want) || !isfinite(got)) return rt_excess(got, want, t);
-    return fabs((double)got - (double)want) / (t.atol + t.rtol * fabs((double)want) + RT_SPREAD_K * spread);
+    return fabs((double)got - (double)want) /
+           (t.atol + t.rtol * fabs((double)want) + RT_SPREAD_K * spread);
 }
 
 double rt_check_excess(kiln_dtype dt, float got, float want, float spread, RtTolerance t) {
     if (dt == KILN_BOOL) return (got != 0) == (want != 0) || spread > 0 ? 0.0 : INFINITY;
     return rt_excess_spread(got, want, spread, t);
 }
-

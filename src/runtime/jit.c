@@ -47,11 +47,11 @@ extern char **environ;
 
 #define JIT_FLAGS "-O3 -fopenmp -fno-math-errno -shared -fPIC -std=c11"
 #define JIT_PATH_MAX 512
-#define JIT_OUT_MAX 4096      /* compiler output kept for a message */
-#define JIT_KEY_HEX 32        /* 128 bits of SHA-256 */
+#define JIT_OUT_MAX 4096 /* compiler output kept for a message */
+#define JIT_KEY_HEX 32   /* 128 bits of SHA-256 */
 
 struct JitLib {
-    void *handle;             /* from dlopen */
+    void *handle; /* from dlopen */
 };
 
 /* ===== SHA-256 (FIPS 180-4) ============================================ */
@@ -59,22 +59,19 @@ struct JitLib {
 typedef struct {
     uint32_t h[8];
     uint8_t buf[64];
-    size_t nbuf;              /* bytes waiting in buf */
-    uint64_t len;             /* total bytes hashed */
+    size_t nbuf;  /* bytes waiting in buf */
+    uint64_t len; /* total bytes hashed */
 } Sha256;
 
 static const uint32_t sha_k[64] = {
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
-    0x923f82a4, 0xab1c5ed5, 0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3,
-    0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174, 0xe49b69c1, 0xefbe4786,
-    0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147,
-    0x06ca6351, 0x14292967, 0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13,
-    0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85, 0xa2bfe8a1, 0xa81a664b,
-    0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a,
-    0x5b9cca4f, 0x682e6ff3, 0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208,
-    0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
 };
 
 static uint32_t ror(uint32_t x, int n) { return (x >> n) | (x << (32 - n)); }
@@ -118,7 +115,10 @@ static void sha_update(Sha256 *s, const void *data, size_t n) {
         size_t k = 64 - s->nbuf < n ? 64 - s->nbuf : n;
         memcpy(s->buf + s->nbuf, p, k);
         s->nbuf += k, p += k, n -= k;
-        if (s->nbuf == 64) { sha_block(s->h, s->buf); s->nbuf = 0; }
+        if (s->nbuf == 64) {
+            sha_block(s->h, s->buf);
+            s->nbuf = 0;
+        }
     }
 }
 
@@ -185,9 +185,9 @@ static unsigned next_serial(void) {
 /* ===== argv building ===================================================== */
 
 typedef struct {
-    char **v;                 /* NULL-terminated once built */
+    char **v; /* NULL-terminated once built */
     int n, cap;
-    bool oom;                 /* an allocation failed: v is incomplete */
+    bool oom; /* an allocation failed: v is incomplete */
 } Argv;
 
 static void argv_push(Argv *a, const char *s, size_t len) {
@@ -195,11 +195,17 @@ static void argv_push(Argv *a, const char *s, size_t len) {
     if (a->n + 2 > a->cap) {
         int cap = a->cap ? 2 * a->cap : 16;
         char **v = krealloc(a->v, (size_t)cap * sizeof *v);
-        if (!v) { a->oom = true; return; }
+        if (!v) {
+            a->oom = true;
+            return;
+        }
         a->v = v, a->cap = cap;
     }
     char *copy = kmalloc(len + 1);
-    if (!copy) { a->oom = true; return; }
+    if (!copy) {
+        a->oom = true;
+        return;
+    }
     memcpy(copy, s, len);
     copy[len] = '\0';
     a->v[a->n++] = copy;
@@ -267,9 +273,9 @@ static int run_capture(char *const argv[], char *out, size_t cap, int *status) {
 /* ===== memoized facts about the compiler and the CPU ==================== */
 
 static pthread_mutex_t memo_lock = PTHREAD_MUTEX_INITIALIZER;
-static char memo_cc[JIT_PATH_MAX];     /* the $CC the version belongs to */
-static char memo_version[256];         /* first line of `$CC --version` */
-static char memo_cpu[65];              /* SHA-256 of /proc/cpuinfo's flags */
+static char memo_cc[JIT_PATH_MAX]; /* the $CC the version belongs to */
+static char memo_version[256];     /* first line of `$CC --version` */
+static char memo_cpu[65];          /* SHA-256 of /proc/cpuinfo's flags */
 
 static kiln_status spawn_error(const char *cc, int rc, char *err, size_t errlen) {
     if (rc == ENOENT)
@@ -280,7 +286,7 @@ static kiln_status spawn_error(const char *cc, int rc, char *err, size_t errlen)
 /* First line of `cc --version`; a compiler that fails it gets "?". */
 static kiln_status query_version(const char *cc, char *ver, size_t len, char *err, size_t errlen) {
     Argv a = {0};
-    argv_words(&a, cc);                    /* cc has a word: see job_init */
+    argv_words(&a, cc); /* cc has a word: see job_init */
     argv_add(&a, "--version");
     if (a.oom) {
         argv_free(&a);
@@ -406,10 +412,14 @@ static kiln_status compiler_facts(const char *cc, const char *dir, char *ver, si
 static kiln_status cache_dir(char *dir, size_t len, char *err, size_t errlen) {
     const char *e = getenv("KILN_CACHE_DIR");
     bool ok;
-    if (e && *e) ok = fmt_fits(dir, len, "%s", e);
-    else if ((e = getenv("XDG_CACHE_HOME")) && *e) ok = fmt_fits(dir, len, "%s/kiln", e);
-    else if ((e = getenv("HOME")) && *e) ok = fmt_fits(dir, len, "%s/.cache/kiln", e);
-    else return fail(err, errlen, KILN_ERR_ENV, "no cache directory: set KILN_CACHE_DIR or HOME");
+    if (e && *e)
+        ok = fmt_fits(dir, len, "%s", e);
+    else if ((e = getenv("XDG_CACHE_HOME")) && *e)
+        ok = fmt_fits(dir, len, "%s/kiln", e);
+    else if ((e = getenv("HOME")) && *e)
+        ok = fmt_fits(dir, len, "%s/.cache/kiln", e);
+    else
+        return fail(err, errlen, KILN_ERR_ENV, "no cache directory: set KILN_CACHE_DIR or HOME");
     if (!ok) return fail(err, errlen, KILN_ERR_ENV, "cache directory path too long: %s", e);
     return KILN_OK;
 }
@@ -433,13 +443,13 @@ static int mkdir_p(const char *dir) {
 /* ===== one compile job ===================================================== */
 
 typedef struct {
-    const char *cc;                 /* $CC or "cc" */
-    char *flags;                    /* standard + extra flags, kmalloc'd */
+    const char *cc; /* $CC or "cc" */
+    char *flags;    /* standard + extra flags, kmalloc'd */
     char key[JIT_KEY_HEX + 1];
     char dir[JIT_PATH_MAX];
     char *err;
     size_t errlen;
-    JitStats *stats;                /* holds the .so and .c paths */
+    JitStats *stats; /* holds the .so and .c paths */
 } Job;
 
 static void make_key(Job *j, const char *source, const char *ver, const char *cpu) {
@@ -448,7 +458,7 @@ static void make_key(Job *j, const char *source, const char *ver, const char *cp
     char hex[65];
     sha_init(&s);
     for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++)
-        sha_update(&s, parts[i], strlen(parts[i]) + 1);  /* NUL separates */
+        sha_update(&s, parts[i], strlen(parts[i]) + 1); /* NUL separates */
     sha_final_hex(&s, hex);
     memcpy(j->key, hex, JIT_KEY_HEX);
     j->key[JIT_KEY_HEX] = '\0';
@@ -485,9 +495,13 @@ static const char *elf_incomplete(int fd, uint64_t size) {
 /* Is this a loadable entry of our key? The handle, or NULL with why. */
 static void *load_verified(const char *path, const char *key, char *why, size_t len) {
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) { util_fmt(why, len, "%s", strerror(errno)); return NULL; }
+    if (fd < 0) {
+        util_fmt(why, len, "%s", strerror(errno));
+        return NULL;
+    }
     struct stat st;
-    const char *bad = fstat(fd, &st) != 0 ? "cannot stat" : elf_incomplete(fd, (uint64_t)st.st_size);
+    const char *bad =
+        fstat(fd, &st) != 0 ? "cannot stat" : elf_incomplete(fd, (uint64_t)st.st_size);
     close(fd);
     if (bad) {
         util_fmt(why, len, "%s", bad);
@@ -531,8 +545,8 @@ static kiln_status write_atomic(const Job *j, const char *path, const char *a, c
 static kiln_status write_source(const Job *j, const char *source) {
     char marker[160];
     util_fmt(marker, sizeof marker,
-             "\n/* kiln jit cache marker */\nconst char kiln_jit_marker_%s[] = \"%s\";\n",
-             j->key, j->key);
+             "\n/* kiln jit cache marker */\nconst char kiln_jit_marker_%s[] = \"%s\";\n", j->key,
+             j->key);
     return write_atomic(j, j->stats->src_path, source, marker);
 }
 
@@ -551,11 +565,11 @@ static Argv compile_argv(const Job *j, const char *out) {
 static kiln_status compiler_failed(const Job *j, int status, const char *output) {
     if (WIFSIGNALED(status))
         return fail(j->err, j->errlen, KILN_ERR_ENV,
-                    "C compiler '%s' killed by signal %d compiling %s (source kept)\n%s",
-                    j->cc, WTERMSIG(status), j->stats->src_path, output);
+                    "C compiler '%s' killed by signal %d compiling %s (source kept)\n%s", j->cc,
+                    WTERMSIG(status), j->stats->src_path, output);
     return fail(j->err, j->errlen, KILN_ERR_ENV,
-                "C compiler '%s' failed (exit %d) compiling %s (source kept):\n%s",
-                j->cc, WEXITSTATUS(status), j->stats->src_path, output);
+                "C compiler '%s' failed (exit %d) compiling %s (source kept):\n%s", j->cc,
+                WEXITSTATUS(status), j->stats->src_path, output);
 }
 
 /* Run the compiler into a temporary .so and rename it into place. */
@@ -563,7 +577,10 @@ static kiln_status compile_to_cache(Job *j) {
     char tmp[JIT_PATH_MAX + 32], output[JIT_OUT_MAX + 1];
     util_fmt(tmp, sizeof tmp, "%s.tmp.%ld.%u", j->stats->path, (long)getpid(), next_serial());
     Argv a = compile_argv(j, tmp);
-    if (a.oom) { argv_free(&a); return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory"); }
+    if (a.oom) {
+        argv_free(&a);
+        return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
+    }
     int status;
     double t0 = now_ms();
     int rc = run_capture(a.v, output, sizeof output, &status);
@@ -580,8 +597,8 @@ static kiln_status compile_to_cache(Job *j) {
         unlink(tmp);
         if (no_object)
             return fail(j->err, j->errlen, KILN_ERR_ENV,
-                        "C compiler '%s' exited 0 but wrote no object compiling %s%s%s",
-                        j->cc, j->stats->src_path, *output ? ":\n" : "", output);
+                        "C compiler '%s' exited 0 but wrote no object compiling %s%s%s", j->cc,
+                        j->stats->src_path, *output ? ":\n" : "", output);
         return fail(j->err, j->errlen, KILN_ERR_ENV, "cannot write %s: %s", j->stats->path,
                     strerror(e));
     }
@@ -593,8 +610,7 @@ static kiln_status compile_to_cache(Job *j) {
  * kernel would unload it under its own idle worker threads (a crash). So
  * whichever runtime is loaded is marked RTLD_NODELETE. */
 static void pin_openmp_runtime(void) {
-    static const char *const names[] = {"libgomp.so.1", "libomp.so.5", "libomp.so",
-                                        "libiomp5.so"};
+    static const char *const names[] = {"libgomp.so.1", "libomp.so.5", "libomp.so", "libiomp5.so"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         void *h = dlopen(names[i], RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
         if (h) dlclose(h);
@@ -640,21 +656,24 @@ static kiln_status job_init(Job *j, const char *source, const char *extra) {
         !fmt_fits(j->stats->src_path, sizeof j->stats->src_path, "%s/%s.c", j->dir, j->key))
         return fail(j->err, j->errlen, KILN_ERR_ENV, "cache directory path too long: %s", j->dir);
     int e = mkdir_p(j->dir);
-    if (e) return fail(j->err, j->errlen, KILN_ERR_ENV, "cannot create cache directory %s: %s",
-                       j->dir, strerror(e));
+    if (e)
+        return fail(j->err, j->errlen, KILN_ERR_ENV, "cannot create cache directory %s: %s", j->dir,
+                    strerror(e));
     return KILN_OK;
 }
 
-kiln_status jit_compile(const char *source, const char *extra_flags, JitLib **out,
-                        char *err, size_t errlen, JitStats *stats) {
+kiln_status jit_compile(const char *source, const char *extra_flags, JitLib **out, char *err,
+                        size_t errlen, JitStats *stats) {
     JitStats local;
     Job j = {.err = err, .errlen = errlen, .stats = stats ? stats : &local};
     memset(j.stats, 0, sizeof *j.stats);
     *out = NULL;
     kiln_status st = job_init(&j, source, extra_flags);
     void *h = NULL;
-    if (st == KILN_OK && (h = try_cached(&j)) != NULL) j.stats->cache_hit = 1;
-    else if (st == KILN_OK) st = build_and_load(&j, source, &h);
+    if (st == KILN_OK && (h = try_cached(&j)) != NULL)
+        j.stats->cache_hit = 1;
+    else if (st == KILN_OK)
+        st = build_and_load(&j, source, &h);
     kfree(j.flags);
     if (st != KILN_OK) return st;
     if (!(*out = kmalloc(sizeof **out))) {
@@ -666,9 +685,7 @@ kiln_status jit_compile(const char *source, const char *extra_flags, JitLib **ou
     return KILN_OK;
 }
 
-void *jit_sym(JitLib *lib, const char *name) {
-    return lib ? dlsym(lib->handle, name) : NULL;
-}
+void *jit_sym(JitLib *lib, const char *name) { return lib ? dlsym(lib->handle, name) : NULL; }
 
 void jit_close(JitLib *lib) {
     if (!lib) return;

@@ -39,4 +39,3 @@ void plan_free(Plan *p) {
     if (p->dec) kiln_graph_free(p->dec);
     kfree(p);
 }
-

@@ -37,16 +37,16 @@
 #define RT_ALIGN KILN_ALIGN
 
 struct RtProgram {
-    Plan *plan;               /* owns the decomposed graph (and weight data) */
+    Plan *plan; /* owns the decomposed graph (and weight data) */
     CgOutput code;
-    JitLib *lib;              /* NULL when borrowed (rt_compile_many) or no calls */
-    KilnEntry entry;          /* NULL: nothing to call (outputs are copies) */
+    JitLib *lib;     /* NULL when borrowed (rt_compile_many) or no calls */
+    KilnEntry entry; /* NULL: nothing to call (outputs are copies) */
     int nbufs;
     int64_t *offset;          /* per buffer: arena offset, or -1 */
     unsigned char *arena_raw; /* kmalloc'd; arena is it aligned */
     unsigned char *arena;
-    float **bufs;             /* the pointer table of a run */
-    bool *direct;             /* per output: kiln_entry writes the caller's array */
+    float **bufs; /* the pointer table of a run */
+    bool *direct; /* per output: kiln_entry writes the caller's array */
     RtStats stats;
 };
 
@@ -55,7 +55,7 @@ static const KilnRT rt_externs = {ext_matmul_epi,       ext_conv2d_epi, ext_gath
                                   ext_conv2d_const_epi};
 #ifdef KILN_TESTING
 #include "testing.h"
-static KilnRT rt_test_table;           /* rt_set_externs: a test's table */
+static KilnRT rt_test_table; /* rt_set_externs: a test's table */
 static bool rt_test_set;
 
 void rt_set_externs(const KilnRT *rt) {
@@ -97,7 +97,7 @@ int rt_set_threads(int n) {
 
 typedef struct {
     int buf;
-    int first, last;          /* calls */
+    int first, last; /* calls */
     int64_t size, offset;
 } Slot;
 
@@ -196,7 +196,8 @@ static kiln_status alloc_run_state(RtProgram *p, char *err, size_t errlen) {
     p->direct = kcalloc((size_t)p->plan->prog->noutputs + 1, sizeof(bool));
     if (p->stats.arena_bytes) p->arena_raw = kmalloc((size_t)p->stats.arena_bytes + RT_ALIGN);
     if (!p->bufs || !p->direct || (p->stats.arena_bytes && !p->arena_raw)) {
-        util_fmt(err, errlen, "out of memory: %lld bytes of arena", (long long)p->stats.arena_bytes);
+        util_fmt(err, errlen, "out of memory: %lld bytes of arena",
+                 (long long)p->stats.arena_bytes);
         return KILN_ERR_NOMEM;
     }
     if (p->arena_raw) p->arena = util_on_line(p->arena_raw);
@@ -305,7 +306,8 @@ static kiln_status batch_source(RtProgram **ps, int n, char **src, char *err, si
         return KILN_ERR_NOMEM;
     }
     size_t at = (size_t)snprintf(*src, len, "%s", pre);
-    for (int i = 0; i < n; i++) at += (size_t)snprintf(*src + at, len - at, "\n%s", ps[i]->code.source);
+    for (int i = 0; i < n; i++)
+        at += (size_t)snprintf(*src + at, len - at, "\n%s", ps[i]->code.source);
     kfree(pre);
     return KILN_OK;
 }
@@ -392,7 +394,8 @@ static void copy_outputs(RtProgram *p, float **outputs) {
     for (int i = 0; i < lp->noutputs; i++) {
         if (p->direct[i]) continue;
         const Buffer *b = lp->bufs[lp->outputs[i]];
-        if (b->numel > 0 && p->bufs[b->id]) memcpy(outputs[i], p->bufs[b->id], (size_t)buf_bytes(b));
+        if (b->numel > 0 && p->bufs[b->id])
+            memcpy(outputs[i], p->bufs[b->id], (size_t)buf_bytes(b));
     }
 }
 
@@ -404,7 +407,7 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
 #ifdef KILN_TESTING
     if (rt_test_set) rt = rt_test_table;
 #endif
-    rt.err = err;       /* a gather's index out of range is reported here */
+    rt.err = err; /* a gather's index out of range is reported here */
     rt.errlen = errlen;
     unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);
     int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
@@ -431,7 +434,7 @@ int64_t rt_buffer_offset(const RtProgram *p, int b) {
 
 struct kiln_program {
     RtProgram *rt;
-    int threads;              /* resolved at compile time */
+    int threads; /* resolved at compile time */
     char err[1024];
 };
 
@@ -452,7 +455,7 @@ kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out) {
 KilnConfig rt_config(const kiln_options *o) {
     KilnConfig cfg = kiln_config_default();
     char err[256];
-    Target t;   /* a bad name keeps the default; kiln_compile_with reports it */
+    Target t; /* a bad name keeps the default; kiln_compile_with reports it */
     if (o->target && *o->target && tgt_resolve(o->target, &t, err, sizeof err) == KILN_OK)
         cfg.target = t;
     cfg.extern_epilogue = o->extern_epilogue != 0;
@@ -470,13 +473,13 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
     if (g->status != KILN_OK) return g->status;
     KilnConfig cfg = rt_config(&o);
     kiln_status st = tgt_resolve(o.target, &cfg.target, g->err, sizeof g->err);
-    if (st != KILN_OK) return st;   /* before anything compiles */
+    if (st != KILN_OK) return st; /* before anything compiles */
     kiln_program *p = kcalloc(1, sizeof *p);
     if (!p) {
         util_fmt(g->err, sizeof g->err, "out of memory");
         return KILN_ERR_NOMEM;
     }
-    unsigned prev = ext_isa_enter(cfg.target.ext);   /* BLAS's first init sees the tier */
+    unsigned prev = ext_isa_enter(cfg.target.ext); /* BLAS's first init sees the tier */
     p->threads = rt_set_threads(threads);
     st = rt_compile(g, &cfg, &p->rt, p->err, sizeof p->err);
     ext_isa_leave(prev);
@@ -559,7 +562,8 @@ static void io_convert_outputs(Io *io, kiln_tensor *outputs) {
     for (int i = 0; i < io->nout; i++) {
         if (!io->out_owned[i]) continue;
         int64_t n = kiln_tensor_numel(&outputs[i]);
-        for (int64_t k = 0; k < n; k++) ((unsigned char *)outputs[i].data)[k] = io->out[i][k] != 0.0f;
+        for (int64_t k = 0; k < n; k++)
+            ((unsigned char *)outputs[i].data)[k] = io->out[i][k] != 0.0f;
     }
 }
 

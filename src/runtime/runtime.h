@@ -16,14 +16,12 @@
 
 /* The compile pipeline up to scheduling, owned as one object. */
 typedef struct {
-    Graph *dec;                /* the decomposed graph (owned) */
+    Graph *dec; /* the decomposed graph (owned) */
     LoopProgram *prog;
     Schedule *sched;
 } Plan;
-kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *err,
-                       size_t errlen);
+kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *err, size_t errlen);
 void plan_free(Plan *p);
-
 
 /* ===== jit.c ============================================================== */
 /*
@@ -55,13 +53,13 @@ void plan_free(Plan *p);
  * fails, or the marker symbol kiln_jit_marker_<key> is missing) is deleted
  * and rebuilt once.
  */
-typedef struct JitLib JitLib;   /* a loaded shared object */
+typedef struct JitLib JitLib; /* a loaded shared object */
 
 typedef struct {
-    int cache_hit;       /* 1: loaded from the cache, no compiler ran */
-    double compile_ms;   /* wall time of the compiler run; 0 on a hit */
-    char path[512];      /* the loaded .so */
-    char src_path[512];  /* the cached source, kept for error reports */
+    int cache_hit;      /* 1: loaded from the cache, no compiler ran */
+    double compile_ms;  /* wall time of the compiler run; 0 on a hit */
+    char path[512];     /* the loaded .so */
+    char src_path[512]; /* the cached source, kept for error reports */
 } JitStats;
 
 /* Compile (or find in the cache) and load source. extra_flags (NULL or "")
@@ -69,8 +67,8 @@ typedef struct {
  * KILN_ERR_ENV (no compiler, compile error with the compiler's stderr and
  * the kept source path, cache directory unusable, dlopen failed) or
  * KILN_ERR_NOMEM, with a message in err. stats may be NULL. */
-kiln_status jit_compile(const char *source, const char *extra_flags, JitLib **out,
-                        char *err, size_t errlen, JitStats *stats);
+kiln_status jit_compile(const char *source, const char *extra_flags, JitLib **out, char *err,
+                        size_t errlen, JitStats *stats);
 /* The address of an exported symbol, or NULL. */
 void *jit_sym(JitLib *lib, const char *name);
 /* Unload (dlclose) and free; NULL is fine. Symbols must not be used after. */
@@ -82,18 +80,18 @@ typedef struct RtProgram RtProgram;
 
 /* Where the time of a compile went and what memory a run needs. */
 typedef struct {
-    double plan_ms;        /* decompose + lower + schedule */
+    double plan_ms; /* decompose + lower + schedule */
     double codegen_ms;
-    double compile_ms;     /* the C compiler; 0 on a JIT cache hit */
-    double load_ms;        /* JIT total: cache lookup, compiler, dlopen */
-    int cache_hit;         /* 1: no compiler ran */
-    int ncalls;            /* kernels + extern calls */
-    int64_t arena_bytes;   /* one block holding every intermediate buffer */
-    int64_t io_bytes;      /* inputs + outputs (the caller's memory) */
-    int64_t peak_bytes;    /* io_bytes + arena_bytes; weights are not counted */
-    int64_t intermediate_bytes;  /* the intermediates' sizes summed (no reuse) */
-    const char *target;    /* the tier the kernels were compiled for: "v3" */
-    char jit_flags[256];   /* the flags beyond the JIT's own: CG_EXTRA_FLAGS, the tier's */
+    double compile_ms;          /* the C compiler; 0 on a JIT cache hit */
+    double load_ms;             /* JIT total: cache lookup, compiler, dlopen */
+    int cache_hit;              /* 1: no compiler ran */
+    int ncalls;                 /* kernels + extern calls */
+    int64_t arena_bytes;        /* one block holding every intermediate buffer */
+    int64_t io_bytes;           /* inputs + outputs (the caller's memory) */
+    int64_t peak_bytes;         /* io_bytes + arena_bytes; weights are not counted */
+    int64_t intermediate_bytes; /* the intermediates' sizes summed (no reuse) */
+    const char *target;         /* the tier the kernels were compiled for: "v3" */
+    char jit_flags[256];        /* the flags beyond the JIT's own: CG_EXTRA_FLAGS, the tier's */
 } RtStats;
 
 /* Decompose, lower, schedule, generate, JIT-compile and plan memory. */
@@ -102,8 +100,8 @@ kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, c
 /* Compile n graphs with one compiler run (tests: many small programs).
  * out[i] receives program i; they share the loaded object *lib, which the
  * caller closes (jit_close) after freeing the programs. */
-kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg,
-                            RtProgram **out, JitLib **lib, char *err, size_t errlen);
+kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg, RtProgram **out,
+                            JitLib **lib, char *err, size_t errlen);
 /* Run: inputs[i] is input i as numel floats (bools 0/1), outputs[i] a dense
  * float array of output i's numel; none may alias another. Not reentrant
  * for one program (its arena is shared by runs). */

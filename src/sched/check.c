@@ -43,8 +43,8 @@
 
 typedef struct {
     const Schedule *s;
-    int *kernel_of;        /* node -> kernel, -1 until seen */
-    int *pos;              /* node -> its index among its kernel's members */
+    int *kernel_of; /* node -> kernel, -1 until seen */
+    int *pos;       /* node -> its index among its kernel's members */
     char *err;
     size_t errlen;
 } Check;
@@ -98,7 +98,7 @@ static bool check_node(Check *C, int k) {
     snprintf(want, sizeof want, "op%d", k);
     if (!n->name || strcmp(n->name, want))
         return fail(C, "node %d is named %s", k, n->name ? n->name : "(null)");
-    if (n->buf < 0 || n->buf >= p->nbufs || s->node_of_buf[n->buf] != k)   /* op<k> <-> buf<k> */
+    if (n->buf < 0 || n->buf >= p->nbufs || s->node_of_buf[n->buf] != k) /* op<k> <-> buf<k> */
         return fail(C, "%s computes buffer id %d, which does not map back to it", n->name, n->buf);
     snprintf(want, sizeof want, "buf%d", k);
     if (strcmp(bname(s, n->buf), want))
@@ -111,14 +111,13 @@ static bool check_node(Check *C, int k) {
         return fail(C, "%s has a group (%lld, %lld) that its loops do not give", n->name,
                     (long long)n->numel, (long long)n->rnumel);
     /* deps: reads of sources or of earlier nodes' buffers, then its one write */
-    if (n->ndeps < 1 || !n->deps) return fail(C, "%s has no dependencies (not even its write)",
-                                              n->name);
+    if (n->ndeps < 1 || !n->deps)
+        return fail(C, "%s has no dependencies (not even its write)", n->name);
     for (int d = 0; d < n->ndeps; d++) {
         const Dep *dp = &n->deps[d];
         if (dp->buf < 0 || dp->buf >= p->nbufs)
             return fail(C, "%s has a dep on buffer id %d, outside the program", n->name, dp->buf);
-        if (!dp->index || !dp->ix || dp->nsizes < 0 || dp->nsizes > KILN_MAX_RANK ||
-            dp->bytes < 0)
+        if (!dp->index || !dp->ix || dp->nsizes < 0 || dp->nsizes > KILN_MAX_RANK || dp->bytes < 0)
             return fail(C, "%s has a malformed dep on %s", n->name, bname(s, dp->buf));
         if (dp->write != (d == n->ndeps - 1))
             return fail(C, "%s has %s dep %d of %d (its write must be the last, and only it)",
@@ -179,8 +178,8 @@ static bool check_members(Check *C) {
         for (int j = 0; j < k->n; j++) {
             int m = k->members[j];
             if (m < 0 || m >= s->nnodes || (j && m <= k->members[j - 1]))
-                return fail(C, "kernel %d (%s) has member %d out of range or order", i,
-                            kname(k), m);
+                return fail(C, "kernel %d (%s) has member %d out of range or order", i, kname(k),
+                            m);
             if (C->kernel_of[m] >= 0)
                 return fail(C, "%s is a member of kernel %d (%s) and kernel %d (%s)",
                             s->nodes[m].name, C->kernel_of[m], kname(&s->kernels[C->kernel_of[m]]),
@@ -206,7 +205,7 @@ static bool check_structure(Check *C, int i) {
     for (int j = 0; j < k->n; j++) {
         const SNode *x = &s->nodes[k->members[j]];
         red |= x->body == BODY_REDUCTION;
-        if (j > 0 && x->body == BODY_EXTERN)   /* an extern is never node2 */
+        if (j > 0 && x->body == BODY_EXTERN) /* an extern is never node2 */
             return fail(C, "kernel %d (%s) holds extern %s as member %d", i, kname(k), x->name, j);
         if (ext && j > 0 && x->body != BODY_POINTWISE && x->body != BODY_RAND)
             return fail(C, "kernel %d (%s) has %s in its epilogue, which is not pointwise", i,
@@ -227,18 +226,18 @@ static bool check_structure(Check *C, int i) {
         const SNode *x = &s->nodes[k->members[j]];
         /* each member runs the kernel's loops (sched.c's struct_loops) */
         bool ok = ext ? sizes_eq(x->np, x->P, k->np, k->P)
-                 : x->body == BODY_REDUCTION
-                     ? sizes_eq(x->np, x->P, k->np, k->P) && sizes_eq(x->nr, x->R, k->nr, k->R)
-                     : sizes_eq(x->np, x->P, k->np + k->nr, full) ||
-                           (red && sizes_eq(x->np, x->P, k->np, k->P));
-        if (!ok) return fail(C, "kernel %d (%s): %s does not iterate its loops", i, kname(k),
-                             x->name);
+                  : x->body == BODY_REDUCTION
+                      ? sizes_eq(x->np, x->P, k->np, k->P) && sizes_eq(x->nr, x->R, k->nr, k->R)
+                      : sizes_eq(x->np, x->P, k->np + k->nr, full) ||
+                            (red && sizes_eq(x->np, x->P, k->np, k->P));
+        if (!ok)
+            return fail(C, "kernel %d (%s): %s does not iterate its loops", i, kname(k), x->name);
         if ((int)k->store[j] < STORE_GLOBAL || k->store[j] > STORE_ROW_LOCAL)
             return fail(C, "kernel %d (%s): %s has store kind %d", i, kname(k), x->name,
                         (int)k->store[j]);
         if (s->prog->bufs[x->buf]->is_output && k->store[j] != STORE_GLOBAL)
-            return fail(C, "kernel %d (%s) keeps output %s in a %s", i, kname(k),
-                        bname(s, x->buf), store_name[k->store[j]]);
+            return fail(C, "kernel %d (%s) keeps output %s in a %s", i, kname(k), bname(s, x->buf),
+                        store_name[k->store[j]]);
     }
     if (ext) return true;
     if (k->nstages < 1 || !k->stage_kind)
@@ -262,7 +261,7 @@ static bool check_reads(Check *C, int i) {
         const SNode *x = &s->nodes[k->members[j]];
         for (int d = 0; d < x->ndeps; d++) {
             int q = x->deps[d].write ? -1 : s->node_of_buf[x->deps[d].buf];
-            if (q < 0) continue;                /* a source, or the write */
+            if (q < 0) continue; /* a source, or the write */
             int kq = C->kernel_of[q];
             const Kernel *pk = &s->kernels[kq];
             if (kq > i)
@@ -275,8 +274,10 @@ static bool check_reads(Check *C, int i) {
             if (kq < i || k->kind == KK_EXTERN) continue;
             int need = k->stage[C->pos[q]] + (s->nodes[q].body == BODY_REDUCTION);
             if (k->stage[j] < need)
-                return fail(C, "kernel %d (%s): %s at stage %d reads %s, computed at stage %d by "
-                            "%s", i, kname(k), x->name, k->stage[j], bname(s, x->deps[d].buf),
+                return fail(C,
+                            "kernel %d (%s): %s at stage %d reads %s, computed at stage %d by "
+                            "%s",
+                            i, kname(k), x->name, k->stage[j], bname(s, x->deps[d].buf),
                             k->stage[C->pos[q]], s->nodes[q].name);
         }
     }
@@ -319,8 +320,8 @@ static bool check_rounds(Check *C) {
         const Round *R = &s->rounds[r];
         if (R->nodes_before != left || R->nodes_after > R->nodes_before ||
             R->nfused != R->nodes_before - R->nodes_after)
-            return fail(C, "round %d fused %d pairs of %d nodes into %d (the last left %d)",
-                        r + 1, R->nfused, R->nodes_before, R->nodes_after, left);
+            return fail(C, "round %d fused %d pairs of %d nodes into %d (the last left %d)", r + 1,
+                        R->nfused, R->nodes_before, R->nodes_after, left);
         for (int i = 0; i < R->nfused; i++)
             if (!group_name_ok(R->fused_a[i], s->nnodes) ||
                 !group_name_ok(R->fused_b[i], s->nnodes))
@@ -357,17 +358,17 @@ static bool check_events(Check *C) {
         if (e->kind == EV_DONE) {
             const Round *R = &s->rounds[e->round - 1];
             if (e->n0 != R->nodes_before || e->n1 != R->nodes_after)
-                return fail(C, "event %d ends round %d with %d -> %d nodes; the round says "
-                            "%d -> %d", i, e->round, e->n0, e->n1, R->nodes_before,
-                            R->nodes_after);
+                return fail(C,
+                            "event %d ends round %d with %d -> %d nodes; the round says "
+                            "%d -> %d",
+                            i, e->round, e->n0, e->n1, R->nodes_before, R->nodes_after);
             ndone++;
         }
     }
     if (nround != s->nrounds || ndone != s->nrounds)
         return fail(C, "the log starts %d rounds and ends %d; %d ran", nround, ndone, s->nrounds);
     if (nreject != s->nrejected)
-        return fail(C, "the log rejects %d pairs, the rejections list %d", nreject,
-                    s->nrejected);
+        return fail(C, "the log rejects %d pairs, the rejections list %d", nreject, s->nrejected);
     for (int i = 0; i < s->nrejected; i++) {
         const Rejection *r = &s->rejected[i];
         if (!group_name_ok(r->node1, s->nnodes) || !group_name_ok(r->node2, s->nnodes) ||

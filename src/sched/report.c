@@ -109,7 +109,10 @@ static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char
 }
 
 void report_loop_nest(FILE *f, const Schedule *s, const Kernel *k, const char *indent) {
-    if (k->kind == KK_EXTERN) { print_extern(f, s, k, indent); return; }
+    if (k->kind == KK_EXTERN) {
+        print_extern(f, s, k, indent);
+        return;
+    }
     for (int d = 0; d < k->np; d++) print_loop(f, indent, d, d, k->P[d]);
     for (int st = 0; st < k->nstages; st++) {
         int depth = k->np;
@@ -142,9 +145,9 @@ static void print_decisions(FILE *f, const LoopProgram *p) {
 
 static void print_kernel(FILE *f, const Schedule *s, int i) {
     const Kernel *k = &s->kernels[i];
-    fprintf(f, "kernel %d: %s  (%s; nodes %s; group (%lld, %lld); %d loop nest%s",
-            i, k->kernel, kernel_kind_name[k->kind], k->name, (long long)k->numel,
-            (long long)k->rnumel, k->loop_nests, k->loop_nests == 1 ? "" : "s");
+    fprintf(f, "kernel %d: %s  (%s; nodes %s; group (%lld, %lld); %d loop nest%s", i, k->kernel,
+            kernel_kind_name[k->kind], k->name, (long long)k->numel, (long long)k->rnumel,
+            k->loop_nests, k->loop_nests == 1 ? "" : "s");
     if (k->kind == KK_REDUCTION) fprintf(f, "; %d stage%s", k->nstages, k->nstages == 1 ? "" : "s");
     if (k->kind != KK_EXTERN) fprintf(f, "; ~%d live vector values", k->regs);
     if (k->kind == KK_EXTERN && k->n > 1) {
@@ -165,13 +168,16 @@ static void print_traffic(FILE *f, const Schedule *s) {
     fprintf(f, "  fused (each kernel loads its inputs, stores its outputs): %lld bytes\n",
             (long long)s->fused_bytes);
     bool epilogues = false;
-    for (int i = 0; i < s->nkernels; i++) epilogues |= s->kernels[i].kind == KK_EXTERN && s->kernels[i].n > 1;
+    for (int i = 0; i < s->nkernels; i++)
+        epilogues |= s->kernels[i].kind == KK_EXTERN && s->kernels[i].n > 1;
     if (epilogues)
-        fprintf(f, "  (an extern call with an epilogue loads its operands and the epilogue's other\n"
-                   "   inputs, and stores each buffer it leaves in memory once; the epilogue reads\n"
-                   "   the library's output from cache, which counts as no traffic)\n");
+        fprintf(f,
+                "  (an extern call with an epilogue loads its operands and the epilogue's other\n"
+                "   inputs, and stores each buffer it leaves in memory once; the epilogue reads\n"
+                "   the library's output from cache, which counts as no traffic)\n");
     if (s->fused_bytes > 0)
-        fprintf(f, "  ratio: %.2fx less traffic\n", (double)s->unfused_bytes / (double)s->fused_bytes);
+        fprintf(f, "  ratio: %.2fx less traffic\n",
+                (double)s->unfused_bytes / (double)s->fused_bytes);
     fprintf(f, "== peak memory (planned, buffers reused after their last use): %lld bytes\n",
             (long long)s->peak_bytes);
 }
@@ -208,9 +214,12 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
     }
     fputc('"', f);
 }
@@ -229,7 +238,7 @@ static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
         json_str(f, s->nodes[k->members[j]].name);
     }
     fprintf(f, "]");
-    if (k->kind == KK_EXTERN) {      /* the members run on each output block of the call */
+    if (k->kind == KK_EXTERN) { /* the members run on each output block of the call */
         fprintf(f, ", \"epilogue\": [");
         for (int j = 1; j < k->n; j++) {
             if (j > 1) fprintf(f, ", ");
@@ -237,14 +246,16 @@ static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
         }
         fprintf(f, "]");
         char pbuf[400];
-        const char *path = sched_extern_path(s->prog->bufs[s->nodes[k->members[0]].buf], pbuf, sizeof pbuf);
+        const char *path =
+            sched_extern_path(s->prog->bufs[s->nodes[k->members[0]].buf], pbuf, sizeof pbuf);
         if (path) {
             fprintf(f, ", \"runs_on\": ");
             json_str(f, path);
         }
     }
-    fprintf(f, ", \"group\": [%lld, %lld], \"stages\": %d, \"registers\": %d, "
-               "\"load_bytes\": %lld, \"store_bytes\": %lld}",
+    fprintf(f,
+            ", \"group\": [%lld, %lld], \"stages\": %d, \"registers\": %d, "
+            "\"load_bytes\": %lld, \"store_bytes\": %lld}",
             (long long)k->numel, (long long)k->rnumel, k->nstages, k->regs,
             (long long)k->load_bytes, (long long)k->store_bytes);
 }
@@ -261,7 +272,8 @@ static void json_rounds(FILE *f, const Schedule *s) {
             json_str(f, r->fused_b[j]);
             fprintf(f, "]");
         }
-        fprintf(f, "], \"nodes_before\": %d, \"nodes_after\": %d}", r->nodes_before, r->nodes_after);
+        fprintf(f, "], \"nodes_before\": %d, \"nodes_after\": %d}", r->nodes_before,
+                r->nodes_after);
     }
     fprintf(f, "]");
 }
@@ -297,8 +309,9 @@ void report_json(FILE *f, const Schedule *s, const ReportHooks *hooks) {
     json_rounds(f, s);
     fprintf(f, ",\n   ");
     json_rejected(f, s);
-    fprintf(f, "},\n \"traffic\": {\"unfused_bytes\": %lld, \"fused_bytes\": %lld},\n"
-               " \"peak_memory_bytes\": %lld",
+    fprintf(f,
+            "},\n \"traffic\": {\"unfused_bytes\": %lld, \"fused_bytes\": %lld},\n"
+            " \"peak_memory_bytes\": %lld",
             (long long)s->unfused_bytes, (long long)s->fused_bytes, (long long)s->peak_bytes);
     fprintf(f, ",\n \"rewrites\": [");
     for (const GraphNote *n = s->g->notes; n; n = n->next) {
@@ -329,7 +342,10 @@ static int kernels_of(const Schedule *s, int id, int *out, int max) {
             const Buffer *b = s->prog->bufs[s->nodes[s->kernels[k].members[i]].buf];
             bool hit = false;
             for (int c = 0; c < b->ncover && !hit; c++) hit = b->cover[c] == id;
-            if (hit) { out[n++] = k; break; }
+            if (hit) {
+                out[n++] = k;
+                break;
+            }
         }
     return n;
 }
@@ -342,16 +358,18 @@ static void dot_node(FILE *f, const Schedule *s, int id) {
         return;
     }
     if (kind == KIND_SOURCE) {
-        fprintf(f, "  n%d [label=\"%s\\n%s\", fillcolor=\"#eeeeee\"];\n", id, n->name ? n->name : "?",
-                op_info[n->op].name);
+        fprintf(f, "  n%d [label=\"%s\\n%s\", fillcolor=\"#eeeeee\"];\n", id,
+                n->name ? n->name : "?", op_info[n->op].name);
         return;
     }
     int ks[8], nk = kernels_of(s, id, ks, 8);
     fprintf(f, "  n%d [label=\"%%%d %s", id, id, op_info[n->op].name);
     if (n->origin && strcmp(n->origin, op_info[n->op].name)) fprintf(f, " (%s)", n->origin);
     for (int i = 0; i < nk; i++) fprintf(f, "\\n%s", s->kernels[ks[i]].kernel);
-    if (nk) fprintf(f, "\", fillcolor=\"%s\"", palette[ks[0] % 12]);
-    else fprintf(f, "\", style=dashed");
+    if (nk)
+        fprintf(f, "\", fillcolor=\"%s\"", palette[ks[0] % 12]);
+    else
+        fprintf(f, "\", style=dashed");
     fprintf(f, "];\n");
 }
 

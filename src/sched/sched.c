@@ -68,52 +68,52 @@ static bool bits_meet(const uint64_t *a, const uint64_t *b, int words) {
 /* A set of nodes scheduled as one: a single node or a fused node. */
 typedef struct {
     int n;
-    int *m;            /* member nodes, ascending (program order) */
-    uint64_t *mem;     /* members as a bitset */
-    uint64_t *anc;     /* ancestors of the members, outside the group */
-    const char *name;  /* op0_op1_op2 */
+    int *m;           /* member nodes, ascending (program order) */
+    uint64_t *mem;    /* members as a bitset */
+    uint64_t *anc;    /* ancestors of the members, outside the group */
+    const char *name; /* op0_op1_op2 */
     bool alive;
-    int nstages;       /* stages of its loop structure */
+    int nstages; /* stages of its loop structure */
 } Group;
 
 /* The loop structure of a set of nodes fused together. */
 typedef struct {
-    bool red;                  /* has a reduction: outer loop over P, stages over R */
+    bool red; /* has a reduction: outer loop over P, stages over R */
     int np, nr;
     int64_t P[KILN_MAX_RANK], R[KILN_MAX_RANK];
     int n;
     const int *m;
-    int *stage;                /* per member */
-    StageKind *kind;           /* per stage */
+    int *stage;      /* per member */
+    StageKind *kind; /* per stage */
     int nstages;
 } Struct;
 
 /* What the rules learn about a pair on the way (each rule fills its part). */
 typedef struct {
-    int64_t score;             /* bytes of shared data */
-    bool vertical;             /* node2 reads a buffer node1 writes */
-    bool related;              /* node1 is an ancestor of node2 */
-    Struct st;                 /* loop structure of the union */
-    int priority;              /* 0: one loop body; 1: outer-loop fusion */
+    int64_t score; /* bytes of shared data */
+    bool vertical; /* node2 reads a buffer node1 writes */
+    bool related;  /* node1 is an ancestor of node2 */
+    Struct st;     /* loop structure of the union */
+    int priority;  /* 0: one loop body; 1: outer-loop fusion */
 } PairInfo;
 
 typedef struct {
     Schedule *s;
     const KilnConfig *cfg;
-    Pool *pool;                /* the schedule's */
-    Pool tmp;                  /* scratch for one pair's checks */
-    Pool rtmp;                 /* scratch for one round */
-    int words;                 /* bitset words */
-    int **cons;                /* per node: consumer nodes (one per read dep) */
+    Pool *pool; /* the schedule's */
+    Pool tmp;   /* scratch for one pair's checks */
+    Pool rtmp;  /* scratch for one round */
+    int words;  /* bitset words */
+    int **cons; /* per node: consumer nodes (one per read dep) */
     int *ncons;
     Group *groups;
     int ngroups, capgroups;
-    int *owner;                /* node -> group */
-    int *cur;                  /* alive groups in order */
+    int *owner; /* node -> group */
+    int *cur;   /* alive groups in order */
     int ncur;
     int round;
-    int64_t source_bytes;      /* inputs and weights, live throughout (-1: not yet) */
-    bool peak_valid;           /* peak holds the planned peak of cur */
+    int64_t source_bytes; /* inputs and weights, live throughout (-1: not yet) */
+    bool peak_valid;      /* peak holds the planned peak of cur */
     int64_t peak;
     jmp_buf jb;
 } Sched;
@@ -162,7 +162,7 @@ static void add_dep(DepCtx *c, int buf, Index *ix, int nsizes, const int64_t *si
     Sched *S = c->S;
     SNode *n = c->n;
     const char *txt = ix_str(S->pool, ix);
-    for (int i = 0; i < n->ndeps; i++)      /* one dep per (buffer, index) */
+    for (int i = 0; i < n->ndeps; i++) /* one dep per (buffer, index) */
         if (n->deps[i].buf == buf && n->deps[i].write == write && !strcmp(n->deps[i].ix, txt))
             return;
     n->deps = pool_grow(S->pool, n->deps, &c->cap, n->ndeps + 1, sizeof(Dep));
@@ -195,7 +195,8 @@ static void extern_reads(DepCtx *c, const Buffer *b) {
         memcpy(shape, v->shape, sizeof(int64_t) * (size_t)v->rank);
         if (b->ext_op == OP_GATHER && i == 0) {
             int64_t ax = b->attr[0];
-            shape[ax] = lower_gathered_rows(shape[ax], util_numel(b->opnd[1].rank, b->opnd[1].shape));
+            shape[ax] =
+                lower_gathered_rows(shape[ax], util_numel(b->opnd[1].rank, b->opnd[1].shape));
         }
         Index *ix = ix_const(P, v->offset);
         for (int d = 0; d < v->rank; d++) ix = ix_add(P, ix, ix_mul(P, ix_var(P, d), v->stride[d]));
@@ -213,7 +214,7 @@ static void write_self(DepCtx *c, const Buffer *b) {
 }
 
 static void init_loops(SNode *n, const Buffer *b) {
-    if (b->body == BODY_EXTERN) {       /* squeezed output dims */
+    if (b->body == BODY_EXTERN) { /* squeezed output dims */
         for (int d = 0; d < b->rank; d++)
             if (b->shape[d] != 1) n->P[n->np++] = b->shape[d];
     } else {
@@ -338,7 +339,11 @@ static int gid(const Sched *S, int node_index, int ma, int mb) {
 }
 
 /* Min-heap of groups keyed by their first member (program order preferred). */
-typedef struct { int *h; int n; const Group *gs; } Heap;
+typedef struct {
+    int *h;
+    int n;
+    const Group *gs;
+} Heap;
 
 static int hkey(const Heap *H, int i) { return H->gs[H->h[i]].m[0]; }
 static void heap_push(Heap *H, int g) {
@@ -346,7 +351,9 @@ static void heap_push(Heap *H, int g) {
     H->h[i] = g;
     while (i && hkey(H, (i - 1) / 2) > hkey(H, i)) {
         int p = (i - 1) / 2, t = H->h[p];
-        H->h[p] = H->h[i]; H->h[i] = t; i = p;
+        H->h[p] = H->h[i];
+        H->h[i] = t;
+        i = p;
     }
 }
 static int heap_pop(Heap *H) {
@@ -357,7 +364,10 @@ static int heap_pop(Heap *H) {
         if (l < H->n && hkey(H, l) < hkey(H, m)) m = l;
         if (r < H->n && hkey(H, r) < hkey(H, m)) m = r;
         if (m == i) return top;
-        int t = H->h[m]; H->h[m] = H->h[i]; H->h[i] = t; i = m;
+        int t = H->h[m];
+        H->h[m] = H->h[i];
+        H->h[i] = t;
+        i = m;
     }
 }
 
@@ -471,8 +481,10 @@ static int member_index(const int *m, int n, int node_index) {
     while (lo <= hi) {
         int mid = (lo + hi) / 2;
         if (m[mid] == node_index) return mid;
-        if (m[mid] < node_index) lo = mid + 1;
-        else hi = mid - 1;
+        if (m[mid] < node_index)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
     }
     return -1;
 }
@@ -488,8 +500,10 @@ static void fmt_loops(char *b, size_t n, const SNode *x) {
     char p[96], r[96];
     fmt_sizes(p, sizeof p, x->np, x->P);
     fmt_sizes(r, sizeof r, x->nr, x->R);
-    if (is_reduction(x)) snprintf(b, n, "reduction %s x %s", p, r);
-    else snprintf(b, n, "pointwise %s", p);
+    if (is_reduction(x))
+        snprintf(b, n, "reduction %s x %s", p, r);
+    else
+        snprintf(b, n, "pointwise %s", p);
 }
 
 static void mismatch(char *why, size_t wl, const SNode *a, const SNode *b) {
@@ -522,7 +536,10 @@ static int struct_loops(Sched *S, const int *m, int n, Struct *st, char *why, si
                       ? sizes_eq(x->np, x->P, st->np, st->P) && sizes_eq(x->nr, x->R, st->nr, st->R)
                       : sizes_eq(x->np, x->P, st->np + st->nr, full) ||
                             (st->red && sizes_eq(x->np, x->P, st->np, st->P));
-        if (!ok) { mismatch(why, wl, ref, x); return -1; }
+        if (!ok) {
+            mismatch(why, wl, ref, x);
+            return -1;
+        }
     }
     return 0;
 }
@@ -573,7 +590,11 @@ static int struct_of(Sched *S, Pool *P, const int *m, int n, Struct *st, char *w
 
 /* A global load used by several members of a stage stays in a register
  * from its first use to its last. */
-typedef struct { int buf; const char *ix; int first, last; } HeldLoad;
+typedef struct {
+    int buf;
+    const char *ix;
+    int first, last;
+} HeldLoad;
 
 /* Values live at once in stage s: the accumulators of its reductions, the
  * per-row values it reads from earlier stages, and at each member the
@@ -594,8 +615,15 @@ static int stage_pressure(Sched *S, Pool *P, const Struct *st, int s) {
             int p = dp->write ? -2 : producer(S, dp->buf);
             int q = p < 0 ? -1 : member_index(st->m, n, p);
             if (p == -2) continue;
-            if (q >= 0 && st->stage[q] == s) { last[q] = i; continue; }
-            if (q >= 0) { rowvals += !row[q]; row[q] = true; continue; }
+            if (q >= 0 && st->stage[q] == s) {
+                last[q] = i;
+                continue;
+            }
+            if (q >= 0) {
+                rowvals += !row[q];
+                row[q] = true;
+                continue;
+            }
             int l = 0;
             while (l < nl && (ld[l].buf != dp->buf || strcmp(ld[l].ix, dp->ix))) l++;
             if (l == nl) {
@@ -655,7 +683,8 @@ static int64_t shared_bytes(Sched *S, const Group *a, const Group *b) {
             bool hit = false;
             for (int j = 0; j < b->n && !hit; j++) {
                 const SNode *y = node(S, b->m[j]);
-                for (int e = 0; e < y->ndeps && !hit; e++) hit = deps_match(&x->deps[d], &y->deps[e]);
+                for (int e = 0; e < y->ndeps && !hit; e++)
+                    hit = deps_match(&x->deps[d], &y->deps[e]);
             }
             if (hit && !already_counted(S, a, i, d)) total += x->deps[d].bytes;
         }
@@ -801,7 +830,8 @@ static const char *rule_loops(Sched *S, const Group *a, const Group *b, PairInfo
 /* More live values than vector registers spill, and the spills cost the
  * traffic the fusion saved. */
 static const char *rule_registers(Sched *S, const Group *a, const Group *b, PairInfo *pi) {
-    (void)a; (void)b;
+    (void)a;
+    (void)b;
     int live = pressure(S, &S->tmp, &pi->st);
     if (live <= S->cfg->vector_registers) return NULL;
     snprintf(S->s->why, sizeof S->s->why, "register pressure: %d live values > budget %d", live,
@@ -810,8 +840,8 @@ static const char *rule_registers(Sched *S, const Group *a, const Group *b, Pair
 }
 
 static const FuseRule fuse_rules[] = {
-    rule_extern, rule_order, rule_device, rule_shared_data, rule_max_fusion,
-    rule_vertical, rule_horizontal, rule_cycle, rule_loops, rule_registers,
+    rule_extern,   rule_order,      rule_device, rule_shared_data, rule_max_fusion,
+    rule_vertical, rule_horizontal, rule_cycle,  rule_loops,       rule_registers,
 };
 
 static const char *can_fuse(Sched *S, int ga, int gb, PairInfo *pi) {
@@ -840,8 +870,10 @@ void sched_print_event(FILE *f, const Schedule *s, const Event *e) {
     case EV_DEFER: fprintf(f, "deferring %s with %s: %s\n", e->a, e->b, e->reason); break;
     case EV_FOUND: fprintf(f, "found %d possible fusions\n", e->n0); break;
     case EV_FUSE:
-        if (e->reason) fprintf(f, "fusing %s with %s (%s)\n", e->a, e->b, e->reason);
-        else fprintf(f, "fusing %s with %s\n", e->a, e->b);
+        if (e->reason)
+            fprintf(f, "fusing %s with %s (%s)\n", e->a, e->b, e->reason);
+        else
+            fprintf(f, "fusing %s with %s\n", e->a, e->b);
         break;
     case EV_DONE:
         fprintf(f, "completed fusion round (%d/%d): fused %d nodes into %d nodes\n", e->round, R,
@@ -866,8 +898,8 @@ static void emit(Sched *S, EventKind k, const char *a, const char *b, const char
     e->n1 = n1;
     if (S->cfg->logs & LOG_FUSION) sched_print_event(S->cfg->log ? S->cfg->log : stderr, s, e);
     if (k == EV_REJECT) {
-        s->rejected = pool_grow(S->pool, s->rejected, &s->caprejected, s->nrejected + 1,
-                                sizeof(Rejection));
+        s->rejected =
+            pool_grow(S->pool, s->rejected, &s->caprejected, s->nrejected + 1, sizeof(Rejection));
         Rejection *r = &s->rejected[s->nrejected++];
         r->node1 = a;
         r->node2 = b;
@@ -879,7 +911,7 @@ static void emit(Sched *S, EventKind k, const char *a, const char *b, const char
 /* ===== rounds ============================================================================ */
 
 typedef struct {
-    int a, b;          /* groups at the start of the round */
+    int a, b; /* groups at the start of the round */
     int64_t score;
     int dist, seq, priority;
 } Cand;
@@ -892,7 +924,10 @@ static int cand_cmp(const void *x, const void *y) {
 }
 
 /* A set of (group, group) pairs: open addressing over 64-bit keys. */
-typedef struct { uint64_t *k; size_t mask; } PairSet;
+typedef struct {
+    uint64_t *k;
+    size_t mask;
+} PairSet;
 
 static bool pairset_add(PairSet *ps, int a, int b) {
     uint64_t key = ((uint64_t)(uint32_t)a << 32 | (uint32_t)b) + 1;
@@ -904,7 +939,12 @@ static bool pairset_add(PairSet *ps, int a, int b) {
 }
 
 /* Each buffer's users (groups, in order), and the buffers in order of first use. */
-typedef struct { int **users; int *nu; int *first; int nfirst; } Users;
+typedef struct {
+    int **users;
+    int *nu;
+    int *first;
+    int nfirst;
+} Users;
 
 static void buffer_users(Sched *S, Pool *P, Users *U) {
     int nb = S->s->prog->nbufs + 1;
@@ -978,7 +1018,7 @@ static void group_ancestry(Sched *S) {
 
 static void fuse(Sched *S, int ga, int gb, Round *r) {
     Group *a = &S->groups[ga], *b = &S->groups[gb];
-    const char *note = NULL;     /* the log names the library call an epilogue joins */
+    const char *note = NULL; /* the log names the library call an epilogue joins */
     if (is_extern(node(S, a->m[0])))
         note = pool_printf(S->pool, "epilogue of %s", extern_name(nbuf(S, a->m[0])));
     emit(S, EV_FUSE, a->name, b->name, note, 0, 0);
@@ -1020,7 +1060,10 @@ static int possible_fusions(Sched *S, Pool *P, Cand **out) {
     }
     int w = 0;
     for (int i = 0; i < n; i++) {
-        if (c[i].priority == best) { c[w++] = c[i]; continue; }
+        if (c[i].priority == best) {
+            c[w++] = c[i];
+            continue;
+        }
         emit(S, EV_DEFER, S->groups[c[i].a].name, S->groups[c[i].b].name,
              "outer-loop fusion waits for same-loop fusions", 0, 0);
     }
@@ -1033,7 +1076,7 @@ static void reorder(Sched *S) {
     int alive = 0;
     for (int g = 0; g < S->ngroups; g++) alive += S->groups[g].alive;
     S->ncur = topo(S, &S->tmp, S->cur);
-    if (S->ncur != alive) abort();   /* a cycle among fused nodes: a bug in the rules */
+    if (S->ncur != alive) abort(); /* a cycle among fused nodes: a bug in the rules */
     S->peak_valid = false;
     pool_free(&S->tmp);
 }
@@ -1113,7 +1156,10 @@ static void set_stores(Sched *S, Kernel *k) {
         StoreKind st = STORE_REGISTER;
         for (int c = 0; c < S->ncons[nd]; c++) {
             int q = member_index(k->members, k->n, S->cons[nd][c]);
-            if (q < 0) { st = STORE_GLOBAL; break; }
+            if (q < 0) {
+                st = STORE_GLOBAL;
+                break;
+            }
             if (k->stage[q] != k->stage[i]) st = STORE_ROW_LOCAL;
         }
         if (buf_output(S, nd) || S->ncons[nd] == 0) st = STORE_GLOBAL;
@@ -1149,16 +1195,18 @@ static void kernel_traffic(Sched *S, Kernel *k) {
             const Dep *dp = &x->deps[d];
             int p = producer(S, dp->buf);
             if (dp->write || (p >= 0 && member_index(k->members, k->n, p) >= 0)) continue;
-            bool dup = false;            /* each distinct (buffer, index) loads once */
+            bool dup = false; /* each distinct (buffer, index) loads once */
             for (int j = 0; j <= i && !dup; j++) {
                 const SNode *y = node(S, k->members[j]);
                 for (int e = 0; e < (j == i ? d : y->ndeps) && !dup; e++)
-                    dup = !y->deps[e].write && y->deps[e].buf == dp->buf && !strcmp(y->deps[e].ix, dp->ix);
+                    dup = !y->deps[e].write && y->deps[e].buf == dp->buf &&
+                          !strcmp(y->deps[e].ix, dp->ix);
             }
             if (!dup) k->load_bytes += dp->bytes;
         }
         if (k->store[i] == STORE_GLOBAL)
-            k->store_bytes += nbuf(S, k->members[i])->numel * loop_elsize(nbuf(S, k->members[i])->dtype);
+            k->store_bytes +=
+                nbuf(S, k->members[i])->numel * loop_elsize(nbuf(S, k->members[i])->dtype);
     }
 }
 
@@ -1179,7 +1227,7 @@ static void build_kernel(Sched *S, Kernel *k, const Group *g, int *counter) {
     } else {
         Struct st;
         char why[256];
-        if (struct_of(S, S->pool, g->m, g->n, &st, why, sizeof why) < 0) abort();  /* fused: valid */
+        if (struct_of(S, S->pool, g->m, g->n, &st, why, sizeof why) < 0) abort(); /* fused: valid */
         k->kind = st.red ? KK_REDUCTION : KK_POINTWISE;
         k->np = st.np;
         k->nr = st.nr;
@@ -1215,7 +1263,7 @@ static void build_kernels(Sched *S) {
     }
     s->nkernels = S->ncur;
     s->peak_bytes = sched_peak_memory(s);
-    if (s->peak_bytes < 0) longjmp(S->jb, 1);   /* its tables: out of memory */
+    if (s->peak_bytes < 0) longjmp(S->jb, 1); /* its tables: out of memory */
 }
 
 /* ===== entry points =========================================================================== */
@@ -1288,7 +1336,7 @@ static const char *why_not_singletons(Sched *S, int a, int b) {
     build_cons(S);
     init_groups(S);
     PairInfo pi;
-    return can_fuse(S, a, b, &pi);   /* formatted reasons live in the schedule */
+    return can_fuse(S, a, b, &pi); /* formatted reasons live in the schedule */
 }
 
 /* Rebuild the singleton state over a finished schedule and ask can_fuse
@@ -1318,7 +1366,11 @@ int64_t sched_peak_memory(const Schedule *s) {
         if (!buf_computed(p->bufs[b])) base += p->bufs[b]->numel * loop_elsize(p->bufs[b]->dtype);
     int *kernel_of = kcalloc((size_t)s->nnodes + 1, sizeof(int));
     int64_t *delta = kcalloc((size_t)s->nkernels + 2, sizeof(int64_t));
-    if (!kernel_of || !delta) { kfree(kernel_of); kfree(delta); return -1; }
+    if (!kernel_of || !delta) {
+        kfree(kernel_of);
+        kfree(delta);
+        return -1;
+    }
     for (int k = 0; k < s->nkernels; k++)
         for (int i = 0; i < s->kernels[k].n; i++) kernel_of[s->kernels[k].members[i]] = k;
     for (int k = 0; k < s->nkernels; k++)

@@ -20,25 +20,25 @@
 typedef struct {
     int buf;
     const Index *index;
-    const char *ix;            /* canonical text of index */
+    const char *ix; /* canonical text of index */
     int nsizes;
     int64_t sizes[KILN_MAX_RANK];
     bool write;
-    int64_t bytes;             /* distinct elements addressed x element size */
+    int64_t bytes; /* distinct elements addressed x element size */
 } Dep;
 
 typedef struct {
-    const char *name;          /* op<N> */
-    int buf;                   /* the buffer it computes */
+    const char *name; /* op<N> */
+    int buf;          /* the buffer it computes */
     BodyKind body;
-    int device;                /* 0: the CPU (the only device so far) */
-    int np, nr;                /* loop structure: parallel sizes, reduced sizes */
+    int device; /* 0: the CPU (the only device so far) */
+    int np, nr; /* loop structure: parallel sizes, reduced sizes */
     int64_t P[KILN_MAX_RANK], R[KILN_MAX_RANK];
-    int64_t numel, rnumel;     /* the group */
+    int64_t numel, rnumel; /* the group */
     int ndeps;
     Dep *deps;
-    uint64_t *anc;             /* ancestors: bitset over nodes */
-    int regs;                  /* Sethi-Ullman number of its body */
+    uint64_t *anc; /* ancestors: bitset over nodes */
+    int regs;      /* Sethi-Ullman number of its body */
 } SNode;
 
 typedef enum { KK_POINTWISE, KK_REDUCTION, KK_EXTERN } KernelKind;
@@ -48,29 +48,29 @@ extern const char *const kernel_kind_name[];
 typedef enum { STAGE_INNER, STAGE_ROW } StageKind;
 /* Where a member's result lives. */
 typedef enum {
-    STORE_GLOBAL,     /* written to memory: an output or read by another kernel */
-    STORE_REGISTER,   /* consumed in the same loop body only */
-    STORE_ROW_LOCAL,  /* consumed in a later stage of the same row: a per-row local */
+    STORE_GLOBAL,    /* written to memory: an output or read by another kernel */
+    STORE_REGISTER,  /* consumed in the same loop body only */
+    STORE_ROW_LOCAL, /* consumed in a later stage of the same row: a per-row local */
 } StoreKind;
 extern const char *const store_name[];
 
 typedef struct {
-    const char *name;          /* fused node name: members joined by '_' */
-    const char *kernel;        /* cpp_fused_<origins>_<k> or extern_kernels.<op> */
+    const char *name;   /* fused node name: members joined by '_' */
+    const char *kernel; /* cpp_fused_<origins>_<k> or extern_kernels.<op> */
     KernelKind kind;
     int n;
-    int *members;              /* node indices in program order */
-    int *stage;                /* stage of each member */
-    StoreKind *store;          /* of each member */
+    int *members;     /* node indices in program order */
+    int *stage;       /* stage of each member */
+    StoreKind *store; /* of each member */
     int nstages;
     StageKind *stage_kind;
     int np, nr;
     int64_t P[KILN_MAX_RANK], R[KILN_MAX_RANK];
     int64_t numel, rnumel;
-    int loop_nests;            /* 1 for a generated kernel, 0 for an extern call */
+    int loop_nests; /* 1 for a generated kernel, 0 for an extern call */
     int norigins;
     const char **origins;
-    int regs;                  /* estimated live vector values */
+    int regs; /* estimated live vector values */
     int64_t load_bytes, store_bytes;
 } Kernel;
 
@@ -79,15 +79,15 @@ typedef enum { EV_ROUND, EV_REJECT, EV_DEFER, EV_FOUND, EV_FUSE, EV_DONE } Event
 typedef struct {
     EventKind kind;
     int round;
-    const char *a, *b;         /* node names */
+    const char *a, *b; /* node names */
     const char *reason;
-    int n0, n1;                /* EV_ROUND: nodes; EV_FOUND: n0 possible; EV_DONE: before, after */
+    int n0, n1; /* EV_ROUND: nodes; EV_FOUND: n0 possible; EV_DONE: before, after */
 } Event;
 
 typedef struct {
-    int possible;              /* "found N possible fusions" */
+    int possible; /* "found N possible fusions" */
     int nfused, capfused;
-    const char **fused_a, **fused_b;   /* the pairs fused, in order */
+    const char **fused_a, **fused_b; /* the pairs fused, in order */
     int nodes_before, nodes_after;
 } Round;
 
@@ -102,10 +102,10 @@ typedef struct Schedule {
     const Graph *g;
     KilnConfig cfg;
     int nnodes;
-    SNode *nodes;              /* node i computes buffer nodes[i].buf */
-    int *node_of_buf;          /* buffer -> node, or -1 */
+    SNode *nodes;     /* node i computes buffer nodes[i].buf */
+    int *node_of_buf; /* buffer -> node, or -1 */
     int nkernels;
-    Kernel *kernels;           /* in call order */
+    Kernel *kernels; /* in call order */
     int nrounds;
     Round *rounds;
     int nrejected, caprejected;
@@ -113,7 +113,7 @@ typedef struct Schedule {
     int nevents, capevents;
     Event *events;
     int64_t unfused_bytes, fused_bytes, peak_bytes;
-    char why[640];             /* scratch for formatted reasons */
+    char why[640]; /* scratch for formatted reasons */
 } Schedule;
 
 kiln_status sched_run(const LoopProgram *p, const KilnConfig *cfg, Schedule **out, char *err,
@@ -125,7 +125,7 @@ const char *sched_why_not(Schedule *s, const char *a, const char *b);
 /* Peak bytes of the final call sequence: inputs, weights and outputs live
  * throughout, every other stored buffer from its kernel to its last reader. */
 int64_t sched_peak_memory(const Schedule *s);
-int sched_node_index(const Schedule *s, const char *name);   /* -1 if none */
+int sched_node_index(const Schedule *s, const char *name); /* -1 if none */
 /* What the library runs for an extern buffer (externs/'s choice by shape,
  * backend and CPU: "oneDNN (...)", "OpenBLAS sgemm", ...), for reports. */
 const char *sched_extern_path(const Buffer *b, char *buf, size_t n);
