@@ -48,7 +48,7 @@ TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/graph/ops.def $(wildcard src/*/*.h)
 
-.PHONY: all test asan demo install deps clean format format-check check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
+.PHONY: all test asan tsan demo install deps clean format format-check check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
 all: $(BUILD)/kiln $(BUILD)/libkiln.a
 
 $(BUILD)/obj/%.o: src/%.c $(HDRS)
@@ -127,6 +127,20 @@ test: deps
 asan: deps
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/asan SAN="$(ASAN_FLAGS)" CFLAGS="-O1 -g" $(BUILD)/asan/kiln $(BUILD)/asan/test_kiln
 	@sh tests/run.sh $(BUILD)/asan
+
+# ThreadSanitizer (clang) over the tests of one program shared by threads
+# (tests/test_serve.c) and the other concurrency tests. clang compiles kiln
+# against libgomp, the OpenMP runtime OpenBLAS and oneDNN use, which TSan
+# does not see into (-fopenmp=libgomp: kiln's own pragmas are then ignored,
+# so each run is one thread and every thread TSan sees is a caller's); the
+# JIT-compiled kernels are not instrumented.
+TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
+TSAN_TESTS ?= serve
+tsan: deps
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/tsan CC=clang SAN="$(TSAN_FLAGS) -fopenmp=libgomp" \
+	    CFLAGS="-O1 -g -Wno-unknown-pragmas -Wno-unused-command-line-argument" $(BUILD)/tsan/test_kiln
+	@TSAN_OPTIONS="halt_on_error=1 suppressions=$(CURDIR)/tests/tsan.supp" \
+	    KILN_TEST_CACHE_DIR=$(CURDIR)/$(BUILD)/test-jit-cache $(BUILD)/tsan/test_kiln $(TSAN_TESTS)
 
 demo: deps
 	@$(MAKE) --no-print-directory all
@@ -254,3 +268,10 @@ valgrind:
 	@sh scripts/deps.sh valgrind
 	@$(MAKE) --no-print-directory $(BUILD)/test_kiln
 	$(VALGRIND) $(BUILD)/test_kiln $(VALGRIND_FILTER)
+
+# bench/serve: one compiled program shared by caller threads (throughput,
+# p50/p99 latency, resident memory over time); bench/serve.sh runs the
+# comparisons docs/benchmarks.md reports. Built on the public API only.
+$(BUILD)/bench/serve: bench/serve.c $(BUILD)/libkiln.a include/kiln.h
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) -o $@ $< $(BUILD)/libkiln.a $(LDLIBS)

@@ -227,11 +227,30 @@ kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
 
 /* A compiled program: the fused kernels of a graph, generated as C,
  * compiled with the system compiler (cached) and loaded. It does not refer
- * to the graph after compiling. */
+ * to the graph after compiling.
+ *
+ * Threads. A compiled program is immutable: any number of threads may call
+ * kiln_program_run and kiln_program_run_into on one program at once (not
+ * kiln_program_free while they do). Each run takes the memory it writes
+ * (the arena of intermediate values) from a pool the program owns, which
+ * grows to the number of runs made at once and is then reused, so a
+ * serving loop allocates nothing after warm-up beyond the outputs
+ * kiln_program_run returns (kiln_program_run_into allocates none). A run's
+ * error reaches only its caller: kiln_program_error, called on the thread
+ * that made the run. The kernels and BLAS calls of a run use an OpenMP team
+ * of kiln_options.threads threads led by the calling thread, set for that
+ * run only, so programs with different counts do not change each other's.
+ * Concurrent runs each have their own team: two 2-thread runs at once on a
+ * 2-core machine put 4 threads on 2 cores, and each run waits for its own
+ * threads to be scheduled. To serve, keep callers x threads <= cores (for
+ * example threads = 1 and one caller per core). Convolutions through oneDNN
+ * take turns between concurrent runs (one at a time in a process). */
 typedef struct kiln_program kiln_program;
 
 typedef struct {
-    int threads;   /* <= 0: $KILN_NUM_THREADS, else every core */
+    int threads;   /* each run's team; <= 0: $KILN_NUM_THREADS, else every
+                    * core (a bad $KILN_NUM_THREADS or more threads than
+                    * cores warns once on stderr) */
     int fuse;      /* 1: fuse (default); 0: one kernel per op, every value in
                     * memory -- the eager baseline kiln bench compares with */
     int extern_epilogue;  /* 1 (default): pointwise consumers of a matmul or
@@ -261,7 +280,10 @@ kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_te
  * on a large output cost more than the kernels themselves. */
 kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
                                   kiln_tensor *outputs);
-const char *kiln_program_error(const kiln_program *p);   /* "" if none */
+/* The message of the calling thread's last failed run of p ("" if none). */
+const char *kiln_program_error(const kiln_program *p);
+/* The threads each run of p uses (kiln_options.threads, resolved). */
+int kiln_program_threads(const kiln_program *p);
 const char *kiln_program_source(const kiln_program *p);  /* the generated C */
 void kiln_program_free(kiln_program *p);
 

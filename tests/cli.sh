@@ -173,3 +173,13 @@ mkdir -p "$t/onnx_unsup/test_data_set_0" && cp tests/onnx/unsupported.onnx "$t/o
 expect onnx_test_unsupported 0 "0 passed, 0 failed, 1 unsupported" -- "$kiln" onnx-test "$t/onnx_unsup"
 expect onnx_explain 0 "kernel" -- "$kiln" explain $onnx/model.onnx --shape x=2,4
 expect onnx_help 0 "usage: kiln onnx-test" -- "$kiln" help onnx-test
+
+# a bad KILN_NUM_THREADS or more threads than cores: a warning, and the run
+# goes on (every core, or the count asked for)
+for v in abc 0 2x; do
+    expect "num_threads_env_$v" 0 "KILN_NUM_THREADS=$v is not a positive integer" -- \
+        env KILN_NUM_THREADS=$v "$kiln" run examples/chain.kiln
+done
+cores=$(nproc)
+expect threads_above_cores 0 "$((cores + 1)) threads on $cores cores" -- \
+    "$kiln" run examples/chain.kiln --threads $((cores + 1))

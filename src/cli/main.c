@@ -767,7 +767,7 @@ static int run_fused(kiln_graph *g, const Options *o, const kiln_tensor *in, kil
     if (rc) return rc;
     double t0 = now_ms();
     kiln_status st = kiln_program_run(p, in, out);
-    RunReport rr = {NULL, rt_stats(kiln_program_rt(p)), now_ms() - t0, ext_get_threads()};
+    RunReport rr = {NULL, rt_stats(kiln_program_rt(p)), now_ms() - t0, kiln_program_threads(p)};
     Check c = {0};
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_program_error(p));
@@ -917,8 +917,8 @@ static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, 
     }
     const RtStats *fs = rt_stats(kiln_program_rt(b->p));
     const Schedule *s = rt_schedule(kiln_program_rt(b->p));
-    *r =
-        (BenchReport){0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes, ext_get_threads()};
+    *r = (BenchReport){
+        0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes, kiln_program_threads(b->p)};
     *hit = fs->cache_hit;
     kiln_program *fused = b->p;
     st = time_median(bench_compiled, b, repeat, &r->fused_ms);

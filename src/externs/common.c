@@ -100,7 +100,7 @@ void ext_run_epilogue_slabs(ExtEpilogue epi, void *ctx, float *c, int64_t start,
 /* Every list a backend ever added to, pushed once without a lock (lists
  * are static and never leave): ext_kept_forget_all and ext_kept_count_all
  * walk them without knowing the backends. */
-static ExtKeptList *_Atomic kept_lists;
+static ExtKeptList *kept_lists;
 
 static void kept_register(ExtKeptList *l) {
     if (__atomic_exchange_n(&l->registered, true, __ATOMIC_ACQ_REL)) return;

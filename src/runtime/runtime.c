@@ -18,8 +18,19 @@
  * memory is reused. The peak reported is inputs + outputs + arena; weights
  * are constants of the program and not counted.
  *
- * Threads are process-wide: one libgomp pool shared by the kernels and
- * OpenBLAS (see externs/matmul.c), sized by rt_set_threads.
+ * Sharing: a compiled program is immutable once compiled, and any number
+ * of threads may run it at once. What a run writes (the arena of
+ * intermediates and the table of buffer pointers) is an RtRun taken from
+ * the program's pool for the run and given back after it, so a serving
+ * loop allocates nothing once the pool holds as many runs as there are
+ * concurrent callers; the first is made at compile time. Constant weights
+ * (and the library's packed or reordered copies of them) are only read.
+ *
+ * Threads: the kernels and OpenBLAS share the calling thread's OpenMP
+ * team (see externs/matmul.c). rt_run sizes it to the program's count for
+ * the run only (omp_set_num_threads sets the calling thread's value), so
+ * programs with different counts, called from different threads, do not
+ * change each other's.
  *
  * Large fresh memory (the arena; outputs kiln_program_run allocates and
  * every other tensor through kiln_tensor_alloc) is advised MADV_HUGEPAGE
@@ -28,8 +39,11 @@
  * ones (Linux with transparent huge pages on "madvise" or "always").
  */
 #include "runtime/runtime.h"
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -42,13 +56,23 @@ struct RtProgram {
     JitLib *lib;     /* NULL when borrowed (rt_compile_many) or no calls */
     KilnEntry entry; /* NULL: nothing to call (outputs are copies) */
     int nbufs;
-    int64_t *offset;          /* per buffer: arena offset, or -1 */
-    unsigned char *arena_raw; /* kmalloc'd; arena is it aligned */
-    unsigned char *arena;
-    float **bufs; /* the pointer table of a run */
-    bool *direct; /* per output: kiln_entry writes the caller's array */
+    int64_t *offset; /* per buffer: arena offset, or -1 */
+    bool *direct;    /* per output: kiln_entry writes the caller's array */
+    int threads;     /* the OpenMP team of a run; 0: the caller's as it is */
+    pthread_mutex_t runs_lock;
+    struct RtRun *free_runs; /* the pool: runs not in use */
+    int nruns;               /* runs made, in use or not */
     RtStats stats;
 };
+
+/* What one run writes: the arena of intermediates and the pointer table
+ * kiln_entry gets. One per concurrent run of a program. */
+typedef struct RtRun {
+    struct RtRun *next;       /* in the free list */
+    unsigned char *arena_raw; /* kmalloc'd; arena is it aligned */
+    unsigned char *arena;
+    float **bufs;
+} RtRun;
 
 static const KilnRT rt_externs = {ext_matmul_epi,       ext_conv2d_epi, ext_gather,
                                   ext_conv_transpose2d, NULL,           0,
@@ -83,13 +107,39 @@ static int64_t align_up(int64_t n) { return (n + RT_ALIGN - 1) / RT_ALIGN * RT_A
 
 /* ===== threads ============================================================= */
 
+/* $KILN_NUM_THREADS as a count, or 0 when unset; a value that is not a
+ * positive integer is reported (once) and ignored, as libgomp does with a
+ * bad OMP_NUM_THREADS. */
+static int env_threads(void) {
+    const char *env = getenv("KILN_NUM_THREADS");
+    if (!env || !*env) return 0;
+    char *end;
+    errno = 0;
+    long v = strtol(env, &end, 10);
+    if (!errno && end != env && !*end && v > 0 && v <= INT_MAX) return (int)v;
+    static int warned;
+    if (!__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        fprintf(stderr,
+                "kiln: warning: KILN_NUM_THREADS=%s is not a positive integer; "
+                "using every core (%d)\n",
+                env, omp_get_num_procs());
+    return 0;
+}
+
+int rt_resolve_threads(int n) {
+    if (n <= 0) n = env_threads();
+    int cores = omp_get_num_procs();
+    static int warned;
+    if (n > cores && !__atomic_exchange_n(&warned, 1, __ATOMIC_RELAXED))
+        fprintf(stderr,
+                "kiln: warning: %d threads on %d cores: each run's threads wait for one "
+                "another; %d is faster\n",
+                n, cores, cores);
+    return n > 0 ? n : cores;
+}
+
 int rt_set_threads(int n) {
-    if (n <= 0) {
-        const char *env = getenv("KILN_NUM_THREADS");
-        n = env ? atoi(env) : 0;
-        if (n <= 0) n = omp_get_num_procs();
-    }
-    ext_set_threads(n);
+    ext_set_threads(rt_resolve_threads(n));
     return ext_get_threads();
 }
 
@@ -191,17 +241,61 @@ static void mark_direct(RtProgram *p) {
     }
 }
 
+static void run_free(RtRun *r) {
+    if (!r) return;
+    kfree(r->arena_raw);
+    kfree(r->bufs);
+    kfree(r);
+}
+
+/* A new run's memory; NULL when out of memory. */
+static RtRun *run_new(const RtProgram *p) {
+    RtRun *r = kcalloc(1, sizeof *r);
+    if (!r) return NULL;
+    r->bufs = kcalloc((size_t)p->nbufs + 1, sizeof(float *));
+    if (p->stats.arena_bytes) r->arena_raw = kmalloc((size_t)p->stats.arena_bytes + RT_ALIGN);
+    if (!r->bufs || (p->stats.arena_bytes && !r->arena_raw)) {
+        run_free(r);
+        return NULL;
+    }
+    if (r->arena_raw) r->arena = util_on_line(r->arena_raw);
+    util_advise_huge(r->arena_raw, (size_t)p->stats.arena_bytes + RT_ALIGN);
+    return r;
+}
+
+/* A run from the pool, or a new one when all are in use. */
+static RtRun *run_take(RtProgram *p) {
+    pthread_mutex_lock(&p->runs_lock);
+    RtRun *r = p->free_runs;
+    if (r)
+        p->free_runs = r->next;
+    else
+        p->nruns++;
+    pthread_mutex_unlock(&p->runs_lock);
+    if (r) return r;
+    if ((r = run_new(p))) return r;
+    pthread_mutex_lock(&p->runs_lock);
+    p->nruns--;
+    pthread_mutex_unlock(&p->runs_lock);
+    return NULL;
+}
+
+static void run_give(RtProgram *p, RtRun *r) {
+    pthread_mutex_lock(&p->runs_lock);
+    r->next = p->free_runs;
+    p->free_runs = r;
+    pthread_mutex_unlock(&p->runs_lock);
+}
+
 static kiln_status alloc_run_state(RtProgram *p, char *err, size_t errlen) {
-    p->bufs = kcalloc((size_t)p->nbufs + 1, sizeof(float *));
     p->direct = kcalloc((size_t)p->plan->prog->noutputs + 1, sizeof(bool));
-    if (p->stats.arena_bytes) p->arena_raw = kmalloc((size_t)p->stats.arena_bytes + RT_ALIGN);
-    if (!p->bufs || !p->direct || (p->stats.arena_bytes && !p->arena_raw)) {
+    RtRun *r = p->direct ? run_take(p) : NULL;
+    if (!r) {
         util_fmt(err, errlen, "out of memory: %lld bytes of arena",
                  (long long)p->stats.arena_bytes);
         return KILN_ERR_NOMEM;
     }
-    if (p->arena_raw) p->arena = util_on_line(p->arena_raw);
-    util_advise_huge(p->arena_raw, (size_t)p->stats.arena_bytes + RT_ALIGN);
+    run_give(p, r); /* the first run's memory, made now */
     mark_direct(p);
     return KILN_OK;
 }
@@ -229,6 +323,7 @@ static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, cons
         util_fmt(err, errlen, "out of memory");
         return KILN_ERR_NOMEM;
     }
+    pthread_mutex_init(&p->runs_lock, NULL);
     Target t = cfg ? cfg->target : kiln_config_default().target;
     util_fmt(p->stats.jit_flags, sizeof p->stats.jit_flags, "%s %s", CG_EXTRA_FLAGS, t.flags);
     p->stats.target = t.name;
@@ -367,42 +462,52 @@ void rt_free(RtProgram *p) {
     cg_free(&p->code);
     plan_free(p->plan);
     kfree(p->offset);
-    kfree(p->arena_raw);
-    kfree(p->bufs);
+    for (RtRun *r = p->free_runs, *next; r; r = next) {
+        next = r->next;
+        run_free(r);
+    }
+    pthread_mutex_destroy(&p->runs_lock);
     kfree(p->direct);
     kfree(p);
 }
 
 /* ===== running ======================================================================= */
 
-static void bind_buffers(RtProgram *p, const float *const *inputs, float **outputs) {
+static void bind_buffers(const RtProgram *p, RtRun *r, const float *const *inputs,
+                         float **outputs) {
     const LoopProgram *lp = p->plan->prog;
     for (int b = 0; b < p->nbufs; b++) {
         const Buffer *B = lp->bufs[b];
-        p->bufs[b] = B->body == BODY_WEIGHT ? (float *)B->data
-                     : p->offset[b] >= 0    ? (float *)(p->arena + p->offset[b])
+        r->bufs[b] = B->body == BODY_WEIGHT ? (float *)B->data
+                     : p->offset[b] >= 0    ? (float *)(r->arena + p->offset[b])
                                             : NULL;
     }
-    for (int i = 0; i < lp->ninputs; i++) p->bufs[lp->inputs[i]] = (float *)inputs[i];
+    for (int i = 0; i < lp->ninputs; i++) r->bufs[lp->inputs[i]] = (float *)inputs[i];
     for (int i = 0; i < lp->noutputs; i++)
-        if (p->direct[i]) p->bufs[lp->outputs[i]] = outputs[i];
+        if (p->direct[i]) r->bufs[lp->outputs[i]] = outputs[i];
 }
 
 /* Outputs that are inputs, weights, or a second name for another output. */
-static void copy_outputs(RtProgram *p, float **outputs) {
+static void copy_outputs(const RtProgram *p, const RtRun *r, float **outputs) {
     const LoopProgram *lp = p->plan->prog;
     for (int i = 0; i < lp->noutputs; i++) {
         if (p->direct[i]) continue;
         const Buffer *b = lp->bufs[lp->outputs[i]];
-        if (b->numel > 0 && p->bufs[b->id])
-            memcpy(outputs[i], p->bufs[b->id], (size_t)buf_bytes(b));
+        if (b->numel > 0 && r->bufs[b->id])
+            memcpy(outputs[i], r->bufs[b->id], (size_t)buf_bytes(b));
     }
 }
 
 kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, char *err,
                    size_t errlen) {
     if (errlen) err[0] = 0;
-    bind_buffers(p, inputs, outputs);
+    RtRun *run = run_take(p);
+    if (!run) {
+        util_fmt(err, errlen, "out of memory: %lld bytes of arena for a concurrent run",
+                 (long long)p->stats.arena_bytes);
+        return KILN_ERR_NOMEM;
+    }
+    bind_buffers(p, run, inputs, outputs);
     KilnRT rt = rt_externs;
 #ifdef KILN_TESTING
     if (rt_test_set) rt = rt_test_table;
@@ -410,15 +515,30 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     rt.err = err; /* a gather's index out of range is reported here */
     rt.errlen = errlen;
     unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);
-    int rc = p->entry ? p->entry(p->bufs, &rt) : 0;
+    int team = omp_get_max_threads();
+    if (p->threads > 0 && p->threads != team) omp_set_num_threads(p->threads);
+    int rc = p->entry ? p->entry(run->bufs, &rt) : 0;
+    if (p->threads > 0 && p->threads != team) omp_set_num_threads(team);
     ext_isa_leave(prev);
-    if (rc == KILN_RT_ERR_INPUT) return KILN_ERR_INPUT;
-    if (rc != 0) {
+    kiln_status st = KILN_OK;
+    if (rc == KILN_RT_ERR_INPUT)
+        st = KILN_ERR_INPUT;
+    else if (rc != 0) {
         util_fmt(err, errlen, "out of memory in a kernel or an extern kernel");
-        return KILN_ERR_NOMEM;
-    }
-    copy_outputs(p, outputs);
-    return KILN_OK;
+        st = KILN_ERR_NOMEM;
+    } else
+        copy_outputs(p, run, outputs);
+    run_give(p, run);
+    return st;
+}
+
+void rt_set_program_threads(RtProgram *p, int n) { p->threads = n > 0 ? n : 0; }
+
+int rt_runs(RtProgram *p) {
+    pthread_mutex_lock(&p->runs_lock);
+    int n = p->nruns;
+    pthread_mutex_unlock(&p->runs_lock);
+    return n;
 }
 
 const char *rt_source(const RtProgram *p) { return p->code.source; }
@@ -435,8 +555,21 @@ int64_t rt_buffer_offset(const RtProgram *p, int b) {
 struct kiln_program {
     RtProgram *rt;
     int threads; /* resolved at compile time */
-    char err[1024];
 };
+
+/* The message of the calling thread's last run of a program: a run's error
+ * reaches only the thread that made the call, whatever others run. */
+static _Thread_local struct {
+    const kiln_program *p;
+    char err[1024];
+} last_run;
+
+/* The calling thread's message buffer for a run of p, cleared. */
+static char *run_err(const kiln_program *p) {
+    last_run.p = p;
+    last_run.err[0] = 0;
+    return last_run.err;
+}
 
 kiln_options kiln_default_options(void) {
     kiln_options o = {0, 1, 1, NULL};
@@ -480,15 +613,16 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
         return KILN_ERR_NOMEM;
     }
     unsigned prev = ext_isa_enter(cfg.target.ext); /* BLAS's first init sees the tier */
-    p->threads = rt_set_threads(threads);
-    st = rt_compile(g, &cfg, &p->rt, p->err, sizeof p->err);
+    ext_blas_init();
+    p->threads = rt_resolve_threads(threads);
+    /* the message, but not a sticky failure: the graph stays usable */
+    st = rt_compile(g, &cfg, &p->rt, g->err, sizeof g->err);
     ext_isa_leave(prev);
     if (st != KILN_OK) {
-        /* the message, but not a sticky failure: the graph stays usable */
-        util_fmt(g->err, sizeof g->err, "%s", p->err);
         kfree(p);
         return st;
     }
+    rt_set_program_threads(p->rt, p->threads);
     *out = p;
     return KILN_OK;
 }
@@ -498,13 +632,13 @@ static kiln_status prog_fail(kiln_program *p, kiln_status st, const char *fmt, .
 static kiln_status prog_fail(kiln_program *p, kiln_status st, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(p->err, sizeof p->err, fmt, ap);
+    if (last_run.p == p) vsnprintf(last_run.err, sizeof last_run.err, fmt, ap);
     va_end(ap);
     return st;
 }
 
 static kiln_status check_input(kiln_program *p, int i, const kiln_tensor *t) {
-    return graph_check_input(rt_graph(p->rt), i, t, p->err, sizeof p->err);
+    return graph_check_input(rt_graph(p->rt), i, t, last_run.err, sizeof last_run.err);
 }
 
 /* The float views of a run's inputs and outputs, and what was allocated. */
@@ -582,8 +716,7 @@ static kiln_status run_io(kiln_program *p, Io *io, const kiln_tensor *inputs, ki
     if (st == KILN_OK) st = io_inputs(io, inputs);
     if (st == KILN_OK) st = io_outputs(io, g, outputs, caller);
     if (st != KILN_OK) return prog_fail(p, st, "out of memory: inputs and outputs of a run");
-    if (p->threads > 0 && ext_get_threads() != p->threads) ext_set_threads(p->threads);
-    st = rt_run(p->rt, io->in, io->out, p->err, sizeof p->err);
+    st = rt_run(p->rt, io->in, io->out, last_run.err, sizeof last_run.err);
     if (st == KILN_OK) io_convert_outputs(io, outputs);
     return st;
 }
@@ -591,7 +724,7 @@ static kiln_status run_io(kiln_program *p, Io *io, const kiln_tensor *inputs, ki
 kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs) {
     const Graph *g = rt_graph(p->rt);
     Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
-    p->err[0] = 0;
+    run_err(p);
     for (int i = 0; i < io.nin; i++)
         if (check_input(p, i, &inputs[i]) != KILN_OK) return KILN_ERR_INPUT;
     for (int i = 0; i < io.nout; i++) outputs[i] = (kiln_tensor){0};
@@ -619,7 +752,7 @@ kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
                                   kiln_tensor *outputs) {
     const Graph *g = rt_graph(p->rt);
     Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
-    p->err[0] = 0;
+    run_err(p);
     for (int i = 0; i < io.nin; i++)
         if (check_input(p, i, &inputs[i]) != KILN_OK) return KILN_ERR_INPUT;
     for (int i = 0; i < io.nout; i++)
@@ -629,9 +762,12 @@ kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
     return st;
 }
 
-const char *kiln_program_error(const kiln_program *p) { return p->err; }
+const char *kiln_program_error(const kiln_program *p) {
+    return last_run.p == p ? last_run.err : "";
+}
 RtProgram *kiln_program_rt(kiln_program *p) { return p->rt; }
 const char *kiln_program_source(const kiln_program *p) { return rt_source(p->rt); }
+int kiln_program_threads(const kiln_program *p) { return p->threads; }
 
 void kiln_program_free(kiln_program *p) {
     if (!p) return;

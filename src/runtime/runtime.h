@@ -115,9 +115,18 @@ const RtStats *rt_stats(const RtProgram *p);
 const Schedule *rt_schedule(const RtProgram *p);
 /* The decomposed graph the program runs (inputs, outputs, their types). */
 const Graph *rt_graph(const RtProgram *p);
-/* Threads for kernels and BLAS: n <= 0 means $KILN_NUM_THREADS, else every
- * core. Process-wide (one OpenMP pool). Returns the count now in effect. */
+/* A thread count: n > 0 as it is; n <= 0 means $KILN_NUM_THREADS (a bad
+ * value warns once on stderr), else every core. */
+int rt_resolve_threads(int n);
+/* The calling thread's OpenMP team, and OpenBLAS's count, to
+ * rt_resolve_threads(n) (tests, benchmarks: runs of rt_run on programs
+ * without a count of their own). Returns the count now in effect. */
 int rt_set_threads(int n);
+/* The team every rt_run of p uses, on the calling thread for the run only
+ * (0: the caller's, as it is). kiln_compile_with sets the program's. */
+void rt_set_program_threads(RtProgram *p, int n);
+/* Runs made so far for p's pool: the most that ran at once. */
+int rt_runs(RtProgram *p);
 /* Arena offset of buffer b, or -1 when it does not live in the arena. */
 int64_t rt_buffer_offset(const RtProgram *p, int b);
 
