@@ -1,6 +1,7 @@
 #!/bin/sh
 # serve.sh [SECONDS] [ROUNDS] -- bench/serve's comparisons, side by side:
-# one caller against two callers (one thread each) on bench/serve_mlp.kiln,
+# one caller against two callers (one thread each) on bench/serve_mlp.kiln
+# (MODEL=bench/serve_cnn.kiln for the convolutional one),
 # alternated ROUNDS times (default 3) for SECONDS each (default 10), the best
 # throughput of each kept, and the ratio printed. Set SOAK=SECONDS for a
 # long run of two callers that prints resident memory every 10 s.
@@ -13,7 +14,7 @@ S=${1:-10}
 R=${2:-3}
 make --no-print-directory build/bench/serve >/dev/null
 B=build/bench/serve
-P=bench/serve_mlp.kiln
+P=${MODEL:-bench/serve_mlp.kiln}
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
     "$(gcc -march=native -Q --help=target | sed -n 's/^ *-march= *//p')"
 best1=0

@@ -243,8 +243,7 @@ kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
  * Concurrent runs each have their own team: two 2-thread runs at once on a
  * 2-core machine put 4 threads on 2 cores, and each run waits for its own
  * threads to be scheduled. To serve, keep callers x threads <= cores (for
- * example threads = 1 and one caller per core). Convolutions through oneDNN
- * take turns between concurrent runs (one at a time in a process). */
+ * example threads = 1 and one caller per core). */
 typedef struct kiln_program kiln_program;
 
 typedef struct {

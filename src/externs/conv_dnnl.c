@@ -29,9 +29,12 @@
  * epilogue stay in one core's cache (docs/decisions.md: oneDNN: batches
  * split among the threads).
  *
- * One mutex covers the cache and the execution: the memory objects are
- * shared, and two convolutions at once would only fight over the same
- * OpenMP threads (oneDNN here uses kiln's libgomp pool).
+ * One mutex covers the cache and the kept weights, not the execution: a
+ * call takes an entry no other call holds (busy), making another for the
+ * same shape when every match is busy, so concurrent runs of a program
+ * (callers' threads, each with its own OpenMP team) convolve at once, each
+ * on memory objects and a stream of its own; the primitives themselves are
+ * only read while they run (user-managed scratchpads).
  *
  * Constant weights (ext_conv2d_const_epi: a weight buffer of the program)
  * are reordered once: the blocked copy is kept (Kept, below) under the
@@ -82,7 +85,8 @@ typedef struct {
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
     dnnl_memory_desc_t wei_md;                         /* the weights' layout for conv */
     dnnl_stream_t stream;
-    bool pinned; /* in use by run_split: not to be evicted */
+    bool busy;     /* a call holds it: not to be handed out or evicted */
+    bool uncached; /* made when every cache slot was busy: freed after its call */
 } DnnlConv;
 
 /* Output bytes per call: images are taken together up to this much (the
@@ -356,26 +360,43 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
     return NULL;
 }
 
-/* The entry for a shape (made on a miss); NULL: oneDNN declines it. Called
- * with the lock held. */
+/* An entry for a shape that no call holds, marked busy (made on a miss, or
+ * when every match is busy); NULL: oneDNN declines it. Called with the lock
+ * held; the caller hands it back with release. */
 static DnnlConv *lookup(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
                         const int64_t attr[7], bool bias, int64_t nb, int threads, int slot) {
     int64_t key[KEY_LEN];
     make_key(key, xs, ws, ys, attr, bias, nb, threads, slot);
     for (int i = 0; i < CACHE_SIZE; i++)
-        if (cache[i] && !memcmp(cache[i]->key, key, sizeof key)) return cache[i];
+        if (cache[i] && !cache[i]->busy && !memcmp(cache[i]->key, key, sizeof key)) {
+            cache[i]->busy = true;
+            return cache[i];
+        }
     if (!engine) dnnl_isa_init();
     if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) return NULL;
     DnnlConv *d = conv_new(key, xs, ws, ys, attr, bias);
     if (!d) return NULL;
-    /* the oldest entry goes, but not one that run_split holds (it pins at
-     * most SPLIT_MAX < CACHE_SIZE) */
-    while (cache[cache_next] && cache[cache_next]->pinned)
+    d->busy = true;
+    /* the oldest entry goes, but not one a call holds; when all are held
+     * (as many calls at once as slots), d lives for its call only */
+    int tries = 0;
+    while (cache[cache_next] && cache[cache_next]->busy && tries++ < CACHE_SIZE)
         cache_next = (cache_next + 1) % CACHE_SIZE;
+    if (cache[cache_next] && cache[cache_next]->busy) {
+        d->uncached = true;
+        return d;
+    }
     conv_free(cache[cache_next]);
     cache[cache_next] = d;
     cache_next = (cache_next + 1) % CACHE_SIZE;
     return d;
+}
+
+/* Hand an entry from lookup back; the lock held. */
+static void release(DnnlConv *d) {
+    if (!d) return;
+    d->busy = false;
+    if (d->uncached) conv_free(d);
 }
 
 static dnnl_status_t exec(DnnlConv *d, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args) {
@@ -555,15 +576,14 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
                      const int64_t attr[7], bool wconst, ExtEpilogue epi, void *ctx) {
     DnnlConv *ds[SPLIT_MAX];
     int got = 0, r = 0;
-    /* each entry pinned as it is found, so that making the next does not
+    /* each entry busy as it is found, so that making the next does not
      * evict it */
+    pthread_mutex_lock(&lock);
     for (; got < split && r == 0; got++)
-        if ((ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1)))
-            ds[got]->pinned = true;
-        else
-            r = 1;
+        if (!(ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1))) r = 1;
     void *kw = NULL, *raw = NULL;
     if (r == 0 && ds[0]->wei_in && wconst) kw = kept_weights(ds[0], w);
+    pthread_mutex_unlock(&lock);
     if (r == 0 && ds[0]->wei_in && !kw) {
         raw = kmalloc(ds[0]->wei_bytes + KILN_ALIGN - 1);
         kw = raw ? util_on_line(raw) : NULL;
@@ -577,8 +597,9 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
             bad |= run(ds[t], x, xs, w, kw, bias, y, ys, t * per, (t + 1) * per, epi, ctx) != 0;
         r = bad ? -1 : 0;
     }
-    for (int t = 0; t < got; t++)
-        if (ds[t]) ds[t]->pinned = false;
+    pthread_mutex_lock(&lock);
+    for (int t = 0; t < got; t++) release(ds[t]);
+    pthread_mutex_unlock(&lock);
     kfree(raw);
     return r;
 }
@@ -586,17 +607,16 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                     bool wconst, ExtEpilogue epi, void *ctx) {
-    pthread_mutex_lock(&lock);
     int64_t nb = images_per_call(ys);
     int split = omp_in_parallel() ? 0 : ext_conv_dnnl_split(ys, omp_get_max_threads());
-    int r;
-    if (split) {
-        r = run_split(split, nb, x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
-    } else {
-        DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, nb, omp_get_max_threads(), 0);
-        void *kw = d && wconst && d->wei_in ? kept_weights(d, w) : NULL;
-        r = d ? run(d, x, xs, w, kw, bias, y, ys, 0, ys[0], epi, ctx) : 1;
-    }
+    if (split) return run_split(split, nb, x, xs, w, ws, bias, y, ys, attr, wconst, epi, ctx);
+    pthread_mutex_lock(&lock);
+    DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, nb, omp_get_max_threads(), 0);
+    void *kw = d && wconst && d->wei_in ? kept_weights(d, w) : NULL;
+    pthread_mutex_unlock(&lock);
+    int r = d ? run(d, x, xs, w, kw, bias, y, ys, 0, ys[0], epi, ctx) : 1;
+    pthread_mutex_lock(&lock);
+    release(d);
     pthread_mutex_unlock(&lock);
     return r;
 }
