@@ -75,8 +75,9 @@
  *   kiln_tanhf      1.31                 1.34                        2.0
  *   kiln_erff       1.39                 1.21                        2.0
  *   kiln_sigmoidf   1.13                 1.15                        1.5
- *   kiln_gelu       1.45 (x >= 0; every  1.52 (x >= 0, at x = 0.21)   2.0
- *                   509th float)
+ *   kiln_gelu       1.50 (x >= 0; every  1.52 (x >= 0, at x = 0.21)   2.0
+ *                   509th float; Estrin,
+ *                   KILN_VM_ESTRIN)
  *                   and for x < 0 absolute: 1.04e-7 (at x = -5.5), asserted
  *                   2^-23; the erf form scores 8.3e-8 there (it cancels)
  *   kiln_floorf, kiln_ceilf: bit-exact (signed zeros too).
@@ -86,8 +87,8 @@
  * x86-64-v3 (FMA, 8 lanes) and v2 (no FMA, 4 lanes), vectorized, Zen 3:
  * exp 0.887 and 1.171, log 0.777 and 0.800, sin 1.566 and 1.571, cos
  * 1.569 and 1.569, tanh 1.348 and 1.298, erf 1.135 and 1.389, sigmoid
- * 1.108 and 1.134, gelu 1.462 and 1.531 (x >= 0; 1.04e-7 absolute below
- * 0). sin and cos hold their bound over the whole float range, not just
+ * 1.108 and 1.134, gelu 1.462 and 1.630 (x >= 0, v2 with Estrin's
+ * scheme, 1.701 every 7th float; 1.04e-7 absolute below 0). sin and cos hold their bound over the whole float range, not just
  * near 0: the fast path scores 1.560 (sin) and 1.559 (cos) over every
  * float in [0.5, 4096), and tests/test_vecmath.c also sweeps the floats
  * nearest multiples of pi/2.
@@ -134,8 +135,18 @@
 
 #if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
 #define KILN_VM_FMAF(a, b, c) __builtin_fmaf((a), (b), (c))
+#define KILN_VM_ESTRIN 0
 #else
 #define KILN_VM_FMAF(a, b, c) ((a) * (b) + (c))
+/* Without FMA a Horner step is a multiply and an add, twice the latency,
+ * and gelu's two polynomials are one dependency chain: there they are
+ * evaluated as c + x S(x) with S by Estrin's scheme (powers of x, pairs of
+ * terms: three dependent levels instead of six), the C function and its
+ * vector variants alike, so they keep each other's bits. The last step
+ * stays Horner's, which keeps its accuracy: Estrin all the way raised
+ * gelu's error to 1.95 ulp (docs/decisions.md: gelu without FMA: Estrin's
+ * scheme). */
+#define KILN_VM_ESTRIN 1
 #endif
 
 /* ---- bit casts (a union: defined behaviour in C11, and it vectorizes) -- */
@@ -1112,6 +1123,15 @@ KILN_VM_INLINE float kiln_erff(float x) {
  * The factor a makes the value exact at a = 0 and its rounding error
  * relative, so it is smallest where h is largest. */
 KILN_VM_INLINE float kiln_vm_log2_2phi(float a) {
+#if KILN_VM_ESTRIN
+    /* (c7 + a S(a)) a, S by Estrin */
+    float a2 = a * a, a4 = a2 * a2;
+    float f0 = -4.5920479298e-01f + -5.2512232214e-02f * a;
+    float f1 = 7.0950514637e-03f + -1.6734712699e-04f * a;
+    float f2 = -1.7120584380e-04f + 3.5767443478e-05f * a;
+    float sa = (f0 + f1 * a2) + (f2 + -2.4987989491e-06f * a2) * a4;
+    float p = -1.1511054039e+00f + sa * a;
+#else
     float p = -2.4987989491e-06f;
     p = KILN_VM_FMAF(p, a, 3.5767443478e-05f);
     p = KILN_VM_FMAF(p, a, -1.7120584380e-04f);
@@ -1120,12 +1140,22 @@ KILN_VM_INLINE float kiln_vm_log2_2phi(float a) {
     p = KILN_VM_FMAF(p, a, -5.2512232214e-02f);
     p = KILN_VM_FMAF(p, a, -4.5920479298e-01f);
     p = KILN_VM_FMAF(p, a, -1.1511054039e+00f);
+#endif
     return p * a;
 }
 
 /* 2^r / 2 on -0.5 <= r <= 0.5, degree 6 (scripts/fit_gelu.py): relative
  * error below 2^-28. */
 KILN_VM_INLINE float kiln_vm_half_exp2(float r) {
+#if KILN_VM_ESTRIN
+    /* 0.5 + r S(r), S by Estrin: the last step keeps Horner's accuracy */
+    float r2 = r * r, r4 = r2 * r2;
+    float e0 = 3.4657359123e-01f + 1.2011323869e-01f * r;
+    float e1 = 2.7751797810e-02f + 4.8092496581e-03f * r;
+    float e2 = 6.6954852082e-04f + 7.6646552770e-05f * r;
+    float sr = (e0 + e1 * r2) + e2 * r4;
+    return 0.5f + sr * r;
+#else
     float p = 7.6646552770e-05f;
     p = KILN_VM_FMAF(p, r, 6.6954852082e-04f);
     p = KILN_VM_FMAF(p, r, 4.8092496581e-03f);
@@ -1133,6 +1163,7 @@ KILN_VM_INLINE float kiln_vm_half_exp2(float r) {
     p = KILN_VM_FMAF(p, r, 1.2011323869e-01f);
     p = KILN_VM_FMAF(p, r, 3.4657359123e-01f);
     return KILN_VM_FMAF(p, r, 0.5f);
+#endif
 }
 
 /* gelu(x) = x Phi(x) (torch's exact, erf form) directly. With a = |x|
@@ -1183,6 +1214,49 @@ __attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float
 __attribute__((used, noinline)) static float kiln_vm_gelu_1(float x) __asm__("kiln_vm_gelu_simd");
 static float kiln_vm_gelu_1(float x) { return kiln_vm_gelu(x); }
 
+/* kiln_vm_log2_2phi and kiln_vm_half_exp2 on N lanes, with k the
+ * variant's constants, evaluated as the C functions evaluate them. */
+#if KILN_VM_ESTRIN
+#define KILN_VM_GELU_Q(N, a)                                                                   \
+    ({                                                                                         \
+        kiln_vm_f##N a2_ = (a) * (a), a4_ = a2_ * a2_;                                         \
+        kiln_vm_f##N f0_ = k->q[6] + k->q[5] * (a), f1_ = k->q[4] + k->q[3] * (a);             \
+        kiln_vm_f##N f2_ = k->q[2] + k->q[1] * (a);                                            \
+        kiln_vm_f##N s_ = (f0_ + f1_ * a2_) + (f2_ + k->q[0] * a2_) * a4_;                     \
+        (k->q[7] + s_ * (a)) * (a);                                                            \
+    })
+#else
+#define KILN_VM_GELU_Q(N, a)                                                                   \
+    ({                                                                                         \
+        kiln_vm_f##N q_ = KILN_VM_FMA##N(k->q[0], (a), k->q[1]);                               \
+        q_ = KILN_VM_FMA##N(q_, (a), k->q[2]);                                                 \
+        q_ = KILN_VM_FMA##N(q_, (a), k->q[3]);                                                 \
+        q_ = KILN_VM_FMA##N(q_, (a), k->q[4]);                                                 \
+        q_ = KILN_VM_FMA##N(q_, (a), k->q[5]);                                                 \
+        q_ = KILN_VM_FMA##N(q_, (a), k->q[6]);                                                 \
+        q_ = KILN_VM_FMA##N(q_, (a), k->q[7]);                                                 \
+        q_ * (a);                                                                              \
+    })
+#endif
+#if KILN_VM_ESTRIN
+#define KILN_VM_GELU_P(N, r)                                                                   \
+    ({                                                                                         \
+        kiln_vm_f##N r2_ = (r) * (r), r4_ = r2_ * r2_;                                         \
+        kiln_vm_f##N e0_ = k->p[5] + k->p[4] * (r), e1_ = k->p[3] + k->p[2] * (r);             \
+        kiln_vm_f##N e2_ = k->p[1] + k->p[0] * (r);                                            \
+        k->p[6] + ((e0_ + e1_ * r2_) + e2_ * r4_) * (r);                                       \
+    })
+#else
+#define KILN_VM_GELU_P(N, r)                                                                   \
+    ({                                                                                         \
+        kiln_vm_f##N p_ = KILN_VM_FMA##N(k->p[0], (r), k->p[1]);                               \
+        p_ = KILN_VM_FMA##N(p_, (r), k->p[2]);                                                 \
+        p_ = KILN_VM_FMA##N(p_, (r), k->p[3]);                                                 \
+        p_ = KILN_VM_FMA##N(p_, (r), k->p[4]);                                                 \
+        p_ = KILN_VM_FMA##N(p_, (r), k->p[5]);                                                 \
+        KILN_VM_FMA##N(p_, (r), k->p[6]);                                                      \
+    })
+#endif
 #define KILN_VM_GELU_N(N)                                                                  \
     KILN_VM_INLINE kiln_vm_f##N kiln_vm_gelu##N(kiln_vm_f##N x) {                          \
         KILN_VM_CONSTS(k, kiln_vm_u##N abs; kiln_vm_f##N lim; kiln_vm_f##N q[8];           \
@@ -1197,21 +1271,9 @@ static float kiln_vm_gelu_1(float x) { return kiln_vm_gelu(x); }
                         KILN_VM_SPLAT##N(1.2011323869e-01f), KILN_VM_SPLAT##N(3.4657359123e-01f), \
                         KILN_VM_SPLAT##N(0.5f)});                                          \
         kiln_vm_f##N ac = KILN_VM_MIN##N(k->lim, (kiln_vm_f##N)((kiln_vm_u##N)x & k->abs)); \
-        kiln_vm_f##N q = KILN_VM_FMA##N(k->q[0], ac, k->q[1]);  /* kiln_vm_log2_2phi */    \
-        q = KILN_VM_FMA##N(q, ac, k->q[2]);                                                \
-        q = KILN_VM_FMA##N(q, ac, k->q[3]);                                                \
-        q = KILN_VM_FMA##N(q, ac, k->q[4]);                                                \
-        q = KILN_VM_FMA##N(q, ac, k->q[5]);                                                \
-        q = KILN_VM_FMA##N(q, ac, k->q[6]);                                                \
-        q = KILN_VM_FMA##N(q, ac, k->q[7]);                                                \
-        q = q * ac;                                                                        \
+        kiln_vm_f##N q = KILN_VM_GELU_Q(N, ac);                 /* kiln_vm_log2_2phi */    \
         kiln_vm_f##N nf = KILN_VM_ROUND##N(q), r = q - nf;                                 \
-        kiln_vm_f##N p = KILN_VM_FMA##N(k->p[0], r, k->p[1]);   /* kiln_vm_half_exp2 */    \
-        p = KILN_VM_FMA##N(p, r, k->p[2]);                                                 \
-        p = KILN_VM_FMA##N(p, r, k->p[3]);                                                 \
-        p = KILN_VM_FMA##N(p, r, k->p[4]);                                                 \
-        p = KILN_VM_FMA##N(p, r, k->p[5]);                                                 \
-        p = KILN_VM_FMA##N(p, r, k->p[6]);                                                 \
+        kiln_vm_f##N p = KILN_VM_GELU_P(N, r);                  /* kiln_vm_half_exp2 */    \
         kiln_vm_f##N h = (kiln_vm_f##N)((kiln_vm_u##N)p + ((kiln_vm_u##N)KILN_VM_CVT##N(nf) << 23)); \
         kiln_vm_f##N m = (kiln_vm_f##N)((kiln_vm_u##N)ac & (kiln_vm_u##N)~(ac == k->lim));  \
         kiln_vm_f##N a = KILN_VM_BLEND##N(x, x * 0.0f, x);                                 \
