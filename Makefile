@@ -90,7 +90,6 @@ $(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
 	@mkdir -p $(dir $@)
 	$(CC) $(KCFLAGS) -w -c $< -o $@
 $(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(HOOKOBJ) $(TESTOBJ) $(CLIOBJ): $(BUILD)/gen/onnx.pb-c.h
-$(BUILD)/hobj/codegen/codegen.o: $(BUILD)/gen/vecmath_src.inc $(BUILD)/gen/kiln_rt_src.inc
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
 	@rm -f $@
