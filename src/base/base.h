@@ -56,6 +56,9 @@ char *arena_strdup(Arena *a, const char *s);
 void arena_free(Arena *a);
 
 /* snprintf into a fixed buffer that never overflows. */
+/* vsnprintf after what buf already holds (a NUL-terminated string), never
+ * overflowing it. */
+void util_vappend(char *buf, size_t len, const char *fmt, va_list ap);
 void util_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* Philox-4x32-10: four 32-bit random words for (seed, counter). */

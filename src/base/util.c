@@ -202,6 +202,11 @@ void arena_free(Arena *a) {
     a->head = NULL;
 }
 
+void util_vappend(char *buf, size_t len, const char *fmt, va_list ap) {
+    size_t n = strnlen(buf, len);
+    if (n + 1 < len) vsnprintf(buf + n, len - n, fmt, ap);
+}
+
 void util_fmt(char *buf, size_t len, const char *fmt, ...) {
     if (!len) return;
     va_list ap;

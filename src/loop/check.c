@@ -46,15 +46,12 @@ typedef struct {
 static bool fail(Check *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool fail(Check *C, const char *fmt, ...) {
     if (!C->errlen) return false;
-    size_t n = (size_t)snprintf(C->err, C->errlen, "loop IR check: ");
-    if (C->b && n < C->errlen)
-        n += (size_t)snprintf(C->err + n, C->errlen - n, "%s ", C->b->name ? C->b->name : "?");
-    if (n < C->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(C->err + n, C->errlen - n, fmt, ap);
-        va_end(ap);
-    }
+    const char *name = C->b ? (C->b->name ? C->b->name : "?") : NULL;
+    util_fmt(C->err, C->errlen, "loop IR check: %s%s", name ? name : "", name ? " " : "");
+    va_list ap;
+    va_start(ap, fmt);
+    util_vappend(C->err, C->errlen, fmt, ap);
+    va_end(ap);
     return false;
 }
 

@@ -53,13 +53,11 @@ typedef struct {
 static bool fail(Check *C, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static bool fail(Check *C, const char *fmt, ...) {
     if (!C->errlen) return false;
-    size_t n = (size_t)snprintf(C->err, C->errlen, "schedule check: ");
-    if (n < C->errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(C->err + n, C->errlen - n, fmt, ap);
-        va_end(ap);
-    }
+    util_fmt(C->err, C->errlen, "schedule check: ");
+    va_list ap;
+    va_start(ap, fmt);
+    util_vappend(C->err, C->errlen, fmt, ap);
+    va_end(ap);
     return false;
 }
 
