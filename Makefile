@@ -128,13 +128,14 @@ asan: deps
 	@sh tests/run.sh $(BUILD)/asan
 
 # ThreadSanitizer (clang) over the tests of one program shared by threads
-# (tests/test_serve.c) and the other concurrency tests. clang compiles kiln
+# (tests/test_serve.c) and the other concurrency tests (test_team.c's
+# concurrent callers, whose runs share the team-size state). clang compiles kiln
 # against libgomp, the OpenMP runtime OpenBLAS and oneDNN use, which TSan
 # does not see into (-fopenmp=libgomp: kiln's own pragmas are then ignored,
 # so each run is one thread and every thread TSan sees is a caller's); the
 # JIT-compiled kernels are not instrumented.
 TSAN_FLAGS = -fsanitize=thread -fno-omit-frame-pointer
-TSAN_TESTS ?= serve
+TSAN_TESTS ?= serve team_concurrent
 tsan: deps
 	@$(MAKE) --no-print-directory BUILD=$(BUILD)/tsan CC=clang SAN="$(TSAN_FLAGS) -fopenmp=libgomp" \
 	    CFLAGS="-O1 -g -Wno-unknown-pragmas -Wno-unused-command-line-argument" $(BUILD)/tsan/test_kiln

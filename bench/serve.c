@@ -3,11 +3,12 @@
  * threads, as a server runs a model (not a test; bench/serve builds and
  * runs it).
  *
- *   serve PROG [--callers T] [--threads N] [--seconds S | --runs R]
- *         [--every SEC]
+ *   serve PROG [--callers T] [--threads N] [--fixed-threads]
+ *         [--seconds S | --runs R] [--every SEC]
  *
  * Compiles PROG (.kiln, random normal inputs from fixed seeds) once with N
- * threads per run (default 1), then T threads call kiln_program_run_into on
+ * threads per run (default 1; --fixed-threads: every run on N, not fewer
+ * where fewer measured faster), then T threads call kiln_program_run_into on
  * it at once, each with its own inputs and preallocated outputs, for S
  * seconds (default 10) or R runs each. Every SEC seconds (default 1) it
  * prints a line with the runs so far and the resident memory; at the end one
@@ -79,18 +80,22 @@ static double quantile(Caller *cs, int n, long total, double q) {
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: serve PROG [--callers T] [--threads N] [--seconds S | --runs R] "
-                    "[--every SEC]\n");
+    fprintf(stderr, "usage: serve PROG [--callers T] [--threads N] [--fixed-threads] "
+                    "[--seconds S | --runs R] [--every SEC]\n");
     return 2;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) return usage();
     const char *prog = argv[1];
-    int callers = 1, threads = 1;
+    int callers = 1, threads = 1, fixed = 0;
     double seconds = 10, every = 1;
     long runs = 0;
     for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--fixed-threads")) {
+            fixed = 1;
+            continue;
+        }
         if (i + 1 >= argc) return usage();
         if (!strcmp(argv[i], "--callers"))
             callers = atoi(argv[++i]);
@@ -114,6 +119,7 @@ int main(int argc, char **argv) {
     }
     kiln_options o = kiln_default_options();
     o.threads = threads;
+    o.fixed_threads = fixed;
     kiln_program *p;
     if (kiln_compile_with(g, &o, &p) != KILN_OK) {
         fprintf(stderr, "serve: %s\n", kiln_error(g));
@@ -170,11 +176,12 @@ int main(int argc, char **argv) {
     for (int c = 0; c < callers; c++) total += cs[c].runs, failed |= cs[c].failed;
     rss = rss_kib();
     if (rss_warm < 0) rss_warm = rss;
-    printf("{\"program\": \"%s\", \"callers\": %d, \"threads\": %d, \"seconds\": %.2f, "
+    printf("{\"program\": \"%s\", \"callers\": %d, \"threads\": %d, \"fixed\": %d, "
+           "\"seconds\": %.2f, "
            "\"runs\": %ld, \"runs_per_s\": %.1f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
            "\"rss_warm_mib\": %.2f, \"rss_end_mib\": %.2f, \"rss_max_mib\": %.2f, "
            "\"failed\": %d}\n",
-           prog, callers, threads, elapsed, total, (double)total / elapsed,
+           prog, callers, threads, fixed, elapsed, total, (double)total / elapsed,
            quantile(cs, callers, total, 0.5), quantile(cs, callers, total, 0.99),
            (double)rss_warm / 1024.0, (double)rss / 1024.0,
            (double)(rss_max > rss ? rss_max : rss) / 1024.0, failed);

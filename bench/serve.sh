@@ -16,7 +16,7 @@ make --no-print-directory build/bench/serve >/dev/null
 B=build/bench/serve
 P=${MODEL:-bench/serve_mlp.kiln}
 echo "cpu: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores," \
-    "$(gcc -march=native -Q --help=target | sed -n 's/^ *-march= *//p')"
+    "$(gcc -march=native -Q --help=target | sed -n 's/^[[:space:]]*-march=[[:space:]]*//p')"
 best1=0
 best2=0
 i=0

@@ -238,12 +238,20 @@ kiln_status kiln_interpret(kiln_graph *g, const kiln_tensor *inputs,
  * kiln_program_run returns (kiln_program_run_into allocates none). A run's
  * error reaches only its caller: kiln_program_error, called on the thread
  * that made the run. The kernels and BLAS calls of a run use an OpenMP team
- * of kiln_options.threads threads led by the calling thread, set for that
- * run only, so programs with different counts do not change each other's.
- * Concurrent runs each have their own team: two 2-thread runs at once on a
- * 2-core machine put 4 threads on 2 cores, and each run waits for its own
- * threads to be scheduled. To serve, keep callers x threads <= cores (for
- * example threads = 1 and one caller per core). */
+ * of up to kiln_options.threads threads led by the calling thread, set for
+ * that run only, so programs with different counts do not change each
+ * other's. Concurrent runs each have their own team: two 2-thread runs at
+ * once on a 2-core machine would put 4 threads on 2 cores. A run may use
+ * fewer threads than the program's count: the program times its runs and
+ * uses the team size that has measured fastest (among threads, threads - 1,
+ * half and 1), measuring the others again now and then at a cost of at
+ * most 1% of run time. So when another process keeps a core busy, or
+ * concurrent runs oversubscribe the cores, runs go on at about the speed
+ * of fewer threads instead of waiting at every parallel loop for a thread
+ * that shares a core (KILN_LOGS=team logs each choice; fixed_threads turns
+ * it off). A whole-tensor sum's last bits follow the team size. To serve,
+ * keep callers x threads <= cores (for example threads = 1 and one caller
+ * per core). */
 typedef struct kiln_program kiln_program;
 
 typedef struct {
@@ -262,6 +270,10 @@ typedef struct {
                     * else the highest tier this CPU runs. A tier the CPU
                     * cannot run is KILN_ERR_ENV (the message names the
                     * missing features), an unknown name KILN_ERR_INPUT. */
+    int fixed_threads;    /* 0 (default): a run may use fewer than `threads`
+                    * threads when fewer have measured faster (a core kept
+                    * busy by another process, concurrent runs; see
+                    * Threads); 1: every run uses exactly `threads` */
 } kiln_options;
 kiln_options kiln_default_options(void);
 

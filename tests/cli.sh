@@ -180,6 +180,17 @@ for v in abc 0 2x; do
     expect "num_threads_env_$v" 0 "KILN_NUM_THREADS=$v is not a positive integer" -- \
         env KILN_NUM_THREADS=$v "$kiln" run examples/chain.kiln
 done
+# a program of several threads times each team size a run may use before
+# bench times it, and says which the timed runs used; --fixed-threads keeps
+# every run on the count asked for (no team line); KILN_LOGS=team logs
+# each measured epoch
+expect bench_team 0 "^team: 2 threads [0-9.]* ms ([0-9]* of 3 runs), 1 thread [0-9.]* ms" -- \
+    "$kiln" bench examples/chain.kiln --threads 2 --repeat 3
+expect bench_fixed_threads 0 "median of 3 runs" -- \
+    "$kiln" bench examples/chain.kiln --threads 2 --repeat 3 --fixed-threads
+if grep -q "^team:" "$t/out"; then fail bench_fixed_threads_no_team "$(grep "^team:" "$t/out")"; else pass bench_fixed_threads_no_team; fi
+expect team_log 0 "^team: 1 thread: [0-9.]* ms per run over [0-9]* runs; next" -- \
+    env KILN_LOGS=team "$kiln" bench examples/chain.kiln --threads 2 --repeat 3
 cores=$(nproc)
 expect threads_above_cores 0 "$((cores + 1)) threads on $cores cores" -- \
     "$kiln" run examples/chain.kiln --threads $((cores + 1))

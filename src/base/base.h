@@ -179,14 +179,15 @@ kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, si
 
 /* ===== configuration ================================================== */
 
-/* Topics of KILN_LOGS (a comma list: fusion,schedule,inline,loop_ir,rewrite;
- * "all"). */
+/* Topics of KILN_LOGS (a comma list: fusion,schedule,inline,loop_ir,rewrite,
+ * team; "all"). */
 enum {
     LOG_FUSION = 1 << 0,   /* rounds: candidates, rejections, fusions */
     LOG_SCHEDULE = 1 << 1, /* the scheduler nodes before fusion, final kernels */
     LOG_INLINE = 1 << 2,   /* each pointwise value: inlined or materialized, why */
     LOG_LOOP_IR = 1 << 3,  /* the loop IR after lowering */
     LOG_REWRITE = 1 << 4,  /* graph rewrites applied or declined (Conv-BN folding) */
+    LOG_TEAM = 1 << 5,     /* each run's team size: every epoch measured (runtime/team.c) */
 };
 
 /* Every threshold of lowering and fusion, with where its default comes from. */

@@ -29,8 +29,13 @@ unsigned loop_logs_from_env(void) {
         const char *name;
         unsigned bit;
     } topics[] = {
-        {"fusion", LOG_FUSION},   {"schedule", LOG_SCHEDULE}, {"inline", LOG_INLINE},
-        {"loop_ir", LOG_LOOP_IR}, {"rewrite", LOG_REWRITE},   {"all", ~0u},
+        {"fusion", LOG_FUSION},
+        {"schedule", LOG_SCHEDULE},
+        {"inline", LOG_INLINE},
+        {"loop_ir", LOG_LOOP_IR},
+        {"rewrite", LOG_REWRITE},
+        {"team", LOG_TEAM},
+        {"all", ~0u},
     };
     const char *env = getenv("KILN_LOGS");
     unsigned bits = 0;

@@ -48,7 +48,7 @@ static const char *usage_main =
     "  onnx-test DIR...  run ONNX backend conformance tests (make conformance)\n"
     "  help [CMD]     show help for a command\n"
     "\n"
-    "KILN_LOGS=rewrite,fusion,schedule,inline,loop_ir (or all) logs each stage on stderr.\n"
+    "KILN_LOGS=rewrite,fusion,schedule,inline,loop_ir,team (or all) logs each stage on stderr.\n"
     "KILN_TARGET=v2|v3|v4|native (or --target on any command) picks the instruction\n"
     "set kernels are compiled for; default: the highest tier this CPU runs.\n"
     "\n"
@@ -108,19 +108,24 @@ static const char *usage_code =
 
 static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
-    "                       [--repeat N] [--report FILE.json] [--no-extern-epilogue]\n"
-    "                       [--shape NAME=D0,D1,...]... [--target T]\n"
+    "                       [--fixed-threads] [--repeat N] [--report FILE.json]\n"
+    "                       [--no-extern-epilogue] [--shape NAME=D0,D1,...]... [--target T]\n"
     "\n"
     "Time PROG three ways: the reference interpreter (one thread, every op by\n"
     "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
     "in memory: the eager baseline, same threads), and the fused kernels: the\n"
-    "median of --repeat runs (default 10) after a warm-up run, the bytes each\n"
+    "median of --repeat runs (default 10) after a warm-up, the bytes each\n"
     "moves and the bandwidth that amounts to. Compiled runs write into outputs\n"
     "allocated once, as a serving loop would (kiln_program_run_into); compile\n"
-    "time is measured apart. --report writes fused_ms, unfused_ms (the unfused kernels), "
-    "interp_ms,\n"
-    "compile_ms, bytes_fused, bytes_unfused and threads. --no-extern-epilogue\n"
-    "compiles the fused program with library calls as walls (as 'run').\n";
+    "time is measured apart. The warm-up is one run, and for a program of\n"
+    "several threads as many more as it takes to time each team size a run\n"
+    "may use (at most 0.5 s): a run uses fewer threads where fewer measured\n"
+    "faster, a core kept busy by another process (kiln.h, Threads); the line\n"
+    "'team:' says which sizes the timed runs used. --fixed-threads runs every\n"
+    "run on --threads threads. --report writes fused_ms, unfused_ms (the\n"
+    "unfused kernels), interp_ms, compile_ms, bytes_fused, bytes_unfused and\n"
+    "threads. --no-extern-epilogue compiles the fused program with library\n"
+    "calls as walls (as 'run').\n";
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
@@ -174,6 +179,7 @@ enum {
     OPT_NOEPILOGUE = 1 << 9,
     OPT_SHAPE = 1 << 10,
     OPT_TARGET = 1 << 11,
+    OPT_FIXED = 1 << 12,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
@@ -194,6 +200,7 @@ static const struct {
     {"--no-extern-epilogue", OPT_NOEPILOGUE, false},
     {"--shape", OPT_SHAPE, true},
     {"--target", OPT_TARGET, true},
+    {"--fixed-threads", OPT_FIXED, false},
 };
 
 typedef struct {
@@ -210,6 +217,7 @@ typedef struct {
     int repeat;  /* bench */
     bool check, interpret, nofuse;
     bool no_epilogue;   /* externs are walls, as in Inductor */
+    bool fixed_threads; /* bench: every run on --threads threads */
     const char *target; /* --target, else $KILN_TARGET (NULL: the best tier) */
 } Options;
 
@@ -290,6 +298,10 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
     }
     if (bit == OPT_NOEPILOGUE) {
         o->no_epilogue = true;
+        return 0;
+    }
+    if (bit == OPT_FIXED) {
+        o->fixed_threads = true;
         return 0;
     }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
@@ -749,6 +761,7 @@ static kiln_options compile_options(const Options *o, bool fuse) {
     k.fuse = fuse && !o->nofuse;
     k.extern_epilogue = !o->no_epilogue;
     k.target = o->target;
+    k.fixed_threads = o->fixed_threads;
     return k;
 }
 
@@ -834,16 +847,32 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median wall time of `repeat` calls of fn after one warm-up call. */
+/* Median wall time of `repeat` calls of fn after a warm-up: one call, and
+ * then, when p (a compiled program) may choose its team size, calls until
+ * it has timed each size (team.c), for at most 0.5 s. */
 typedef kiln_status (*RunFn)(void *ud);
-static kiln_status time_median(RunFn fn, void *ud, int repeat, double *ms) {
+static bool team_settled(kiln_program *p) {
+    RtTeam t = rt_team(kiln_program_rt(p));
+    for (int l = 0; l < t.nlevels; l++)
+        if (t.nlevels > 1 && t.est[l] < 0) return false;
+    return true;
+}
+static kiln_status time_median(RunFn fn, void *ud, kiln_program *p, int repeat, double *ms,
+                               RtTeam *timed) {
     double t[64];
     if (repeat > 64) repeat = 64;
     kiln_status st = fn(ud);
+    for (double t0 = now_ms(); st == KILN_OK && p && !team_settled(p) && now_ms() - t0 < 500;)
+        st = fn(ud);
+    RtTeam before = p ? rt_team(kiln_program_rt(p)) : (RtTeam){0};
     for (int r = 0; r < repeat && st == KILN_OK; r++) {
         double t0 = now_ms();
         st = fn(ud);
         t[r] = now_ms() - t0;
+    }
+    if (timed && p) { /* the timed runs at each team size */
+        *timed = rt_team(kiln_program_rt(p));
+        for (int l = 0; l < timed->nlevels; l++) timed->runs[l] -= before.runs[l];
     }
     qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
     *ms = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
@@ -877,6 +906,7 @@ typedef struct {
     double interp_ms, unfused_ms, fused_ms, compile_ms;
     int64_t bytes_unfused, bytes_fused;
     int threads;
+    RtTeam team; /* the fused program's; runs: its timed runs at each size */
 } BenchReport;
 
 static void bench_report_fn(FILE *f, void *ud) {
@@ -893,10 +923,26 @@ static void bench_row(const char *what, double ms, int64_t bytes) {
     printf("%-26s %12.3f %14lld %10.2f\n", what, ms, (long long)bytes, (double)bytes / (ms * 1e6));
 }
 
+/* Which team sizes the fused runs used, and what each measured. */
+static void print_team(const RtTeam *t) {
+    if (t->nlevels < 2) return;
+    int64_t all = 0;
+    for (int l = 0; l < t->nlevels; l++) all += t->runs[l];
+    printf("team:");
+    for (int l = 0; l < t->nlevels; l++) {
+        printf("%s %d thread%s", l ? "," : "", t->size[l], t->size[l] == 1 ? "" : "s");
+        if (t->est[l] >= 0) printf(" %.3f ms", t->est[l]);
+        printf(" (%lld of %lld runs)", (long long)t->runs[l], (long long)all);
+    }
+    printf("\n");
+}
+
 static void print_bench(const Options *o, const BenchReport *r, int repeat, bool hit) {
     printf("program: %s\nthreads: %d, median of %d runs after a warm-up\n", o->prog, r->threads,
            repeat);
-    printf("compile: %.1f ms%s\n\n", r->compile_ms, hit ? " (cache hit: no compiler ran)" : "");
+    printf("compile: %.1f ms%s\n", r->compile_ms, hit ? " (cache hit: no compiler ran)" : "");
+    print_team(&r->team);
+    printf("\n");
     printf("%-26s %12s %14s %10s\n", "", "time (ms)", "bytes moved", "GB/s");
     bench_row("interpreter (1 thread)", r->interp_ms, r->bytes_unfused);
     bench_row("unfused (a kernel per op)", r->unfused_ms, r->bytes_unfused);
@@ -918,15 +964,16 @@ static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, 
     const RtStats *fs = rt_stats(kiln_program_rt(b->p));
     const Schedule *s = rt_schedule(kiln_program_rt(b->p));
     *r = (BenchReport){
-        0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes, kiln_program_threads(b->p)};
+        0, 0, 0, fs->compile_ms, s->unfused_bytes, s->fused_bytes, kiln_program_threads(b->p), {0}};
     *hit = fs->cache_hit;
     kiln_program *fused = b->p;
-    st = time_median(bench_compiled, b, repeat, &r->fused_ms);
+    st = time_median(bench_compiled, b, fused, repeat, &r->fused_ms, &r->team);
     b->p = unfused;
-    if (st == KILN_OK) st = time_median(bench_compiled, b, repeat, &r->unfused_ms);
+    if (st == KILN_OK) st = time_median(bench_compiled, b, unfused, repeat, &r->unfused_ms, NULL);
     b->p = fused;
     kiln_program_free(unfused);
-    if (st == KILN_OK) st = time_median(bench_interp, b, repeat > 3 ? 3 : repeat, &r->interp_ms);
+    if (st == KILN_OK)
+        st = time_median(bench_interp, b, NULL, repeat > 3 ? 3 : repeat, &r->interp_ms, NULL);
     if (st != KILN_OK) return exit_for(st);
     return 0;
 }
@@ -1206,7 +1253,7 @@ static const Command commands[] = {
     {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
     {"bench", cmd_bench, &usage_bench,
      OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE | OPT_SHAPE |
-         OPT_TARGET},
+         OPT_TARGET | OPT_FIXED},
     {"explain", cmd_explain, &usage_explain,
      OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
     {"dot", cmd_dot, &usage_dot, OPT_OUT | OPT_SHAPE | OPT_TARGET},

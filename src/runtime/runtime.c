@@ -56,12 +56,13 @@ struct RtProgram {
     JitLib *lib;     /* NULL when borrowed (rt_compile_many) or no calls */
     KilnEntry entry; /* NULL: nothing to call (outputs are copies) */
     int nbufs;
-    int64_t *offset; /* per buffer: arena offset, or -1 */
-    bool *direct;    /* per output: kiln_entry writes the caller's array */
-    int threads;     /* the OpenMP team of a run; 0: the caller's as it is */
-    pthread_mutex_t runs_lock;
-    struct RtRun *free_runs; /* the pool: runs not in use */
-    int nruns;               /* runs made, in use or not */
+    int64_t *offset;           /* per buffer: arena offset, or -1 */
+    bool *direct;              /* per output: kiln_entry writes the caller's array */
+    int threads;               /* the OpenMP team of a run; 0: the caller's as it is */
+    pthread_mutex_t runs_lock; /* the pool and the team */
+    RtTeam team;               /* each run's team size (team.c) */
+    struct RtRun *free_runs;   /* the pool: runs not in use */
+    int nruns;                 /* runs made, in use or not */
     RtStats stats;
 };
 
@@ -324,6 +325,7 @@ static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, cons
         return KILN_ERR_NOMEM;
     }
     pthread_mutex_init(&p->runs_lock, NULL);
+    rt_team_init(&p->team, 0, true);
     Target t = cfg ? cfg->target : kiln_config_default().target;
     util_fmt(p->stats.jit_flags, sizeof p->stats.jit_flags, "%s %s", CG_EXTRA_FLAGS, t.flags);
     p->stats.target = t.name;
@@ -515,11 +517,26 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     rt.err = err; /* a gather's index out of range is reported here */
     rt.errlen = errlen;
     unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);
-    int team = omp_get_max_threads();
-    if (p->threads > 0 && p->threads != team) omp_set_num_threads(p->threads);
+    pthread_mutex_lock(&p->runs_lock);
+    int level = rt_team_pick(&p->team);
+    pthread_mutex_unlock(&p->runs_lock);
+    int want = rt_team_size(&p->team, level), team = omp_get_max_threads();
+    if (want > 0 && want != team) omp_set_num_threads(want);
+    double t0 = now_ms();
     int rc = p->entry ? p->entry(run->bufs, &rt) : 0;
-    if (p->threads > 0 && p->threads != team) omp_set_num_threads(team);
+    double ms = now_ms() - t0;
+    if (want > 0 && want != team) omp_set_num_threads(team);
     ext_isa_leave(prev);
+    pthread_mutex_lock(&p->runs_lock);
+    bool epoch = rt_team_record(&p->team, level, rc == 0 ? ms : -1);
+    RtTeam seen = p->team;
+    pthread_mutex_unlock(&p->runs_lock);
+    if (epoch)
+        loop_log(&p->plan->sched->cfg, LOG_TEAM,
+                 "team: %d thread%s: %.4f ms per run over %d runs; next %d thread%s (%s)\n",
+                 seen.size[level], seen.size[level] == 1 ? "" : "s", seen.est[level],
+                 seen.done_count, seen.size[seen.cur], seen.size[seen.cur] == 1 ? "" : "s",
+                 seen.why);
     kiln_status st = KILN_OK;
     if (rc == KILN_RT_ERR_INPUT)
         st = KILN_ERR_INPUT;
@@ -532,7 +549,19 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     return st;
 }
 
-void rt_set_program_threads(RtProgram *p, int n) { p->threads = n > 0 ? n : 0; }
+void rt_set_program_threads(RtProgram *p, int n, bool fixed) {
+    p->threads = n > 0 ? n : 0;
+    pthread_mutex_lock(&p->runs_lock);
+    rt_team_init(&p->team, p->threads, fixed);
+    pthread_mutex_unlock(&p->runs_lock);
+}
+
+RtTeam rt_team(RtProgram *p) {
+    pthread_mutex_lock(&p->runs_lock);
+    RtTeam t = p->team;
+    pthread_mutex_unlock(&p->runs_lock);
+    return t;
+}
 
 int rt_runs(RtProgram *p) {
     pthread_mutex_lock(&p->runs_lock);
@@ -572,7 +601,7 @@ static char *run_err(const kiln_program *p) {
 }
 
 kiln_options kiln_default_options(void) {
-    kiln_options o = {0, 1, 1, NULL};
+    kiln_options o = {0, 1, 1, NULL, 0};
     return o;
 }
 
@@ -622,7 +651,7 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
         kfree(p);
         return st;
     }
-    rt_set_program_threads(p->rt, p->threads);
+    rt_set_program_threads(p->rt, p->threads, o.fixed_threads != 0);
     *out = p;
     return KILN_OK;
 }

@@ -5,6 +5,7 @@
  *   runtime.c  Plan -> codegen -> JIT -> memory plan -> a program that runs;
  *              threads, the public kiln_compile / kiln_program_* API
  *   jit.c      the C compiler as a JIT, with a content-addressed cache
+ *   team.c     how many threads each run uses, by measurement
  */
 #ifndef KILN_RUNTIME_H
 #define KILN_RUNTIME_H
@@ -22,6 +23,50 @@ typedef struct {
 } Plan;
 kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *err, size_t errlen);
 void plan_free(Plan *p);
+
+/* ===== team.c ============================================================ */
+
+/* The team size of a program's runs, chosen by measuring run times (see
+ * team.c). Not thread-safe: the runtime calls it under the program's lock. */
+enum { RT_TEAM_LEVELS = 4 };
+#define RT_TEAM_EPOCH_MS 20.0      /* run time an epoch measures one level for */
+#define RT_TEAM_FIRST_MS 2.0       /* a level's first epoch */
+#define RT_TEAM_PROBE_MS 5.0       /* an epoch of a level that is not the fastest */
+#define RT_TEAM_SETTLE 3           /* runs not measured after a change of team size */
+#define RT_TEAM_EXPLORE 100.0      /* measuring again costs at most 1/this of run time */
+#define RT_TEAM_EXPLORE_FIRST 12.5 /* a level's first wait: RT_TEAM_EXPLORE / 8 */
+typedef struct {
+    int nlevels;                  /* 1: fixed */
+    int size[RT_TEAM_LEVELS];     /* threads at each level; [0] the program's count */
+    double est[RT_TEAM_LEVELS];   /* mean ms per run in its last epoch; < 0: not yet */
+    double last[RT_TEAM_LEVELS];  /* the clock when its last epoch ended */
+    double wait[RT_TEAM_LEVELS];  /* times its extra cost before it is measured again */
+    double cost[RT_TEAM_LEVELS];  /* its last epoch's time beyond the fastest's, ms */
+    int64_t runs[RT_TEAM_LEVELS]; /* runs made at each level */
+    int cur;                      /* the level of the epoch in progress */
+    int ecount;                   /* runs measured in it */
+    double esum;                  /* their time, ms */
+    double recent;                /* their moving average (weight 1/4), ms */
+    int slow;                     /* the last runs in a row that were slow */
+    bool probe;                   /* cur is not the fastest level */
+    int settle;                   /* runs of this epoch still to let pass unmeasured */
+    double settle_ms;             /* their time */
+    bool settle_first;            /* one of them was a level's first run ever */
+    double switch_ms;             /* what a change of team size costs, ms */
+    double all_ms;                /* this epoch's runs, settling ones too: time */
+    int64_t all_runs;             /* and count */
+    double clock;                 /* run time summed over every run, ms */
+    int done_count;               /* runs the last epoch measured */
+    const char *why;              /* why cur was chosen */
+} RtTeam;
+/* threads <= 0: one level of 0 (the caller's team as it is). */
+void rt_team_init(RtTeam *t, int threads, bool fixed);
+/* The level for a run starting now. */
+int rt_team_pick(const RtTeam *t);
+/* A run at `level` took ms (< 0: not timed, only counted). True when it
+ * ended an epoch: est[level] is its mean, cur the next epoch's level. */
+bool rt_team_record(RtTeam *t, int level, double ms);
+int rt_team_size(const RtTeam *t, int level);
 
 /* ===== jit.c ============================================================== */
 /*
@@ -103,8 +148,9 @@ kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, c
 kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg, RtProgram **out,
                             JitLib **lib, char *err, size_t errlen);
 /* Run: inputs[i] is input i as numel floats (bools 0/1), outputs[i] a dense
- * float array of output i's numel; none may alias another. Not reentrant
- * for one program (its arena is shared by runs). */
+ * float array of output i's numel; none may alias another. Any number of
+ * threads may run one program at once (each run takes an arena from the
+ * program's pool). */
 kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, char *err,
                    size_t errlen);
 void rt_free(RtProgram *p);
@@ -123,8 +169,12 @@ int rt_resolve_threads(int n);
  * without a count of their own). Returns the count now in effect. */
 int rt_set_threads(int n);
 /* The team every rt_run of p uses, on the calling thread for the run only
- * (0: the caller's, as it is). kiln_compile_with sets the program's. */
-void rt_set_program_threads(RtProgram *p, int n);
+ * (0: the caller's, as it is): n threads, or fewer for runs where fewer
+ * measured faster unless fixed (team.c). kiln_compile_with sets the
+ * program's; rt_compile leaves a program at 0. */
+void rt_set_program_threads(RtProgram *p, int n, bool fixed);
+/* A copy of p's team state: the levels, the runs at each (reports). */
+RtTeam rt_team(RtProgram *p);
 /* Runs made so far for p's pool: the most that ran at once. */
 int rt_runs(RtProgram *p);
 /* Arena offset of buffer b, or -1 when it does not live in the arena. */
