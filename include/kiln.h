@@ -338,19 +338,22 @@ void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
 
 /* ---- ONNX ---------------------------------------------------------------- */
 
-/* Import an ONNX model (.onnx, default-domain opsets 1 to 17) into an empty
+/* Import an ONNX model (.onnx, default-domain opsets 1 to 21) into an empty
  * graph. Inputs and outputs keep their ONNX names and order (initializers
  * are not inputs: they become weights, so Conv-BN folding applies), and
  * computations on constants alone (Shape -> Gather -> Concat -> Reshape)
  * fold at import. Inputs with symbolic or unknown dims need a shape from
- * shapes[] (by input name). An entry with a value specializes the model
+ * shapes[] (by input name); a shape given must keep the rank and every dim
+ * the model fixes (KILN_ERR_INPUT naming both shapes otherwise), as ONNX
+ * Runtime requires. An entry with a value specializes the model
  * to it: that input becomes a constant, as a Reshape's shape or Pad's pads
  * given as inputs must be (kiln's shapes are static); the graph keeps the
  * input, unread. Graphs compute in f32 and bool: int32/int64
  * inputs and outputs are f32 in the graph (exact below 2^24), and io, when
  * not NULL, receives each one's ONNX type for kiln_tensor_convert at the
  * boundary. Messages name the file and the node (index, name, op); an op
- * kiln lacks is "unsupported op NAME (opset N) at node M". */
+ * kiln lacks is "unsupported op NAME (opset N) at node M ('name')", and
+ * several such nodes are all listed in one message. */
 typedef struct {
     const char *name;            /* a graph input's ONNX name */
     int rank;

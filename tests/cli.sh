@@ -169,10 +169,16 @@ expect onnx_outputs 0 "" -- "$kiln" run $onnx/model.onnx -i x=$onnx/test_data_se
 if [ -f "$t/onnx_out/p.npy" ] && head -c 80 "$t/onnx_out/cls.npy" | grep -q "'<i8'"
 then pass onnx_output_types; else fail onnx_output_types "$(ls "$t/onnx_out")"; fi
 expect onnx_test_runner 0 "tests/onnx/mlp: 1 passed, 0 failed, 0 unsupported" -- "$kiln" onnx-test $onnx
-mkdir -p "$t/onnx_unsup/test_data_set_0" && cp tests/onnx/unsupported.onnx "$t/onnx_unsup/model.onnx" && cp $onnx/test_data_set_0/input_0.pb "$t/onnx_unsup/test_data_set_0/"
+mkdir -p "$t/onnx_unsup/test_data_set_0" && cp tests/onnx/unsupported.onnx "$t/onnx_unsup/model.onnx" && cp tests/onnx/x23.pb "$t/onnx_unsup/test_data_set_0/input_0.pb"
 expect onnx_test_unsupported 0 "0 passed, 0 failed, 1 unsupported" -- "$kiln" onnx-test "$t/onnx_unsup"
 expect onnx_explain 0 "kernel" -- "$kiln" explain $onnx/model.onnx --shape x=2,4
 expect onnx_help 0 "usage: kiln onnx-test" -- "$kiln" help onnx-test
+# what opsets 18 to 21 changed (tests/onnx/ops/gen.py: expected outputs from
+# NumPy), fused and interpreted
+nops=$(ls -d tests/onnx/ops/*/ | wc -l)
+expect onnx_opsets_18_21 0 "total: $nops passed, 0 failed, 0 unsupported" -- "$kiln" onnx-test tests/onnx/ops/*/
+expect onnx_opsets_18_21_interpreted 0 "total: $nops passed, 0 failed, 0 unsupported" -- \
+    "$kiln" onnx-test --interpret tests/onnx/ops/*/
 
 # a bad KILN_NUM_THREADS or more threads than cores: a warning, and the run
 # goes on (every core, or the count asked for)

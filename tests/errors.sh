@@ -314,14 +314,22 @@ check onnx_truncated 1 "$t/onnx_truncated.onnx: not a valid ONNX model (the prot
 echo 'input x: f32[2]' >"$t/onnx_not_protobuf.onnx"
 check onnx_not_protobuf 1 "onnx_not_protobuf.onnx: not a valid ONNX model" -- \
     "$kiln" run "$t/onnx_not_protobuf.onnx"
-check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op NonZero (opset 13) at node 1" -- \
+check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op NonZero (opset 13) at node 1 ('nz')" -- \
     "$kiln" run $ox/unsupported.onnx
+check onnx_unsupported_ops 1 "$ox/unsupported_many.onnx: unsupported ops (opset 13) at 3 nodes: NonZero at node 1 ('nz'), Unique at node 2 ('uniq'), com.microsoft.FusedGemm at node 3 ('fg')" -- \
+    "$kiln" run $ox/unsupported_many.onnx
+check onnx_opset 1 "$ox/opset22.onnx: unsupported opset 22 (kiln reads opsets 1 to 21)" -- \
+    "$kiln" run $ox/opset22.onnx
 check onnx_symbolic_dim 1 "input 'x' has a symbolic or unknown dim; give its shape (kiln --shape x=D0,D1,...)" -- \
     "$kiln" run $ox/mlp/model.onnx
 check onnx_runtime_shape 1 "node 0 ('reshape', Reshape): unsupported: the shape input 'shape' is computed at run time" -- \
     "$kiln" run $ox/runtime_shape.onnx
-check onnx_bad_shape 1 "model.onnx: node 0 ('fc', Gemm): matmul: shapes [2, 5] and [4, 3] do not match (5 != 4)" -- \
+check onnx_declared_dim 1 "$ox/mlp/model.onnx: input 'x': shape [2,5] given, but the model declares [N,4]: dim 1 is fixed at 4 (only symbolic dims take the shape given)" -- \
     "$kiln" run $ox/mlp/model.onnx --shape x=2,5
+check onnx_declared_rank 1 "$ox/mlp/model.onnx: input 'x': shape [2,4,1] given, but the model declares [N,4] (rank 2)" -- \
+    "$kiln" run $ox/mlp/model.onnx --shape x=2,4,1
+check onnx_bad_shape 1 "$ox/symbolic.onnx: node 0 ('mm', MatMul): matmul: shapes [2, 5] and [4, 3] do not match (5 != 4) (with the shapes given: x [2,5])" -- \
+    "$kiln" run $ox/symbolic.onnx --shape x=2,5
 check onnx_int_inexact 1 "output 'y': the integer constant 'y' holds 33554434, beyond what f32 holds exactly (2^24)" -- \
     "$kiln" run $ox/int_input.onnx -i x=$ox/big_int.pb
 check onnx_pb_type 1 "string.pb: tensor of type string: unsupported element type" -- \

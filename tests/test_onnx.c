@@ -426,6 +426,48 @@ TEST(onnx_symbolic_dim_binding) {
     blocks_free(&pool);
 }
 
+/* A shape given through the C API keeps every dim the model fixes (as
+ * ONNX Runtime): x is declared [N, 4], so [3, 4] imports, [3, 5] and
+ * [3, 4, 1] are refused naming both shapes; a mismatch the given shape
+ * causes further in names the shape given. */
+TEST(onnx_declared_dims_enforced) {
+    BlockList pool = {0};
+    int64_t xs[2] = {-1, 4}, ws[2] = {4, 2};
+    Model m = {.opset = 13, .nin = 1, .nout = 1};
+    m.in[0] = vinfo(&pool, "x", 1, 2, xs);
+    m.out[0] = vinfo(&pool, "y", 1, 2, xs);
+    m.nodes[m.nnodes++] = node(&pool, "Sigmoid", "x", "y", NULL);
+    kiln_onnx_input ok = {"x", 2, {3, 4}, NULL}, dim = {"x", 2, {3, 5}, NULL},
+                    rank = {"x", 3, {3, 4, 1}, NULL};
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(import(g, &pool, &m, 1, &ok, NULL) == KILN_OK, "%s", kiln_error(g));
+    kiln_graph_free(g);
+    g = kiln_graph_new();
+    CHECK(import(g, &pool, &m, 1, &dim, NULL) == KILN_ERR_INPUT);
+    EXPECT(has_text(g, "input 'x': shape [3,5] given, but the model declares [N,4]: dim 1 is "
+                       "fixed at 4"),
+           "%s", kiln_error(g));
+    kiln_graph_free(g);
+    g = kiln_graph_new();
+    CHECK(import(g, &pool, &m, 1, &rank, NULL) == KILN_ERR_INPUT);
+    EXPECT(has_text(g, "shape [3,4,1] given, but the model declares [N,4] (rank 2)"), "%s",
+           kiln_error(g));
+    kiln_graph_free(g);
+    /* x [N, K] into a MatMul with a 4x2 weight: K = 5 fails at the node */
+    int64_t nk[2] = {-1, -1};
+    Model mm = {.opset = 13, .nin = 2, .nout = 1};
+    mm.in[0] = vinfo(&pool, "x", 1, 2, nk);
+    mm.in[1] = vinfo(&pool, "w", 1, 2, ws);
+    mm.out[0] = vinfo(&pool, "y", 1, 2, nk);
+    mm.nodes[mm.nnodes++] = node(&pool, "MatMul", "x w", "y", NULL);
+    g = kiln_graph_new();
+    CHECK(import(g, &pool, &mm, 1, &dim, NULL) == KILN_ERR_INPUT);
+    EXPECT(has_text(g, "node 0") && has_text(g, "(with the shapes given: x [3,5])"), "%s",
+           kiln_error(g));
+    kiln_graph_free(g);
+    blocks_free(&pool);
+}
+
 /* Errors name the file and the node; unsupported ops say so. */
 TEST(onnx_error_messages) {
     BlockList pool = {0};
@@ -439,6 +481,15 @@ TEST(onnx_error_messages) {
     CHECK(import(g, &pool, &m, 0, NULL, NULL) == KILN_ERR_INPUT);
     EXPECT(has_text(g, "test.onnx: unsupported op Frobnicate (opset 13) at node 1"), "%s",
            kiln_error(g));
+    kiln_graph_free(g);
+    /* several: every one named at once, with its node */
+    m.nodes[0] = node(&pool, "Wibble", "x", "r", NULL);
+    g = kiln_graph_new();
+    CHECK(import(g, &pool, &m, 0, NULL, NULL) == KILN_ERR_INPUT);
+    EXPECT(has_text(g, "unsupported ops (opset 13) at 2 nodes: Wibble at node 0") &&
+               has_text(g, "Frobnicate at node 1"),
+           "%s", kiln_error(g));
+    m.nodes[0] = node(&pool, "Relu", "x", "r", NULL);
     kiln_graph_free(g);
     /* a Reshape whose shape is a run-time input */
     Model r = {.opset = 13, .nin = 2, .nout = 1};

@@ -95,7 +95,9 @@ typedef struct {
     Arena arena;      /* values and constants; freed after import */
     OxVal **tab;      /* open-addressing hash table by name */
     int cap, count;
-    int nconst; /* numbering of unnamed constants */
+    int nconst;      /* numbering of unnamed constants */
+    char given[256]; /* the inputs whose symbolic dims took a given shape,
+                      * "x [1,3,225,224]": named in a node's error */
 } OxImp;
 
 /* The node being converted: its inputs resolved (NULL: absent optional). */
@@ -122,6 +124,8 @@ bool ox_tensor_const(OxImp *im, const Onnx__TensorProto *t, OxVal *out);
 /* Convert one node; false with the graph's error set (ox_import adds the
  * node's index, name and op to the message). */
 bool ox_convert(OxNode *n);
+/* Whether the importer has a handler for op in domain ("" or "ai.onnx"). */
+bool ox_supported(const char *domain, const char *op);
 /* The graph value of v (a constant becomes a weight, or a scalar). */
 kiln_value ox_graph(OxNode *n, OxVal *v);
 /* The same for a model output (a constant is always a weight). */

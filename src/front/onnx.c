@@ -258,6 +258,74 @@ static const kiln_onnx_input *find_shape(const char *name, int n, const kiln_onn
     return NULL;
 }
 
+static bool fixed_dim(const Onnx__TensorShapeProto__Dimension *d) {
+    return d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE &&
+           d->dim_value > 0;
+}
+
+/* A declared shape as "[1,3,H,W]": a symbolic dim by its name, else "?". */
+static void declared_text(const Onnx__TensorShapeProto *sp, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (size_t i = 0; i < sp->n_dim && k < len; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
+        const char *sep = i ? "," : "";
+        if (fixed_dim(d))
+            k += (size_t)snprintf(buf + k, len - k, "%s%lld", sep, (long long)d->dim_value);
+        else if (d->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                 d->dim_param && *d->dim_param)
+            k += (size_t)snprintf(buf + k, len - k, "%s%.40s", sep, d->dim_param);
+        else
+            k += (size_t)snprintf(buf + k, len - k, "%s?", sep);
+    }
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+static void shape_text(int rank, const int64_t *shape, char *buf, size_t len) {
+    size_t k = (size_t)snprintf(buf, len, "[");
+    for (int i = 0; i < rank && k < len; i++)
+        k += (size_t)snprintf(buf + k, len - k, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (k < len) snprintf(buf + k, len - k, "]");
+}
+
+/* A shape given for input vi (--shape, an -i file, the C API) must keep
+ * every dim the model fixes, as ONNX Runtime requires: only symbolic or
+ * unknown dims take the given size. Inputs whose symbolic dims were set
+ * are noted in im->given for later errors. */
+static bool check_given(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_onnx_input *given) {
+    const Onnx__TensorShapeProto *sp = vi->type->tensor_type->shape;
+    if (!sp) return true;
+    char want[200], got[200], msg[512];
+    declared_text(sp, want, sizeof want);
+    shape_text(given->rank, given->shape, got, sizeof got);
+    bool free_dims = false;
+    if (sp->n_dim != (size_t)given->rank) {
+        util_fmt(msg, sizeof msg, "shape %s given, but the model declares %s (rank %d)", got, want,
+                 (int)sp->n_dim);
+        return fail(im, "input '%s': %s", vi->name, msg);
+    }
+    for (int i = 0; i < given->rank; i++) {
+        const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];
+        free_dims |= !fixed_dim(d);
+        if (fixed_dim(d) && d->dim_value != given->shape[i]) {
+            util_fmt(msg, sizeof msg,
+                     "shape %s given, but the model declares %s: dim %d is fixed at %lld (only "
+                     "symbolic dims take the shape given)",
+                     got, want, i, (long long)d->dim_value);
+            return fail(im, "input '%s': %s", vi->name, msg);
+        }
+    }
+    size_t k = strlen(im->given), add = strlen(vi->name) + strlen(got) + 3;
+    if (free_dims && k + add < sizeof im->given) {
+        memcpy(im->given + k, k ? ", " : "", k ? 2 : 0);
+        k += k ? 2 : 0;
+        memcpy(im->given + k, vi->name, strlen(vi->name));
+        k += strlen(vi->name);
+        im->given[k++] = ' ';
+        memcpy(im->given + k, got, strlen(got) + 1);
+    }
+    return true;
+}
+
 /* The declared shape of input vi, with caller-given shapes taking over. */
 static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_onnx_input *given,
                         OxVal *v) {
@@ -267,10 +335,7 @@ static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_on
     if (given) {
         v->rank = given->rank;
         memcpy(v->shape, given->shape, sizeof v->shape);
-        if (sp && sp->n_dim != (size_t)given->rank)
-            return fail(im, "input '%s': the shape given has a different rank than the model's%s",
-                        vi->name, "");
-        return true;
+        return check_given(im, vi, given);
     }
     if (!sp) return fail(im, "input '%s' has no declared shape%s", vi->name, hint);
     if (sp->n_dim > KILN_MAX_RANK)
@@ -336,6 +401,9 @@ static void place_error(OxImp *im, const Onnx__NodeProto *np, int index) {
     graph_clear_error(im->g);
     if (!strncmp(msg, "unsupported op ", 15))
         graph_fail(im->g, st, "%s: %s", im->path, msg);
+    else if (im->given[0] && st == KILN_ERR_INPUT) /* maybe from a shape given */
+        graph_fail(im->g, st, "%s: node %d ('%s', %s): %s (with the shapes given: %s)", im->path,
+                   index, np->name ? np->name : "", np->op_type ? np->op_type : "", msg, im->given);
     else
         graph_fail(im->g, st, "%s: node %d ('%s', %s): %s", im->path, index,
                    np->name ? np->name : "", np->op_type ? np->op_type : "", msg);
@@ -377,6 +445,50 @@ static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *type
     return true;
 }
 
+/* When node `from` has an op the importer lacks: every such node from
+ * there on, named at once (op, index, node name), so that a user learns
+ * the whole list from one try; one such node keeps the short form. The
+ * nodes before are converted first, so an error of theirs comes first. */
+static bool unsupported_nodes(OxImp *im, const Onnx__GraphProto *gp, size_t from) {
+    const Onnx__NodeProto *at = gp->node[from];
+    if (ox_supported(at->domain ? at->domain : "", at->op_type ? at->op_type : "")) return true;
+    char list[900];
+    size_t k = 0;
+    int count = 0, listed = 0;
+    const Onnx__NodeProto *first = NULL;
+    int first_i = -1;
+    list[0] = 0;
+    for (size_t i = from; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        const char *op = np->op_type ? np->op_type : "";
+        const char *dom = np->domain ? np->domain : "";
+        if (ox_supported(dom, op)) continue;
+        if (!count++) first = np, first_i = (int)i;
+        if (k + 120 < sizeof list) {
+            k += (size_t)snprintf(list + k, sizeof list - k, "%s%s%s%.40s at node %d ('%.40s')",
+                                  listed ? ", " : "", *dom && strcmp(dom, "ai.onnx") ? dom : "",
+                                  *dom && strcmp(dom, "ai.onnx") ? "." : "", op, (int)i,
+                                  np->name ? np->name : "");
+            listed++;
+        }
+    }
+    if (!count) return true;
+    char msg[1100];
+    if (count == 1) {
+        const char *dom = first->domain && strcmp(first->domain, "ai.onnx") ? first->domain : "";
+        util_fmt(msg, sizeof msg, "unsupported op %s%s%s (opset %d) at node %d ('%s')", dom,
+                 *dom ? "." : "", first->op_type ? first->op_type : "", im->opset, first_i,
+                 first->name ? first->name : "");
+    } else if (listed < count) {
+        util_fmt(msg, sizeof msg, "unsupported ops (opset %d) at %d nodes: %s, and %d more",
+                 im->opset, count, list, count - listed);
+    } else {
+        util_fmt(msg, sizeof msg, "unsupported ops (opset %d) at %d nodes: %s", im->opset, count,
+                 list);
+    }
+    return fail(im, "%s%s", msg, "");
+}
+
 static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
                          const kiln_onnx_input *shapes, kiln_onnx_io *io) {
     const Onnx__GraphProto *gp = m->graph;
@@ -384,13 +496,13 @@ static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
     if (!gp) return fail(im, "the model has no graph%s%s", "", "");
     im->opset = find_opset(im, m);
     util_fmt(ver, sizeof ver, "%d", im->opset);
-    if (im->opset < 1 || im->opset > 17)
-        return fail(im, "unsupported opset %s (kiln reads opsets 1 to 17)%s", ver, "");
+    if (im->opset < 1 || im->opset > 21)
+        return fail(im, "unsupported opset %s (kiln reads opsets 1 to 21)%s", ver, "");
     if (!add_initializers(im, gp)) return false;
     for (size_t i = 0; i < gp->n_input; i++)
         if (!add_input(im, gp->input[i], nshapes, shapes)) return false;
     for (size_t i = 0; i < gp->n_node; i++)
-        if (!convert_node(im, gp->node[i], (int)i)) return false;
+        if (!unsupported_nodes(im, gp, i) || !convert_node(im, gp->node[i], (int)i)) return false;
     kiln_dtype *types =
         arena_alloc(&im->g->arena, sizeof(kiln_dtype) * (gp->n_input + gp->n_output + 1));
     if (!types) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;

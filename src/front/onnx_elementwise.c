@@ -393,6 +393,35 @@ static bool op_softplus(OxNode *n) {
                         OT_FLOAT);
 }
 
+/* Gelu (opset 20): x Phi(x), or with approximate "tanh"
+ * 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). */
+static bool op_gelu(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0);
+    if (ox_attr_is(n, "approximate", "none", true))
+        return ox_set_graph(n, 0, kiln_unary(g, "gelu", x), OT_FLOAT);
+    if (!ox_attr_is(n, "approximate", "tanh", false))
+        return ox_nfail(n, "approximate must be \"none\" or \"tanh\"");
+    kiln_value x3 = kiln_binary(g, "mul", kiln_binary(g, "mul", x, x), x);
+    kiln_value in = kiln_binary(g, "add", x, kiln_binary(g, "mul", x3, ox_sc(g, 0.044715)));
+    kiln_value t = kiln_unary(g, "tanh", kiln_binary(g, "mul", in, ox_sc(g, 0.7978845608028654)));
+    kiln_value h = kiln_binary(g, "mul", kiln_binary(g, "add", t, ox_sc(g, 1)), ox_sc(g, 0.5));
+    return ox_set_graph(n, 0, kiln_binary(g, "mul", x, h), OT_FLOAT);
+}
+
+/* Mish (opset 18): x tanh(softplus(x)) = x m (m + 2) / (m (m + 2) + 2)
+ * with m = e^x, exact for negative x (no log(1 + tiny)); x itself from
+ * x = 20 on, where the fraction is 1 in float and m (m + 2) overflows
+ * later. */
+static bool op_mish(OxNode *n) {
+    Graph *g = n->im->g;
+    kiln_value x = ox_gin(n, 0), m = kiln_unary(g, "exp", x);
+    kiln_value p = kiln_binary(g, "mul", m, kiln_binary(g, "add", m, ox_sc(g, 2)));
+    kiln_value f = kiln_binary(g, "div", p, kiln_binary(g, "add", p, ox_sc(g, 2)));
+    kiln_value big = kiln_binary(g, "gt", x, ox_sc(g, 20));
+    return ox_set_graph(n, 0, kiln_where(g, big, x, kiln_binary(g, "mul", x, f)), OT_FLOAT);
+}
+
 /* A bound of Clip: constant (has, value) or a graph value (*gv). */
 static bool clip_bound(OxNode *n, int k, const char *name, double def, bool *has, double *v,
                        kiln_value *gv) {
@@ -458,6 +487,8 @@ const OxHandler ox_elementwise_ops[] = {
     {"HardSigmoid", op_hard_sigmoid},
     {"HardSwish", op_hard_swish},
     {"Softplus", op_softplus},
+    {"Gelu", op_gelu},
+    {"Mish", op_mish},
     {"Clip", op_clip},
     {"Sign", op_sign},
     {"ThresholdedRelu", op_thresholded_relu},

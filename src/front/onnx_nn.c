@@ -447,6 +447,44 @@ static bool op_instance_norm(OxNode *n) {
     return ox_set_graph(n, 0, y, OT_FLOAT);
 }
 
+/* GroupNormalization: x (N, C, ...) normalized over each group of C / G
+ * channels and the spatial dims, as (N, G, C/G * spatial). Scale and bias
+ * hold one value per group before opset 21, one per channel from 21. */
+static bool op_group_norm(OxNode *n) {
+    Graph *g = n->im->g;
+    OxVal *xv = ox_in(n, 0);
+    kiln_value x = ox_gin(n, 0);
+    if (x < 0) return false;
+    int64_t G = ox_attr_i(n, "num_groups", 0), C = xv->rank >= 2 ? xv->shape[1] : 0;
+    if (xv->rank < 3) return ox_nfail(n, "the input needs rank >= 3, got %d", xv->rank);
+    if (G < 1 || C % G)
+        return ox_nfail(n, "num_groups %lld must divide the %lld channels", (long long)G,
+                        (long long)C);
+    int64_t rest = 1, per_group = n->im->opset < 21 ? G : C;
+    for (int i = 1; i < xv->rank; i++) rest *= xv->shape[i];
+    for (int k = 1; k <= 2; k++) {
+        OxVal *p = ox_in(n, k);
+        if (!p || ox_numel(p) != per_group)
+            return ox_nfail(n, "scale and bias need %lld values (one per %s at opset %d)",
+                            (long long)per_group, n->im->opset < 21 ? "group" : "channel",
+                            n->im->opset);
+    }
+    int64_t s3[3] = {xv->shape[0], G, rest / G};
+    int dim = 2;
+    kiln_value y = ox_normalize(g, kiln_reshape(g, x, 3, s3), 1, &dim,
+                                ox_attr_f(n, "epsilon", 1e-5), NULL, NULL);
+    y = kiln_reshape(g, y, xv->rank, xv->shape);
+    for (int k = 1; k <= 2; k++) {
+        kiln_value p = ox_gin(n, k);
+        if (n->im->opset < 21) { /* per group: each value repeated for C / G channels */
+            int64_t col[2] = {G, 1}, rep[2] = {G, C / G}, flat[1] = {C};
+            p = kiln_reshape(g, kiln_expand(g, kiln_reshape(g, p, 2, col), 2, rep), 1, flat);
+        }
+        y = kiln_binary(g, k == 1 ? "mul" : "add", y, ox_per_channel(g, p, xv->rank));
+    }
+    return ox_set_graph(n, 0, y, OT_FLOAT);
+}
+
 /* LayerNormalization; its optional outputs Mean and InvStdDev are the
  * statistics over the normalized dims. */
 static bool op_layer_norm(OxNode *n) {
@@ -562,6 +600,7 @@ const OxHandler ox_nn_ops[] = {
     {"BatchNormalization", op_batch_norm},
     {"InstanceNormalization", op_instance_norm},
     {"LayerNormalization", op_layer_norm},
+    {"GroupNormalization", op_group_norm},
     {"MaxPool", op_max_pool},
     {"AveragePool", op_avg_pool},
     {"GlobalAveragePool", op_global_avg},

@@ -48,6 +48,11 @@ static const OxHandler *find_handler(const char *op) {
     return NULL;
 }
 
+bool ox_supported(const char *domain, const char *op) {
+    if (domain && *domain && strcmp(domain, "ai.onnx")) return false;
+    return op && (ox_elementwise_fn(op) || find_handler(op));
+}
+
 /* Every op but Constant reads input 0: checked once here. */
 bool ox_convert(OxNode *n) {
     const char *op = ox_opname(n) ? ox_opname(n) : "";

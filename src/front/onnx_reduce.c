@@ -37,11 +37,12 @@ static bool op_softmax_like(OxNode *n, bool log) {
 static bool op_softmax(OxNode *n) { return op_softmax_like(n, false); }
 static bool op_log_softmax(OxNode *n) { return op_softmax_like(n, true); }
 
-/* Reduce over the axes of the node (attribute, or input 1 for ReduceSum
- * from opset 13); none: every dim, unless noop_with_empty_axes. */
+/* Reduce over the axes of the node (attribute, or input 1: ReduceSum from
+ * opset 13, every Reduce* from 18); none: every dim, unless
+ * noop_with_empty_axes. */
 static bool reduce_axes(OxNode *n, int rank, int *dims, int *nd, bool *noop) {
     int64_t axes[KILN_MAX_RANK];
-    bool input = n->im->opset >= 13 && !strcmp(ox_opname(n), "ReduceSum");
+    bool input = n->im->opset >= 18 || (n->im->opset >= 13 && !strcmp(ox_opname(n), "ReduceSum"));
     int na = input ? (ox_in(n, 1) ? ox_const_ints(n, 1, axes, KILN_MAX_RANK, "axes") : -1)
                    : ox_attr_ints(n, "axes", axes, KILN_MAX_RANK);
     if (na < -1) return false;

@@ -348,6 +348,14 @@ static bool op_split(OxNode *n) {
                            : -1;
     if (ns < -1 || (from_input && ns < 0)) return false;
     if (nout < 1) return ox_nfail(n, "no outputs");
+    /* opset 18: num_outputs (or split, not both); the last part is smaller
+     * when the dim does not divide, as without either before */
+    int64_t parts = n->im->opset >= 18 ? ox_attr_i(n, "num_outputs", 0) : 0;
+    if (parts && from_input) return ox_nfail(n, "split and num_outputs are both given");
+    if (parts && parts != nout)
+        return ox_nfail(n, "num_outputs is %lld for %d outputs", (long long)parts, nout);
+    if (n->im->opset >= 18 && !parts && !from_input)
+        return ox_nfail(n, "needs the split input or num_outputs (opset 18)");
     for (int k = 0; k < ns; k++)
         if (sizes[k] < 0 || sizes[k] > x->shape[axis])
             return ox_nfail(n, "split size %lld is out of range", (long long)sizes[k]);
@@ -508,6 +516,55 @@ static bool pad_runtime_value(OxNode *n, const int64_t *pads, int np) {
     return ox_set_graph(n, 0, kiln_where(g, inside, y, ox_gin(n, 2)), x->type);
 }
 
+/* Pad's "wrap" mode (opset 19): along each dim, padded index j reads
+ * x[(j - begin) mod size], as numpy.pad's wrap, built as slices of x
+ * concatenated (a pad larger than the dim repeats it); negative pads
+ * crop first. */
+static kiln_value pad_wrap(OxNode *n, kiln_value v, int rank, const int64_t *pads) {
+    Graph *g = n->im->g;
+    for (int d = 0; d < rank && v >= 0; d++) {
+        int64_t b = pads[d], e = pads[rank + d], size = kiln_value_shape(g, v)[d];
+        if (b < 0 || e < 0) {
+            int64_t lo = b < 0 ? -b : 0, hi = size - (e < 0 ? -e : 0);
+            if (hi <= lo) return ox_nfail(n, "negative pads remove all of dim %d", d), KILN_NONE;
+            v = kiln_slice(g, v, d, lo, hi, 1);
+            size = hi - lo;
+            b = b < 0 ? 0 : b, e = e < 0 ? 0 : e;
+        }
+        if (!b && !e) continue;
+        int64_t total = b + size + e, pos = ((-b) % size + size) % size;
+        if (total / size + 2 > 64)
+            return ox_nfail(n, "wrap pads above 62 times the dim"), KILN_NONE;
+        kiln_value parts[64];
+        int np = 0;
+        for (int64_t left = total; left > 0; pos = 0) {
+            int64_t len = size - pos < left ? size - pos : left;
+            parts[np++] = kiln_slice(g, v, d, pos, pos + len, 1);
+            left -= len;
+        }
+        v = np == 1 ? parts[0] : kiln_concat(g, np, parts, d);
+    }
+    return v;
+}
+
+/* Pad's pads for every dim: opset 18's axes input (k = 3) names the dims
+ * the 2 * len(axes) pads are for; the others get 0. */
+static int pad_axes(OxNode *n, int rank, int64_t *pads, int np) {
+    int64_t axes[KILN_MAX_RANK], full[2 * KILN_MAX_RANK] = {0};
+    int na = ox_const_ints(n, 3, axes, KILN_MAX_RANK, "axes");
+    if (na < 0) return na == -1 ? np : -2;
+    if (np != 2 * na) return ox_nfail(n, "pads has %d values for %d axes", np, na), -2;
+    for (int i = 0; i < na; i++) {
+        if (!ox_norm_axis(n, &axes[i], rank)) return -2;
+        for (int j = 0; j < i; j++)
+            if (axes[j] == axes[i]) return ox_nfail(n, "axis %lld repeats", (long long)axes[i]), -2;
+        full[axes[i]] = pads[i];
+        full[rank + axes[i]] = pads[na + i];
+    }
+    memcpy(pads, full, sizeof(int64_t) * 2 * (size_t)rank);
+    return 2 * rank;
+}
+
 static bool op_pad(OxNode *n) {
     if (!ox_need_in(n, 0)) return false;
     OxVal *x = ox_in(n, 0);
@@ -519,15 +576,20 @@ static bool op_pad(OxNode *n) {
         value = ox_attr_f(n, "value", 0);
     } else {
         np = ox_const_ints(n, 1, pads, 2 * KILN_MAX_RANK, "pads");
+        if (np >= 0 && n->im->opset >= 18 && ox_in(n, 3)) np = pad_axes(n, x->rank, pads, np);
         OxVal *cv = ox_in(n, 2);
-        if (cv && !cv->c) return pad_runtime_value(n, pads, np);
-        if (cv && ox_numel(cv)) value = cv->c[0];
+        if (np >= 0 && cv && !cv->c) return pad_runtime_value(n, pads, np);
+        if (cv && cv->c && ox_numel(cv)) value = cv->c[0];
     }
     if (np < 0) return np == -1 ? ox_nfail(n, "pads are required") : false;
     if (np != 2 * x->rank) return ox_nfail(n, "pads has %d values for rank %d", np, x->rank);
     for (int i = 0; i < np; i++)
         if (pads[i] < -((int64_t)1 << 30) || pads[i] > ((int64_t)1 << 30))
             return ox_nfail(n, "pad %lld is out of range", (long long)pads[i]);
+    if (n->im->opset >= 19 && ox_attr_is(n, "mode", "wrap", false)) {
+        kiln_value y = pad_wrap(n, ox_graph(n, x), x->rank, pads);
+        return y >= 0 && ox_set_graph(n, 0, y, x->type);
+    }
     kiln_pad_mode mode = ox_attr_is(n, "mode", "edge", false)      ? KILN_PAD_EDGE
                          : ox_attr_is(n, "mode", "reflect", false) ? KILN_PAD_REFLECT
                                                                    : KILN_PAD_CONSTANT;
