@@ -177,6 +177,12 @@ expect onnx_help 0 "usage: kiln onnx-test" -- "$kiln" help onnx-test
 # NumPy), fused and interpreted
 nops=$(ls -d tests/onnx/ops/*/ | wc -l)
 expect onnx_opsets_18_21 0 "total: $nops passed, 0 failed, 0 unsupported" -- "$kiln" onnx-test tests/onnx/ops/*/
+# a nearest 2x resize between a relu and an add is views: one kernel; so is
+# a linear 0.5x resize (strided slices of the edge-padded input)
+expect resize_nearest_one_kernel 0 "^== kernels: 1$" -- \
+    "$kiln" explain tests/onnx/ops/resize_nearest_fused_op13/model.onnx
+expect resize_linear_down_one_kernel 0 "^== kernels: 1$" -- \
+    "$kiln" explain tests/onnx/ops/resize_linear_down_op13/model.onnx
 expect onnx_opsets_18_21_interpreted 0 "total: $nops passed, 0 failed, 0 unsupported" -- \
     "$kiln" onnx-test --interpret tests/onnx/ops/*/
 

@@ -701,6 +701,13 @@ TEST(onnx_regress_inputs) {
  * interpreter, against ONNX's expected outputs. They span the ops of the
  * importer that do not depend on other branches' builders. */
 static const char *const must_pass[] = {
+    "node/test_resize_upsample_scales_linear",
+    "node/test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
+    "node/test_resize_downsample_scales_linear_align_corners",
+    "node/test_resize_tf_crop_and_resize",
+    "node/test_resize_upsample_sizes_nearest_floor_align_corners",
+    "node/test_resize_downsample_sizes_nearest_tf_half_pixel_for_nn",
+    "node/test_upsample_nearest",
     "node/test_abs",
     "node/test_add_bcast",
     "node/test_argmax_keepdims_random_select_last_index",

@@ -141,8 +141,9 @@ typedef struct {
     OxHandlerFn fn;
 } OxHandler;
 /* Each file's handlers, searched by onnx_ops.c. */
-extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[];
-extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops;
+extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[],
+    ox_resize_ops[];
+extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops, ox_resize_nops;
 /* onnx_elementwise.c: the handler of a unary or binary elementwise op
  * (Add, Sqrt, ...: its tables), or NULL. */
 OxHandlerFn ox_elementwise_fn(const char *op);
@@ -155,6 +156,8 @@ const Onnx__AttributeProto *ox_attr(const OxNode *n, const char *name);
 double ox_attr_f(const OxNode *n, const char *name, double def);
 int64_t ox_attr_i(const OxNode *n, const char *name, int64_t def);
 int ox_attr_ints(OxNode *n, const char *name, int64_t *out, int max);
+/* Attribute name's floats (at most max): the count, -1 when absent. */
+int ox_attr_floats(OxNode *n, const char *name, double *out, int max);
 bool ox_attr_is(const OxNode *n, const char *name, const char *s, bool def);
 int64_t ox_bcast_offset(const OxVal *v, int rank, const int64_t *idx);
 bool ox_bcast_shape(OxNode *n, int nv, OxVal **v, int *rank, int64_t *shape);

@@ -360,10 +360,10 @@ static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
     if (t->rank != v->rank || kiln_tensor_numel(t) != n || !t->data)
         return fail(im, "input '%s': the value given does not have the input's shape%s", v->name,
                     "");
-    double *d = arena_alloc(&im->arena, sizeof(double) * (size_t)n);
+    double *d = arena_alloc(&im->arena, sizeof(double) * (size_t)(n ? n : 1));
     if (!d) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
     for (int64_t k = 0; k < n; k++) d[k] = ox_tensor_elem(t, k);
-    *(v->type == OT_INT32 || v->type == OT_INT64 ? &v->c : &v->spec) = d;
+    *(v->type == OT_INT32 || v->type == OT_INT64 || !n ? &v->c : &v->spec) = d;
     return true;
 }
 
@@ -383,8 +383,8 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
     v->type = type;
     const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
     if (!input_shape(im, vi, given, v)) return false;
-    if (ox_numel(v) == 0 && given && given->value && (type == OT_INT32 || type == OT_INT64))
-        return set_value(im, v, given->value); /* empty axes: a constant only */
+    if (ox_numel(v) == 0 && given && given->value)
+        return set_value(im, v, given->value); /* empty axes or scales: a constant only */
     if (ox_numel(v) == 0)
         return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name,
                     "");

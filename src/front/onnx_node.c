@@ -60,6 +60,14 @@ int ox_attr_ints(OxNode *n, const char *name, int64_t *out, int max) {
     return (int)a->n_ints;
 }
 
+int ox_attr_floats(OxNode *n, const char *name, double *out, int max) {
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    if (!a) return -1;
+    if (a->n_floats > (size_t)max) return ox_nfail(n, "attribute %s has too many values", name), -2;
+    for (size_t i = 0; i < a->n_floats; i++) out[i] = a->floats[i];
+    return (int)a->n_floats;
+}
+
 OxVal *ox_in(const OxNode *n, int k) { return k < n->nin ? n->in[k] : NULL; }
 
 bool ox_need_in(OxNode *n, int k) {

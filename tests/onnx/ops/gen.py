@@ -3,8 +3,10 @@
 # output_K.pb) for what opsets 18 to 21 changed or added among the ops kiln
 # imports: Reduce* axes as an input, Split's num_outputs, Pad's axes input
 # and wrap mode, Gelu, Mish, GroupNormalization (per group at 18, per
-# channel at 21), AveragePool's dilations, and the opset-21 forms of the
-# shape ops. Expected outputs are computed here with NumPy (float64, then
+# channel at 21), AveragePool's dilations, the opset-21 forms of the
+# shape ops, and Resize's opset-18/19 attributes (antialias, axes,
+# keep_aspect_ratio_policy, half_pixel_symmetric) and fused forms (the
+# opset 11-13 forms are in Debian's test data). Expected outputs are computed here with NumPy (float64, then
 # rounded to float32): an oracle independent of kiln. Writes text
 # protobufs; tests/onnx/gen.sh encodes them. `kiln onnx-test tests/onnx/ops/*`
 # runs them (tests/cli.sh).
@@ -178,3 +180,155 @@ case("shape_ops_op21", 21,
      {"x": xt}, {"ax3": np.array([3], np.int64), "ax1": np.array([1], np.int64),
                  "shape": np.array([0, -1], np.int64)},
      {"y": 2 * us.reshape(2, 12)}, "Transpose, Squeeze, Unsqueeze, Flatten, Reshape at opset 21")
+
+
+# ---- Resize: an oracle written after ONNX's reference (op_resize.py): each
+# output point interpolated dimension by dimension, the n taps chosen as
+# the n input positions nearest x_original in the edge-padded line (ties to
+# the lower), not the closed form kiln uses.
+def coeffs_of(mode, ratio, scale, a, antialias, nearest_mode):
+    if mode == "nearest":
+        if float(ratio).is_integer():
+            return np.array([0.0, 1.0])
+        if nearest_mode == "round_prefer_floor":
+            return np.array([ratio <= 0.5, ratio > 0.5], float)
+        if nearest_mode == "round_prefer_ceil":
+            return np.array([ratio < 0.5, ratio >= 0.5], float)
+        return np.array([1.0, 0.0]) if nearest_mode == "floor" else np.array([0.0, 1.0])
+    s = min(scale, 1.0) if antialias else 1.0
+    if mode == "linear":
+        start = int(np.floor(-1 / s) + 1)
+        c = np.clip(1 - np.abs((np.arange(start, 2 - start) - ratio) * s), 0, 1)
+    else:
+        def k(x):
+            x = abs(x)
+            if x <= 1:
+                return (a + 2) * x ** 3 - (a + 3) * x ** 2 + 1
+            return a * x ** 3 - 5 * a * x ** 2 + 8 * a * x - 4 * a if x < 2 else 0.0
+        start = int(np.floor(-2 / s) + 1)
+        c = np.array([k(s * (i - ratio)) for i in range(start, 2 - start)])
+    return c / c.sum() if antialias else c
+
+
+def interp_1d(line, scale, out_len, x, p):
+    n_in = len(line)
+    if p["ct"] == "half_pixel":
+        xo = (x + 0.5) / scale - 0.5
+    elif p["ct"] == "half_pixel_symmetric":
+        adj = out_len / (scale * n_in)
+        xo = n_in / 2 * (1 - adj) + (x + 0.5) / scale - 0.5
+    elif p["ct"] == "asymmetric":
+        xo = x / scale
+    else:
+        raise ValueError(p["ct"])
+    xi = np.floor(xo)
+    ratio = 1.0 if float(xo).is_integer() else xo - xi
+    c = coeffs_of(p["mode"], ratio, scale, p["a"], p["antialias"], p["nearest"])
+    pad = int(np.ceil(len(c) / 2))
+    padded = np.pad(np.asarray(line, float), pad, mode="edge")
+    xp = xo + pad
+    idx = sorted(sorted(range(len(padded)), key=lambda i: (abs(xp - i), i))[:len(c)])
+    pts = padded[idx]
+    if p["exclude"]:
+        c = np.array([0.0 if not (0 <= i - pad < n_in) else v for i, v in zip(idx, c)])
+        c = c / c.sum()
+    return float(np.dot(c, pts))
+
+
+def interp_nd(data, scales, out_shape, point, p):
+    if data.ndim == 1:
+        return interp_1d(data, scales[0], out_shape[0], point[0], p)
+    line = [interp_nd(data[i], scales[1:], out_shape[1:], point[1:], p)
+            for i in range(data.shape[0])]
+    return interp_1d(line, scales[0], out_shape[0], point[0], p)
+
+
+def resize_ref(x, scales, out_shape, **kw):
+    p = dict(ct="half_pixel", mode="nearest", a=-0.75, antialias=False,
+             nearest="round_prefer_floor", exclude=False)
+    p.update(kw)
+    y = np.zeros(out_shape)
+    for point in np.ndindex(*out_shape):
+        y[point] = interp_nd(x.astype(np.float64), scales, out_shape, point, p)
+    return y
+
+
+def resize_case(name, opset, x, attrs, scales=None, sizes=None, axes=None, policy="stretch",
+                comment="", **kw):
+    r = x.ndim
+    ax = list(range(r)) if axes is None else axes
+    sc, out = [1.0] * r, list(x.shape)
+    if scales is not None:
+        for a, s in zip(ax, scales):
+            sc[a] = float(np.float32(s))
+            out[a] = int(np.floor(x.shape[a] * sc[a]))
+    else:
+        ratios = [sizes[i] / x.shape[a] for i, a in enumerate(ax)]
+        if policy == "stretch":
+            for i, a in enumerate(ax):
+                sc[a], out[a] = ratios[i], sizes[i]
+        else:
+            one = min(ratios) if policy == "not_larger" else max(ratios)
+            for a in ax:
+                sc[a], out[a] = one, int(one * x.shape[a] + 0.5)
+    consts = {"roi": np.zeros(0, np.float32)}
+    if scales is not None:
+        consts["scales"] = np.array(scales, np.float32)
+        ins = ["x", "roi", "scales"]
+    else:
+        consts["sizes"] = np.array(sizes, np.int64)
+        ins = ["x", "roi", "", "sizes"]
+    if axes is not None:
+        attrs = dict(attrs, axes=axes)
+    if policy != "stretch":
+        attrs = dict(attrs, keep_aspect_ratio_policy=policy)
+    case(name, opset, [("Resize", ins, ["y"], attrs)], {"x": x}, consts,
+         {"y": resize_ref(x, sc, tuple(out), **kw)}, comment)
+
+
+xr = randn(1, 1, 8, 8)
+resize_case("resize_linear_antialias_op18", 18, xr, {"mode": "linear", "antialias": 1},
+            scales=[1, 1, 0.5, 0.375], mode="linear", antialias=True,
+            comment="Resize linear with antialias, downscales 0.5 and 0.375")
+resize_case("resize_cubic_antialias_op18", 18, xr, {"mode": "cubic", "antialias": 1},
+            sizes=[1, 1, 3, 5], mode="cubic", antialias=True,
+            comment="Resize cubic with antialias to sizes 3 x 5")
+xq = randn(1, 2, 4, 4)
+resize_case("resize_axes_op18", 18, xq, {"mode": "linear"}, scales=[2, 1.5], axes=[2, 3],
+            mode="linear", comment="Resize linear with axes [2, 3] and scales 2, 1.5")
+xk = randn(1, 1, 4, 6)
+resize_case("resize_not_larger_op18", 18, xk, {"mode": "nearest"}, sizes=[7, 7], axes=[2, 3],
+            policy="not_larger", comment="Resize nearest to 7 x 7, keep_aspect_ratio_policy not_larger")
+resize_case("resize_not_smaller_op18", 18, xk, {"mode": "linear"}, sizes=[7, 7], axes=[2, 3],
+            policy="not_smaller", mode="linear",
+            comment="Resize linear to 7 x 7, keep_aspect_ratio_policy not_smaller")
+xh = randn(1, 1, 4, 5)
+resize_case("resize_half_pixel_symmetric_op19", 19, xh,
+            {"mode": "linear", "coordinate_transformation_mode": "half_pixel_symmetric"},
+            scales=[1, 1, 1.7, 0.6], mode="linear", ct="half_pixel_symmetric",
+            comment="Resize linear, half_pixel_symmetric (opset 19)")
+resize_case("resize_cubic_exclude_op19", 19, xh,
+            {"mode": "cubic", "exclude_outside": 1, "cubic_coeff_a": -0.5},
+            scales=[1, 1, 2, 0.8], mode="cubic", exclude=True, a=-0.5,
+            comment="Resize cubic, exclude_outside, A = -0.5")
+# nearest 2x (an FPN's upsampling) between a relu and an add: views, fused
+xf, yf = randn(1, 3, 5, 4), randn(1, 3, 10, 8)
+up = np.maximum(xf, 0).repeat(2, axis=2).repeat(2, axis=3)
+case("resize_nearest_fused_op13", 13,
+     [("Relu", ["x"], ["r"], {}), ("Resize", ["r", "roi", "scales"], ["u"], {"mode": "nearest"}),
+      ("Add", ["u", "b"], ["y"], {})], {"x": xf, "b": yf},
+     {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 2], np.float32)},
+     {"y": up + yf}, "relu, Resize nearest 2x, add: one fused loop (views)")
+# linear 2x (half_pixel) between a relu and an add: each output phase a
+# fixed blend of two shifted views, fused into one loop too
+yl = randn(1, 3, 10, 8)
+ul = resize_ref(np.maximum(xf, 0), [1, 1, 2, 2], (1, 3, 10, 8), mode="linear")
+case("resize_linear_fused_op13", 13,
+     [("Relu", ["x"], ["r"], {}), ("Resize", ["r", "roi", "scales"], ["u"], {"mode": "linear"}),
+      ("Add", ["u", "b"], ["y"], {})], {"x": xf, "b": yl},
+     {"roi": np.zeros(0, np.float32), "scales": np.array([1, 1, 2, 2], np.float32)},
+     {"y": ul + yl}, "relu, Resize linear 2x, add: one fused loop (shifted views)")
+# linear 0.5x downsample: strided slices
+xs2 = randn(1, 2, 8, 6)
+resize_case("resize_linear_down_op13", 13, xs2, {"mode": "linear"}, scales=[1, 1, 0.5, 0.5],
+            mode="linear", comment="Resize linear 0.5x: strided slices of the edge-padded input")
