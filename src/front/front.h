@@ -142,8 +142,9 @@ typedef struct {
 } OxHandler;
 /* Each file's handlers, searched by onnx_ops.c. */
 extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[],
-    ox_resize_ops[];
-extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops, ox_resize_nops;
+    ox_resize_ops[], ox_loss_ops[];
+extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops, ox_resize_nops,
+    ox_loss_nops;
 /* onnx_elementwise.c: the handler of a unary or binary elementwise op
  * (Add, Sqrt, ...: its tables), or NULL. */
 OxHandlerFn ox_elementwise_fn(const char *op);
@@ -169,6 +170,7 @@ OxVal *ox_in(const OxNode *n, int k);
 bool ox_is_int_type(int t);
 const double *ox_known(const OxVal *v);
 kiln_value ox_materialize(OxNode *n, OxVal *v);
+kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals);
 bool ox_need_in(OxNode *n, int k);
 void ox_next_index(int rank, const int64_t *shape, int64_t *idx);
 bool ox_nfail(OxNode *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -133,6 +133,17 @@ const char *ox_unnamed(OxImp *im, char *buf, size_t len) {
 
 /* A constant as a weight (f32, ints exact below 2^24), a scalar (rank 0),
  * or a bool (a weight compared with 0). */
+/* A constant tensor of the given shape and values (copied), in the graph. */
+kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals) {
+    OxVal t = {.type = OT_FLOAT, .rank = rank, .v = KILN_NONE};
+    memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
+    int64_t m = ox_numel(&t);
+    if (!(t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m ? m : 1))))
+        return ox_nomem(n), KILN_NONE;
+    memcpy(t.c, vals, sizeof(double) * (size_t)m);
+    return ox_materialize(n, &t);
+}
+
 kiln_value ox_materialize(OxNode *n, OxVal *v) {
     Graph *g = n->im->g;
     int64_t numel = ox_numel(v);

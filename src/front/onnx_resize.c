@@ -103,17 +103,6 @@ static int coeffs(const ResizeAttrs *ra, double ratio, double scale, double *c, 
     return n;
 }
 
-/* A constant of the given shape from values (ints as f32, as the graph's). */
-static kiln_value constant(OxNode *n, int rank, const int64_t *shape, const double *vals) {
-    OxVal t = {.type = OT_FLOAT, .rank = rank, .v = KILN_NONE};
-    memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
-    int64_t m = ox_numel(&t);
-    if (!(t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m ? m : 1))))
-        return ox_nomem(n), KILN_NONE;
-    memcpy(t.c, vals, sizeof(double) * (size_t)m);
-    return ox_materialize(n, &t);
-}
-
 /* When every output position takes one input position whole (nearest,
  * or taps landing on pixels) and those follow idx = o / k (a k-fold
  * upsample) or idx = c + o k (a strided downsample), the pass is a view:
@@ -223,7 +212,7 @@ static kiln_value periodic_view(OxNode *n, kiln_value v, int rank, int d, int64_
                 e[d + 1] = k;
                 term = kiln_expand(g, sh_m, rank + 1, e);
             } else {
-                term = kiln_binary(g, "mul", sh_m, constant(n, rank + 1, wshape, ws));
+                term = kiln_binary(g, "mul", sh_m, ox_const_tensor(n, rank + 1, wshape, ws));
             }
             y = y < 0 ? term : kiln_binary(g, "add", y, term);
         }
@@ -299,15 +288,16 @@ static kiln_value resize_axis(OxNode *n, const ResizeAttrs *ra, kiln_value v, in
             one &= w[t * out + o] == 1;
         }
         if (zero) continue;
-        kiln_value tap = kiln_gather(g, v, constant(n, 1, line, idx + t * out), d);
-        if (!one) tap = kiln_binary(g, "mul", tap, constant(n, rank, wshape, w + t * out));
+        kiln_value tap = kiln_gather(g, v, ox_const_tensor(n, 1, line, idx + t * out), d);
+        if (!one) tap = kiln_binary(g, "mul", tap, ox_const_tensor(n, rank, wshape, w + t * out));
         y = y < 0 ? tap : kiln_binary(g, "add", y, tap);
     }
     if (y < 0)
-        y = kiln_binary(g, "mul", kiln_gather(g, v, constant(n, 1, line, idx), d),
+        y = kiln_binary(g, "mul", kiln_gather(g, v, ox_const_tensor(n, 1, line, idx), d),
                         ox_sc(g, 0)); /* every weight 0 (exclude_outside everywhere) */
     if (any_outside)
-        y = kiln_where(g, kiln_binary(g, "ne", constant(n, rank, wshape, outside), ox_sc(g, 0)),
+        y = kiln_where(g,
+                       kiln_binary(g, "ne", ox_const_tensor(n, rank, wshape, outside), ox_sc(g, 0)),
                        ox_sc(g, ra->extrapolation), y);
     return y;
 }

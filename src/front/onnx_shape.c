@@ -424,6 +424,55 @@ static bool op_gather(OxNode *n) {
     return ox_set_graph(n, 0, kiln_gather(g, ox_graph(n, x), ox_gin(n, 1), (int)axis), x->type);
 }
 
+/* GatherElements: y[i] = x[i with i[axis] = idx[i]], idx of x's rank (each
+ * dim at most x's, the axis any length). As one gather from the flattened
+ * x: flat = base + (idx' - i[axis]) * stride[axis], base the offset of
+ * position i in x, idx' the index made non-negative; an index out of
+ * [-dim, dim) becomes numel, which the gather reports at run time (rather
+ * than reading another row). Constant indices fold into the table. */
+static bool op_gather_elements(OxNode *n) {
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    OxVal *x = ox_in(n, 0), *iv = ox_in(n, 1);
+    Graph *g = n->im->g;
+    int64_t axis = ox_attr_i(n, "axis", 0);
+    if (!ox_norm_axis(n, &axis, x->rank)) return false;
+    if (iv->rank != x->rank) return ox_nfail(n, "indices have rank %d, data %d", iv->rank, x->rank);
+    int64_t stride[KILN_MAX_RANK], m = ox_numel(iv), total = ox_numel(x), dim = x->shape[axis];
+    for (int i = x->rank - 1, s = 1; i >= 0; s *= (int)x->shape[i], i--) stride[i] = s;
+    for (int i = 0; i < x->rank; i++)
+        if (i != axis && iv->shape[i] > x->shape[i])
+            return ox_nfail(n, "indices dim %d is %lld, above the data's %lld", i,
+                            (long long)iv->shape[i], (long long)x->shape[i]);
+    if (total >= (1 << 24)) return ox_nfail(n, "unsupported: data of 2^24 elements or more");
+    double *base = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m + 1));
+    if (!base) return ox_nomem(n);
+    int64_t pos[KILN_MAX_RANK] = {0};
+    for (int64_t k = 0; k < m; k++, ox_next_index(iv->rank, iv->shape, pos)) {
+        double off = 0;
+        for (int i = 0; i < x->rank; i++) off += (double)(i == axis ? 0 : pos[i] * stride[i]);
+        if (iv->c) { /* constant indices: the table itself */
+            double t = iv->c[k] < 0 ? iv->c[k] + (double)dim : iv->c[k];
+            off = t < 0 || t >= (double)dim ? (double)total : off + t * (double)stride[axis];
+        }
+        base[k] = off;
+    }
+    int64_t flat[1] = {total};
+    kiln_value xf = kiln_reshape(g, ox_graph(n, x), 1, flat), table;
+    if (iv->c) {
+        table = ox_const_tensor(n, iv->rank, iv->shape, base);
+    } else {
+        kiln_value idx = ox_gin(n, 1), d = ox_sc(g, (double)dim);
+        kiln_value t = kiln_where(g, kiln_binary(g, "lt", idx, ox_sc(g, 0)),
+                                  kiln_binary(g, "add", idx, d), idx);
+        kiln_value at = kiln_binary(g, "add", ox_const_tensor(n, iv->rank, iv->shape, base),
+                                    kiln_binary(g, "mul", t, ox_sc(g, (double)stride[axis])));
+        kiln_value beyond = ox_sc(g, (double)total);
+        table = kiln_where(g, kiln_binary(g, "lt", t, ox_sc(g, 0)), beyond,
+                           kiln_where(g, kiln_binary(g, "ge", t, d), beyond, at));
+    }
+    return ox_set_graph(n, 0, kiln_gather(g, xf, table, 0), x->type);
+}
+
 /* Expand: bidirectional broadcasting of x with the shape given. */
 static bool op_expand(OxNode *n) {
     if (!ox_need_in(n, 0)) return false;
@@ -680,6 +729,7 @@ const OxHandler ox_shape_ops[] = {
     {"Slice", op_slice},
     {"Split", op_split},
     {"Gather", op_gather},
+    {"GatherElements", op_gather_elements},
     {"Expand", op_expand},
     {"Tile", op_tile},
     {"Pad", op_pad},
