@@ -24,6 +24,8 @@ def tensor_text(name, a):
     a = np.asarray(a)
     if a.dtype == np.int64:
         dt, field, vals = 7, "int64_data", [str(int(v)) for v in a.ravel()]
+    elif a.dtype == np.int32:
+        dt, field, vals = 6, "int32_data", [str(int(v)) for v in a.ravel()]
     else:
         a = a.astype(np.float32)
         dt, field, vals = 1, "float_data", [repr(float(v)) for v in a.ravel()]
@@ -31,7 +33,9 @@ def tensor_text(name, a):
     return '%s data_type: %d name: "%s" %s: [%s]' % (dims, dt, name, field, ", ".join(vals))
 
 
-def vinfo(name, a, elem=1):
+def vinfo(name, a, elem=None):
+    if elem is None:
+        elem = {np.dtype(np.int64): 7, np.dtype(np.int32): 6}.get(np.asarray(a).dtype, 1)
     dims = " ".join("dim { dim_value: %d }" % d for d in np.asarray(a).shape)
     return 'name: "%s" type { tensor_type { elem_type: %d shape { %s } } }' % (name, elem, dims)
 
@@ -41,6 +45,12 @@ def attr_text(k, v):
         return 'attribute { name: "%s" s: "%s" type: STRING }' % (k, v)
     if isinstance(v, float):
         return 'attribute { name: "%s" f: %r type: FLOAT }' % (k, v)
+    if isinstance(v, list) and v and isinstance(v[0], str):
+        return 'attribute { name: "%s" %s type: STRINGS }' % (
+            k, " ".join('strings: "%s"' % i for i in v))
+    if isinstance(v, list) and v and isinstance(v[0], float):
+        return 'attribute { name: "%s" %s type: FLOATS }' % (
+            k, " ".join("floats: %r" % i for i in v))
     if isinstance(v, list):
         return 'attribute { name: "%s" %s type: INTS }' % (k, " ".join("ints: %d" % i for i in v))
     return 'attribute { name: "%s" i: %d type: INT }' % (k, v)
@@ -332,3 +342,146 @@ case("resize_linear_fused_op13", 13,
 xs2 = randn(1, 2, 8, 6)
 resize_case("resize_linear_down_op13", 13, xs2, {"mode": "linear"}, scales=[1, 1, 0.5, 0.5],
             mode="linear", comment="Resize linear 0.5x: strided slices of the edge-padded input")
+
+
+# ---- RNN, GRU, LSTM: an oracle written from ONNX's operator equations, one
+# batch, one time step and one direction at a time (the reverse direction
+# walks each batch's valid steps backwards; no reorder tables), in float64.
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+ACTS = {
+    "Tanh": lambda x, a, b: np.tanh(x), "Sigmoid": lambda x, a, b: sigmoid(x),
+    "Relu": lambda x, a, b: np.maximum(x, 0),
+    "LeakyRelu": lambda x, a, b: np.where(x < 0, a * x, x),
+    "HardSigmoid": lambda x, a, b: np.clip(a * x + b, 0, 1),
+    "ScaledTanh": lambda x, a, b: a * np.tanh(b * x),
+    "Affine": lambda x, a, b: a * x + b,
+}
+DEFAULT_AB = {"LeakyRelu": (0.01, None), "HardSigmoid": (0.2, 0.5), "ScaledTanh": (1.0, 1.0),
+              "Affine": (1.0, 0.0)}
+
+
+def act_fns(names, alphas, betas):
+    out, ia, ib = [], 0, 0
+    for nm in names:
+        a, b = DEFAULT_AB.get(nm, (None, None))
+        if a is not None and ia < len(alphas):
+            a, ia = alphas[ia], ia + 1
+        if b is not None and ib < len(betas):
+            b, ib = betas[ib], ib + 1
+        out.append((lambda f, a, b: lambda x: f(x, a, b))(ACTS[nm], a, b))
+    return out
+
+
+def rnn_ref(kind, X, W, R, B=None, lens=None, h0=None, c0=None, P=None, direction="forward",
+            acts=None, alphas=(), betas=(), clip=None, input_forget=0, lbr=0, layout=0):
+    X = X.astype(np.float64)
+    if layout:
+        X = X.transpose(1, 0, 2)
+        h0 = None if h0 is None else h0.transpose(1, 0, 2)
+        c0 = None if c0 is None else c0.transpose(1, 0, 2)
+    S, Bt, _ = X.shape
+    nd, G = W.shape[0], {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+    H = W.shape[1] // G
+    per = {"rnn": 1, "gru": 2, "lstm": 3}[kind]
+    default = {"rnn": ["Tanh"], "gru": ["Sigmoid", "Tanh"], "lstm": ["Sigmoid", "Tanh", "Tanh"]}
+    names = acts if acts is not None else default[kind] * nd
+    fns = act_fns(names, list(alphas), list(betas))
+    lens = np.full(Bt, S) if lens is None else lens
+    Y = np.zeros((S, nd, Bt, H))
+    Yh, Yc = np.zeros((nd, Bt, H)), np.zeros((nd, Bt, H))
+    cl = (lambda v: np.clip(v, -clip, clip)) if clip is not None else (lambda v: v)
+    for d in range(nd):
+        f = fns[per * d:per * d + per]
+        w, r = W[d].astype(np.float64), R[d].astype(np.float64)
+        bias = np.zeros(2 * G * H) if B is None else B[d].astype(np.float64)
+        wb, rb = bias[:G * H], bias[G * H:]
+        rev = direction == "reverse" or d == 1
+        for b in range(Bt):
+            h = np.zeros(H) if h0 is None else h0[d, b].astype(np.float64)
+            c = np.zeros(H) if c0 is None else c0[d, b].astype(np.float64)
+            steps = range(lens[b] - 1, -1, -1) if rev else range(lens[b])
+            for t in steps:
+                x = X[t, b]
+                if kind == "rnn":
+                    h = f[0](cl(x @ w.T + h @ r.T + wb + rb))
+                elif kind == "gru":
+                    z = f[0](cl(x @ w[:H].T + h @ r[:H].T + wb[:H] + rb[:H]))
+                    rr = f[0](cl(x @ w[H:2 * H].T + h @ r[H:2 * H].T + wb[H:2 * H] + rb[H:2 * H]))
+                    if lbr:
+                        hc = f[1](cl(x @ w[2 * H:].T + wb[2 * H:] + rr * (h @ r[2 * H:].T + rb[2 * H:])))
+                    else:
+                        hc = f[1](cl(x @ w[2 * H:].T + (rr * h) @ r[2 * H:].T + rb[2 * H:] + wb[2 * H:]))
+                    h = (1 - z) * hc + z * h
+                else:
+                    g4 = x @ w.T + h @ r.T + wb + rb
+                    p = np.zeros(3 * H) if P is None else P[d].astype(np.float64)
+                    i = f[0](cl(g4[:H] + p[:H] * c))
+                    fg = 1 - i if input_forget else f[0](cl(g4[2 * H:3 * H] + p[2 * H:] * c))
+                    c = fg * c + i * f[1](cl(g4[3 * H:]))
+                    o = f[0](cl(g4[H:2 * H] + p[H:2 * H] * c))
+                    h = o * f[2](c)
+                Y[t, d, b] = h
+            Yh[d, b], Yc[d, b] = h, c
+    if layout:
+        return Y.transpose(2, 0, 1, 3), Yh.transpose(1, 0, 2), Yc.transpose(1, 0, 2)
+    return Y, Yh, Yc
+
+
+def rnn_case(name, kind, S, Bt, I, H, nd, attrs, lens=None, with_h0=False, with_c0=False,
+             peep=False, layout=0, comment="", **kw):
+    G = {"rnn": 1, "gru": 3, "lstm": 4}[kind]
+    X = randn(Bt, S, I) if layout else randn(S, Bt, I)
+    W, R, B = randn(nd, G * H, I) * 0.5, randn(nd, G * H, H) * 0.5, randn(nd, 2 * G * H) * 0.5
+    ins, feeds, consts = ["X", "W", "R", "B"], {"X": X}, {"W": W, "R": R, "B": B}
+    hs = (Bt, nd, H) if layout else (nd, Bt, H)
+    h0 = randn(*hs) if with_h0 else None
+    c0 = randn(*hs) if with_c0 else None
+    P = randn(nd, 3 * H) * 0.5 if peep else None
+    ins.append("lens" if lens is not None else "")
+    if lens is not None:
+        consts["lens"] = np.array(lens, np.int32)
+    ins.append("h0" if h0 is not None else "")
+    if h0 is not None:
+        feeds["h0"] = h0
+    if kind == "lstm":
+        ins.append("c0" if c0 is not None else "")
+        if c0 is not None:
+            feeds["c0"] = c0
+        ins.append("P" if P is not None else "")
+        if P is not None:
+            consts["P"] = P
+    while ins[-1] == "":
+        ins.pop()
+    attrs = dict(attrs, hidden_size=H)
+    if layout:
+        attrs["layout"] = 1
+    Y, Yh, Yc = rnn_ref(kind, X, W, R, B, None if lens is None else np.array(lens), h0, c0, P,
+                        layout=layout, **kw)
+    outs = {"Y": Y, "Y_h": Yh}
+    if kind == "lstm":
+        outs["Y_c"] = Yc
+    op = {"rnn": "RNN", "gru": "GRU", "lstm": "LSTM"}[kind]
+    case(name, 14 if layout else 13, [(op, ins, list(outs), attrs)], feeds, consts, outs, comment)
+
+
+rnn_case("lstm_bidirectional_lens", "lstm", 5, 3, 4, 3, 2, {"direction": "bidirectional"},
+         lens=[5, 2, 3], with_h0=True, with_c0=True, peep=True, direction="bidirectional",
+         comment="LSTM both ways, sequence_lens 5, 2, 3, initial states, peepholes")
+rnn_case("lstm_input_forget_clip", "lstm", 4, 2, 3, 2, 1,
+         {"input_forget": 1, "clip": 0.8, "activations": ["Sigmoid", "Tanh", "Relu"]},
+         input_forget=1, clip=0.8, acts=["Sigmoid", "Tanh", "Relu"],
+         comment="LSTM with input_forget, clip 0.8, h = Relu")
+rnn_case("gru_reverse_lbr_lens", "gru", 4, 3, 3, 4, 1,
+         {"direction": "reverse", "linear_before_reset": 1}, lens=[4, 1, 2], with_h0=True,
+         direction="reverse", lbr=1, comment="GRU reverse, linear_before_reset, sequence_lens")
+rnn_case("gru_bidirectional_clip", "gru", 3, 2, 2, 3, 2, {"direction": "bidirectional", "clip": 1.5},
+         direction="bidirectional", clip=1.5, comment="GRU both ways with clip")
+rnn_case("rnn_activations_batch_first", "rnn", 4, 2, 3, 3, 2,
+         {"direction": "bidirectional", "activations": ["LeakyRelu", "HardSigmoid"],
+          "activation_alpha": [0.1, 0.3], "activation_beta": [0.6]},
+         with_h0=True, layout=1, direction="bidirectional", acts=["LeakyRelu", "HardSigmoid"],
+         alphas=[0.1, 0.3], betas=[0.6],
+         comment="RNN both ways, LeakyRelu / HardSigmoid with alphas and beta, layout 1")
