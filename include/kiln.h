@@ -295,6 +295,22 @@ kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
 const char *kiln_program_error(const kiln_program *p);
 /* The threads each run of p uses (kiln_options.threads, resolved). */
 int kiln_program_threads(const kiln_program *p);
+/* One model, many shapes. A program compiled from an ONNX model whose
+ * symbolic dims took the shapes given at import (and whose inputs were not
+ * specialized to values) runs on inputs of other shapes too: the first
+ * run at a new set of input shapes imports the model again with them
+ * (its fixed dims are checked as at import: "inputs of a new shape: ...
+ * dim 1 is fixed at 4" otherwise), compiles it and keeps it, so later runs
+ * at that shape, from any thread, compile nothing (the JIT cache also keeps
+ * it across processes). At most 65 shapes per program. Any other program
+ * has one shape, and other shapes are refused as before.
+ * kiln_program_shapes says how many shapes p holds; kiln_program_outputs_for
+ * fills descs[i] (dtype, rank, shape; data NULL) with output i's for
+ * inputs' shapes, compiling that shape if it is new, for the memory
+ * kiln_program_run_into needs. */
+int kiln_program_shapes(const kiln_program *p);
+kiln_status kiln_program_outputs_for(kiln_program *p, const kiln_tensor *inputs,
+                                     kiln_tensor *descs);
 const char *kiln_program_source(const kiln_program *p);  /* the generated C */
 void kiln_program_free(kiln_program *p);
 

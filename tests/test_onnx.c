@@ -468,6 +468,98 @@ TEST(onnx_declared_dims_enforced) {
     blocks_free(&pool);
 }
 
+/* Outputs of model m imported at x of n rows, run fused at that shape
+ * through the interpreter (the oracle), compared with got. */
+static bool matches_interpreter(BlockList *pool, const Model *m, int64_t n, const float *x,
+                                const kiln_tensor *got) {
+    kiln_onnx_input s = {"x", 2, {n, 4}, NULL};
+    kiln_graph *g = kiln_graph_new();
+    kiln_tensor in = {KILN_F32, 2, {n, 4}, (void *)x}, want[2];
+    bool ok = import(g, pool, m, 1, &s, NULL) == KILN_OK && kiln_interpret(g, &in, want) == KILN_OK;
+    for (int o = 0; ok && o < 2; o++) {
+        ok = kiln_tensor_numel(&got[o]) == kiln_tensor_numel(&want[o]);
+        for (int64_t k = 0; ok && k < kiln_tensor_numel(&want[o]); k++) {
+            float a = ((float *)got[o].data)[k], w = ((float *)want[o].data)[k];
+            ok = fabsf(a - w) <= 1e-5f * (1 + fabsf(w));
+        }
+        kiln_tensor_free(&want[o]);
+    }
+    kiln_graph_free(g);
+    return ok;
+}
+
+/* One model, many shapes (kiln.h): x [N, 4] -> Softmax(axis 1) and
+ * ReduceSum over N, compiled at N = 2, runs at N = 5 and 3 (each compiled
+ * once, then kept), refuses a fixed dim changed, and gives the output
+ * shapes of a new shape for run_into. */
+TEST(onnx_program_new_shapes) {
+    BlockList pool = {0};
+    int64_t xs[2] = {-1, 4}, ys[1] = {4};
+    Model m = {.opset = 13, .nin = 1, .nout = 2};
+    m.in[0] = vinfo(&pool, "x", 1, 2, xs);
+    m.out[0] = vinfo(&pool, "p", 1, 2, xs);
+    m.out[1] = vinfo(&pool, "s", 1, 1, ys);
+    Onnx__AttributeProto **sa = palloc(&pool, sizeof(void *) * 2),
+                         **ra = palloc(&pool, sizeof(void *) * 3);
+    int64_t ax0 = 0;
+    sa[0] = attr_i(&pool, "axis", 1);
+    ra[0] = attr_ints(&pool, "axes", 1, &ax0);
+    ra[1] = attr_i(&pool, "keepdims", 0);
+    m.nodes[m.nnodes++] = node(&pool, "Softmax", "x", "p", sa);
+    m.nodes[m.nnodes++] = node(&pool, "ReduceSum", "x", "s", NULL);
+    m.opset = 11; /* ReduceSum's axes an attribute */
+    m.nodes[1]->attribute = ra;
+    m.nodes[1]->n_attribute = 2;
+    float x[7 * 4];
+    kiln_fill_randn(x, 7 * 4, 77);
+    kiln_onnx_input s2 = {"x", 2, {2, 4}, NULL};
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(import(g, &pool, &m, 1, &s2, NULL) == KILN_OK, "%s", kiln_error(g));
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_graph_free(g);
+    kiln_tensor out[2];
+    for (int r = 0; r < 4; r++) {
+        int64_t n = (int64_t[]){2, 5, 3, 5}[r];
+        kiln_tensor in = {KILN_F32, 2, {n, 4}, x};
+        CHECKF(kiln_program_run(p, &in, out) == KILN_OK, "N = %lld: %s", (long long)n,
+               kiln_program_error(p));
+        EXPECT(out[0].shape[0] == n && out[1].rank == 1 && out[1].shape[0] == 4,
+               "N = %lld: outputs [%lld, 4] and [%lld]", (long long)n, (long long)out[0].shape[0],
+               (long long)out[1].shape[0]);
+        EXPECT(matches_interpreter(&pool, &m, n, x, out), "N = %lld: off the interpreter",
+               (long long)n);
+        for (int o = 0; o < 2; o++) kiln_tensor_free(&out[o]);
+    }
+    EXPECT(kiln_program_shapes(p) == 3, "%d shapes for N = 2, 5, 3, 5", kiln_program_shapes(p));
+    /* the model fixes dim 1 at 4 */
+    kiln_tensor bad = {KILN_F32, 2, {3, 5}, x};
+    CHECK(kiln_program_run(p, &bad, out) == KILN_ERR_INPUT);
+    EXPECT(strstr(kiln_program_error(p), "inputs of a new shape") &&
+               strstr(kiln_program_error(p), "dim 1 is fixed at 4"),
+           "%s", kiln_program_error(p));
+    /* run_into at a new shape: the output memory from kiln_program_outputs_for */
+    kiln_tensor in7 = {KILN_F32, 2, {7, 4}, x}, d[2];
+    CHECKF(kiln_program_outputs_for(p, &in7, d) == KILN_OK, "%s", kiln_program_error(p));
+    CHECK(d[0].rank == 2 && d[0].shape[0] == 7 && d[1].shape[0] == 4 &&
+          kiln_program_shapes(p) == 4);
+    for (int o = 0; o < 2; o++) CHECK(kiln_tensor_alloc(&d[o]) == KILN_OK);
+    CHECKF(kiln_program_run_into(p, &in7, d) == KILN_OK, "%s", kiln_program_error(p));
+    EXPECT(matches_interpreter(&pool, &m, 7, x, d), "N = 7 into memory: off the interpreter");
+    for (int o = 0; o < 2; o++) kiln_tensor_free(&d[o]);
+    kiln_program_free(p);
+    /* a program from a graph built directly has its one shape */
+    kiln_graph *h = kiln_graph_new();
+    kiln_output(h, kiln_unary(h, "relu", kiln_input(h, "x", KILN_F32, 2, (int64_t[]){2, 4})), "y");
+    CHECKF(kiln_compile(h, 1, &p) == KILN_OK, "%s", kiln_error(h));
+    kiln_tensor in5 = {KILN_F32, 2, {5, 4}, x};
+    EXPECT(kiln_program_run(p, &in5, out) == KILN_ERR_INPUT && kiln_program_shapes(p) == 1,
+           "a fixed program ran another shape");
+    kiln_program_free(p);
+    kiln_graph_free(h);
+    blocks_free(&pool);
+}
+
 /* Errors name the file and the node; unsupported ops say so. */
 TEST(onnx_error_messages) {
     BlockList pool = {0};

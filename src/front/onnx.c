@@ -537,6 +537,23 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
     }
     OxImp im = {.g = g, .path = filename};
     import_graph(&im, m, nshapes, shapes, io);
+    /* symbolic dims took given shapes and no input was specialized to a
+     * value: the program may import the model again at other shapes */
+    bool values = false;
+    for (int i = 0; i < nshapes; i++) values |= shapes[i].value != NULL;
+    if (g->status == KILN_OK && im.given[0] && !values) {
+        size_t nl = strlen(filename) + 1;
+        g->model = kmalloc(len ? len : 1);
+        g->model_name = kmalloc(nl);
+        if (g->model && g->model_name) {
+            memcpy(g->model, data, len);
+            memcpy(g->model_name, filename, nl);
+            g->model_len = len;
+        } else {
+            kfree(g->model), kfree(g->model_name);
+            g->model = NULL, g->model_name = NULL; /* fixed shape only */
+        }
+    }
     onnx__model_proto__free_unpacked(m, &pb_allocator);
     arena_free(&im.arena);
     kfree(im.tab);

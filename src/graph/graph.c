@@ -27,6 +27,8 @@ void kiln_graph_free(kiln_graph *g) {
     kfree(g->inputs);
     kfree(g->outputs);
     kfree(g->outnames);
+    kfree(g->model);
+    kfree(g->model_name);
     arena_free(&g->arena);
     kfree(g);
 }

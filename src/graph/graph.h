@@ -126,6 +126,13 @@ struct kiln_graph {
     int nnotes;
     char err[1024];
     kiln_status status; /* sticky: the first failure */
+    /* An ONNX model whose symbolic dims took the shapes given at import:
+     * its bytes and file name (kmalloc'd), so that a program compiled from
+     * the graph can import it again at other input shapes (runtime.c,
+     * kiln_program_run); NULL for any other graph. */
+    unsigned char *model;
+    size_t model_len;
+    char *model_name;
 };
 
 typedef kiln_graph Graph;

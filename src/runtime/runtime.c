@@ -581,9 +581,22 @@ int64_t rt_buffer_offset(const RtProgram *p, int b) {
 
 /* ===== the public API ================================================================== */
 
+/* At most this many shapes per program besides its first (kiln.h). */
+enum { RT_MAX_SHAPES = 64 };
+
 struct kiln_program {
     RtProgram *rt;
     int threads; /* resolved at compile time */
+    /* An ONNX model with symbolic dims (kiln_graph.model): its bytes, and
+     * the programs compiled for other input shapes on first use */
+    unsigned char *model;
+    size_t model_len;
+    char *model_name;
+    kiln_options opts;
+    char target[32]; /* opts.target's text */
+    pthread_mutex_t shapes_lock;
+    kiln_program **shapes;
+    int nshapes;
 };
 
 /* The message of the calling thread's last run of a program: a run's error
@@ -652,6 +665,19 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
         return st;
     }
     rt_set_program_threads(p->rt, p->threads, o.fixed_threads != 0);
+    pthread_mutex_init(&p->shapes_lock, NULL);
+    if (g->model && (!o.target || strlen(o.target) < sizeof p->target) &&
+        (p->model = kmalloc(g->model_len ? g->model_len : 1)) &&
+        (p->model_name = kmalloc(strlen(g->model_name) + 1))) {
+        memcpy(p->model, g->model, g->model_len);
+        strcpy(p->model_name, g->model_name);
+        p->model_len = g->model_len;
+        p->opts = o;
+        if (o.target) p->opts.target = strcpy(p->target, o.target);
+    } else if (g->model) { /* no memory for the copy: this shape only */
+        kfree(p->model);
+        p->model = NULL;
+    }
     *out = p;
     return KILN_OK;
 }
@@ -664,6 +690,101 @@ static kiln_status prog_fail(kiln_program *p, kiln_status st, const char *fmt, .
     if (last_run.p == p) vsnprintf(last_run.err, sizeof last_run.err, fmt, ap);
     va_end(ap);
     return st;
+}
+
+/* Whether inputs have the shapes p was compiled for. */
+static bool same_shapes(const kiln_program *p, const kiln_tensor *inputs) {
+    const Graph *g = rt_graph(p->rt);
+    for (int i = 0; i < kiln_num_inputs(g); i++) {
+        kiln_tensor d = kiln_input_desc(g, i);
+        if (d.rank != inputs[i].rank) return false;
+        for (int k = 0; k < d.rank; k++)
+            if (d.shape[k] != inputs[i].shape[k]) return false;
+    }
+    return true;
+}
+
+static kiln_program *known_shape(kiln_program *p, const kiln_tensor *inputs) {
+    for (int k = 0; k < p->nshapes; k++)
+        if (same_shapes(p->shapes[k], inputs)) return p->shapes[k];
+    return NULL;
+}
+
+/* The program for inputs' shapes: p itself, or for a model with symbolic
+ * dims one compiled for them on first use and kept (the model imported
+ * again with these shapes, so its declared dims are checked as at
+ * import; the JIT cache makes a shape compiled before in any process
+ * cheap). On failure p's run error says why. */
+static kiln_status for_shapes(kiln_program *p, const kiln_tensor *inputs, kiln_program **out) {
+    *out = p;
+    if (!p->model || same_shapes(p, inputs)) return KILN_OK;
+    pthread_mutex_lock(&p->shapes_lock);
+    kiln_program *v = known_shape(p, inputs);
+    int have = p->nshapes;
+    pthread_mutex_unlock(&p->shapes_lock);
+    if ((*out = v)) return KILN_OK;
+    if (have >= RT_MAX_SHAPES)
+        return prog_fail(p, KILN_ERR_INPUT,
+                         "inputs of a new shape: the program already holds %d shapes (at most)",
+                         RT_MAX_SHAPES + 1);
+    const Graph *g0 = rt_graph(p->rt);
+    int n = kiln_num_inputs(g0);
+    kiln_onnx_input *sh = kcalloc((size_t)n + 1, sizeof *sh);
+    kiln_graph *g = kiln_graph_new();
+    if (!sh || !g) {
+        kfree(sh), kiln_graph_free(g);
+        return prog_fail(p, KILN_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < n; i++) {
+        sh[i].name = kiln_input_name(g0, i);
+        sh[i].rank = inputs[i].rank;
+        memcpy(sh[i].shape, inputs[i].shape, sizeof sh[i].shape);
+    }
+    kiln_status st = kiln_onnx_import_buffer(g, p->model, p->model_len, p->model_name, n, sh, NULL);
+    kfree(g->model); /* the first program keeps the model */
+    g->model = NULL;
+    if (st == KILN_OK) st = kiln_compile_with(g, &p->opts, &v);
+    kfree(sh);
+    if (st != KILN_OK) {
+        prog_fail(p, st, "inputs of a new shape: %s", kiln_error(g));
+        kiln_graph_free(g);
+        return st;
+    }
+    kiln_graph_free(g);
+    pthread_mutex_lock(&p->shapes_lock);
+    kiln_program *had = known_shape(p, inputs); /* another thread made it first */
+    if (!had && p->nshapes < RT_MAX_SHAPES) {
+        kiln_program **grown = krealloc(p->shapes, sizeof *grown * (size_t)(p->nshapes + 1));
+        if (grown) p->shapes = grown, p->shapes[p->nshapes++] = v, had = v;
+    }
+    pthread_mutex_unlock(&p->shapes_lock);
+    if (had != v) kiln_program_free(v);
+    if (!(*out = had)) return prog_fail(p, KILN_ERR_NOMEM, "out of memory");
+    return KILN_OK;
+}
+
+/* A run of p on another shape's program v: its error becomes p's. */
+static kiln_status as_p(kiln_program *p, const kiln_program *v, kiln_status st) {
+    if (st != KILN_OK && last_run.p == v) last_run.p = p;
+    return st;
+}
+
+int kiln_program_shapes(const kiln_program *p) {
+    pthread_mutex_lock((pthread_mutex_t *)&p->shapes_lock);
+    int n = 1 + p->nshapes;
+    pthread_mutex_unlock((pthread_mutex_t *)&p->shapes_lock);
+    return n;
+}
+
+kiln_status kiln_program_outputs_for(kiln_program *p, const kiln_tensor *inputs,
+                                     kiln_tensor *descs) {
+    run_err(p);
+    kiln_program *v;
+    kiln_status st = for_shapes(p, inputs, &v);
+    if (st != KILN_OK) return st;
+    const Graph *g = rt_graph(v->rt);
+    for (int i = 0; i < kiln_num_outputs(g); i++) descs[i] = kiln_output_desc(g, i);
+    return KILN_OK;
 }
 
 static kiln_status check_input(kiln_program *p, int i, const kiln_tensor *t) {
@@ -751,6 +872,12 @@ static kiln_status run_io(kiln_program *p, Io *io, const kiln_tensor *inputs, ki
 }
 
 kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs) {
+    if (p->model && !same_shapes(p, inputs)) {
+        run_err(p);
+        kiln_program *v;
+        kiln_status st = for_shapes(p, inputs, &v);
+        return st != KILN_OK ? st : as_p(p, v, kiln_program_run(v, inputs, outputs));
+    }
     const Graph *g = rt_graph(p->rt);
     Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
     run_err(p);
@@ -779,6 +906,12 @@ static kiln_status check_output(kiln_program *p, int i, const kiln_tensor *t) {
 
 kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,
                                   kiln_tensor *outputs) {
+    if (p->model && !same_shapes(p, inputs)) {
+        run_err(p);
+        kiln_program *v;
+        kiln_status st = for_shapes(p, inputs, &v);
+        return st != KILN_OK ? st : as_p(p, v, kiln_program_run_into(v, inputs, outputs));
+    }
     const Graph *g = rt_graph(p->rt);
     Io io = {.nin = kiln_num_inputs(g), .nout = kiln_num_outputs(g)};
     run_err(p);
@@ -800,6 +933,11 @@ int kiln_program_threads(const kiln_program *p) { return p->threads; }
 
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
+    for (int k = 0; k < p->nshapes; k++) kiln_program_free(p->shapes[k]);
+    kfree(p->shapes);
+    kfree(p->model);
+    kfree(p->model_name);
+    pthread_mutex_destroy(&p->shapes_lock);
     rt_free(p->rt);
     kfree(p);
 }
