@@ -57,9 +57,56 @@ static bool reduce_axes(OxNode *n, int rank, int *dims, int *nd, bool *noop) {
     return true;
 }
 
+/* ReduceSum, Prod, Max, Min or Mean of a constant (shape arithmetic such
+ * as the element count of a Shape): computed here, a constant still. */
+static bool reduce_const(OxNode *n, const char *op) {
+    OxVal *x = ox_in(n, 0);
+    int dims[KILN_MAX_RANK], nd, r = x->rank;
+    bool noop, keep = ox_attr_i(n, "keepdims", 1) != 0, red[KILN_MAX_RANK] = {false};
+    if (!reduce_axes(n, r, dims, &nd, &noop)) return false;
+    if (noop) nd = 0;
+    for (int i = 0; i < nd; i++) red[dims[i]] = true;
+    int64_t os[KILN_MAX_RANK], ks[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0}, count = 1;
+    int orank = 0;
+    for (int i = 0; i < r; i++) {
+        ks[i] = red[i] ? 1 : x->shape[i];
+        count *= red[i] ? x->shape[i] : 1;
+        if (!red[i] || keep) os[orank++] = ks[i];
+    }
+    if (ox_numel(x) == 0) return ox_nfail(n, "unsupported: reducing an empty constant");
+    OxVal *o = ox_set_const(n, 0, x->type, orank, os);
+    if (!o) return ox_nomem(n);
+    int64_t m = ox_numel(o);
+    for (int64_t k = 0; k < m; k++) o->c[k] = !strcmp(op, "Prod") ? 1 : NAN;
+    for (int64_t k = 0; k < ox_numel(x); k++, ox_next_index(r, x->shape, idx)) {
+        int64_t at = 0;
+        for (int i = 0; i < r; i++) at = at * ks[i] + (red[i] ? 0 : idx[i]);
+        double v = x->c[k], *c = &o->c[at];
+        if (!strcmp(op, "Prod"))
+            *c *= v;
+        else if (isnan(*c))
+            *c = v;
+        else if (!strcmp(op, "Max"))
+            *c = v > *c || isnan(v) ? v : *c;
+        else if (!strcmp(op, "Min"))
+            *c = v < *c || isnan(v) ? v : *c;
+        else
+            *c += v;
+    }
+    for (int64_t k = 0; !strcmp(op, "Mean") && k < m; k++) {
+        o->c[k] /= (double)count;
+        if (ox_is_int_type(x->type)) o->c[k] = trunc(o->c[k]); /* as ONNX's reference */
+    }
+    return true;
+}
+
 static bool op_reduce(OxNode *n) {
     Graph *g = n->im->g;
     const char *op = ox_opname(n) + 6; /* after "Reduce" */
+    if (ox_in(n, 0) && ox_in(n, 0)->c &&
+        (!strcmp(op, "Sum") || !strcmp(op, "Prod") || !strcmp(op, "Max") || !strcmp(op, "Min") ||
+         !strcmp(op, "Mean")))
+        return reduce_const(n, op);
     kiln_value x = ox_gin(n, 0);
     if (x < 0) return false;
     int dims[KILN_MAX_RANK], nd;

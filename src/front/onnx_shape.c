@@ -109,6 +109,25 @@ static bool op_transpose(OxNode *n) {
     for (int i = 0; i < x->rank; i++) p[i] = np < 0 ? x->rank - 1 - i : (int)perm[i];
     if (np >= 0 && np != x->rank)
         return ox_nfail(n, "perm has %d entries for rank %d", np, x->rank);
+    bool seen[KILN_MAX_RANK] = {false};
+    for (int i = 0; i < x->rank; i++) {
+        if (p[i] < 0 || p[i] >= x->rank || seen[p[i]])
+            return ox_nfail(n, "perm is not a permutation of 0 to %d", x->rank - 1);
+        seen[p[i]] = true;
+    }
+    if (x->c) { /* a constant (shape arithmetic): permuted here, stays one */
+        int64_t os[KILN_MAX_RANK], stride[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+        for (int i = 0; i < x->rank; i++) os[i] = x->shape[p[i]];
+        for (int i = x->rank - 1, s = 1; i >= 0; s *= (int)x->shape[i], i--) stride[i] = s;
+        OxVal *o = ox_set_const(n, 0, x->type, x->rank, os);
+        if (!o) return ox_nomem(n);
+        for (int64_t k = 0; k < ox_numel(o); k++, ox_next_index(x->rank, os, idx)) {
+            int64_t at = 0;
+            for (int i = 0; i < x->rank; i++) at += idx[i] * stride[p[i]];
+            o->c[k] = x->c[at];
+        }
+        return true;
+    }
     return ox_set_graph(n, 0, kiln_permute(n->im->g, ox_gin(n, 0), x->rank, p), x->type);
 }
 

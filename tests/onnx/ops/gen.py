@@ -485,3 +485,24 @@ rnn_case("rnn_activations_batch_first", "rnn", 4, 2, 3, 3, 2,
          with_h0=True, layout=1, direction="bidirectional", acts=["LeakyRelu", "HardSigmoid"],
          alphas=[0.1, 0.3], betas=[0.6],
          comment="RNN both ways, LeakyRelu / HardSigmoid with alphas and beta, layout 1")
+
+
+# Pads computed from the input's shape through a chain of shape ops (as
+# exported STFT padding does): Shape, ReduceProd, Sub, Unsqueeze,
+# ConstantOfShape, Cast, Concat, Reshape, Transpose, Reshape, Cast; every
+# one folds at import, so Pad gets constant pads (3 before, 4 after dim 1).
+xc = randn(1, 16)
+case("pads_from_shape_chain", 13,
+     [("Shape", ["x"], ["s"], {}), ("ReduceProd", ["s"], ["n"], {"keepdims": 0}),
+      ("Sub", ["n", "twelve"], ["k"], {}), ("Sub", ["k", "one"], ["k1"], {}),
+      ("Unsqueeze", ["k", "ax0"], ["ku"], {}), ("Unsqueeze", ["k1", "ax0"], ["k1u"], {}),
+      ("ConstantOfShape", ["two"], ["zf"], {}), ("Cast", ["zf"], ["z"], {"to": 7}),
+      ("Concat", ["z", "k1u", "ku"], ["pairs"], {"axis": 0}),
+      ("Reshape", ["pairs", "s22"], ["m"], {}), ("Transpose", ["m"], ["mt"], {"perm": [1, 0]}),
+      ("Reshape", ["mt", "flat"], ["pf"], {}), ("Cast", ["pf"], ["pads"], {"to": 7}),
+      ("Pad", ["x", "pads"], ["y"], {"mode": "reflect"})],
+     {"x": xc}, {"twelve": np.array(12, np.int64), "one": np.array(1, np.int64),
+                 "ax0": np.array([0], np.int64), "two": np.array([2], np.int64),
+                 "s22": np.array([2, 2], np.int64), "flat": np.array([-1], np.int64)},
+     {"y": np.pad(xc, ((0, 0), (3, 4)), mode="reflect")},
+     "Pad whose pads come from Shape through ReduceProd and Transpose, all folded")
