@@ -427,6 +427,87 @@ static bool convert_node(OxImp *im, const Onnx__NodeProto *np, int index) {
     return ok;
 }
 
+/* ---- If ----------------------------------------------------------------------- */
+
+static bool unsupported_nodes(OxImp *im, const Onnx__GraphProto *gp, size_t from);
+
+/* The nodes of a branch, converted into the importer's names (a branch
+ * reads outer values by name; its own names must not repeat outer ones,
+ * as ONNX requires). */
+static bool convert_branch(OxImp *im, const Onnx__GraphProto *b, const char *which) {
+    if (!b) return fail(im, "the %s is missing%s", which, "");
+    for (size_t i = 0; i < b->n_node; i++)
+        for (size_t k = 0; k < b->node[i]->n_output; k++) {
+            const char *o = b->node[i]->output[k];
+            if (*o && ox_find(im, o))
+                return fail(im, "unsupported: the branch value '%s' repeats an outer name%s", o,
+                            "");
+        }
+    if (!add_initializers(im, b)) return false;
+    for (size_t i = 0; i < b->n_node; i++)
+        if (!unsupported_nodes(im, b, i) || !convert_node(im, b->node[i], (int)i)) return false;
+    return true;
+}
+
+static const Onnx__GraphProto *branch_attr(const OxNode *n, const char *name) {
+    const Onnx__AttributeProto *a = ox_attr(n, name);
+    return a ? a->g : NULL;
+}
+
+/* If: a condition known at import (a constant, or an int input given with
+ * -i that folded into one) takes its branch, and only that branch is
+ * imported; otherwise both are, and each output is where(cond, then,
+ * else): both branches are computed (kiln's ops have no side effects),
+ * so their outputs must have one type and shapes that broadcast. */
+static bool op_if(OxNode *n) {
+    OxImp *im = n->im;
+    OxVal *cv = ox_in(n, 0);
+    if (!cv || ox_numel(cv) != 1) return ox_nfail(n, "the condition needs one element");
+    const Onnx__GraphProto *tb = branch_attr(n, "then_branch"), *eb = branch_attr(n, "else_branch");
+    int nout = (int)n->n->n_output;
+    if (cv->c) {
+        const Onnx__GraphProto *b = cv->c[0] != 0 ? tb : eb;
+        const char *which = cv->c[0] != 0 ? "then_branch" : "else_branch";
+        if (!convert_branch(im, b, which)) return false;
+        if ((int)b->n_output != nout)
+            return ox_nfail(n, "the %s has %d outputs for %d", which, (int)b->n_output, nout);
+        for (int k = 0; k < nout; k++) {
+            OxVal *src = ox_find(im, b->output[k]->name ? b->output[k]->name : "");
+            OxVal *dst = ox_out_slot(n, k);
+            if (!src) return ox_nfail(n, "the %s does not compute its output %d", which, k);
+            if (dst) {
+                const char *name = dst->name;
+                *dst = *src;
+                dst->name = name;
+            }
+        }
+        return true;
+    }
+    if (!convert_branch(im, tb, "then_branch") || !convert_branch(im, eb, "else_branch"))
+        return false;
+    if ((int)tb->n_output != nout || (int)eb->n_output != nout)
+        return ox_nfail(n, "the branches have %d and %d outputs for %d", (int)tb->n_output,
+                        (int)eb->n_output, nout);
+    kiln_value c = ox_gin(n, 0);
+    for (int k = 0; k < nout; k++) {
+        OxVal *a = ox_find(im, tb->output[k]->name ? tb->output[k]->name : "");
+        OxVal *b = ox_find(im, eb->output[k]->name ? eb->output[k]->name : "");
+        if (!a || !b) return ox_nfail(n, "a branch does not compute its output %d", k);
+        if (a->type != b->type)
+            return ox_nfail(n, "unsupported: output %d has types %s and %s in the two branches", k,
+                            ox_type_name(a->type), ox_type_name(b->type));
+        kiln_value y = kiln_where(im->g, c, ox_graph(n, a), ox_graph(n, b));
+        if (y < 0 || !ox_set_graph(n, k, y, a->type)) return false;
+    }
+    return true;
+}
+
+/* Control flow's handlers (onnx_ops.c looks ops up here too). */
+const OxHandler ox_control_ops[] = {
+    {"If", op_if},
+};
+const size_t ox_control_nops = sizeof ox_control_ops / sizeof ox_control_ops[0];
+
 static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *types) {
     for (size_t i = 0; i < gp->n_output; i++) {
         const char *name = gp->output[i]->name ? gp->output[i]->name : "";

@@ -42,6 +42,7 @@ static const struct {
     {ox_resize_ops, &ox_resize_nops},
     {ox_loss_ops, &ox_loss_nops},
     {ox_rnn_ops, &ox_rnn_nops},
+    {ox_control_ops, &ox_control_nops},
 };
 
 static const OxHandler *find_handler(const char *op) {

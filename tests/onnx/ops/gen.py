@@ -26,6 +26,8 @@ def tensor_text(name, a):
         dt, field, vals = 7, "int64_data", [str(int(v)) for v in a.ravel()]
     elif a.dtype == np.int32:
         dt, field, vals = 6, "int32_data", [str(int(v)) for v in a.ravel()]
+    elif a.dtype == np.bool_:
+        dt, field, vals = 9, "int32_data", [str(int(v)) for v in a.ravel()]
     else:
         a = a.astype(np.float32)
         dt, field, vals = 1, "float_data", [repr(float(v)) for v in a.ravel()]
@@ -35,7 +37,8 @@ def tensor_text(name, a):
 
 def vinfo(name, a, elem=None):
     if elem is None:
-        elem = {np.dtype(np.int64): 7, np.dtype(np.int32): 6}.get(np.asarray(a).dtype, 1)
+        elem = {np.dtype(np.int64): 7, np.dtype(np.int32): 6,
+                np.dtype(np.bool_): 9}.get(np.asarray(a).dtype, 1)
     dims = " ".join("dim { dim_value: %d }" % d for d in np.asarray(a).shape)
     return 'name: "%s" type { tensor_type { elem_type: %d shape { %s } } }' % (name, elem, dims)
 
@@ -506,3 +509,46 @@ case("pads_from_shape_chain", 13,
                  "s22": np.array([2, 2], np.int64), "flat": np.array([-1], np.int64)},
      {"y": np.pad(xc, ((0, 0), (3, 4)), mode="reflect")},
      "Pad whose pads come from Shape through ReduceProd and Transpose, all folded")
+
+
+# ---- If: a branch is a GraphProto attribute
+class Branch:
+    def __init__(self, nodes, outputs):
+        self.nodes, self.outputs = nodes, outputs
+
+
+def branch_text(name, b):
+    nodes = " ".join('node { op_type: "%s" %s %s name: "%s_%d" %s }' % (
+        op, " ".join('input: "%s"' % x for x in ins), " ".join('output: "%s"' % y for y in outs),
+        name, i, " ".join(attr_text(k, v) for k, v in attrs.items()))
+        for i, (op, ins, outs, attrs) in enumerate(b.nodes))
+    outs = " ".join('output { name: "%s" type { tensor_type { elem_type: 1 } } }' % o
+                    for o in b.outputs)
+    return 'attribute { name: "%s" type: GRAPH g { name: "%s" %s %s } }' % (name, name, nodes, outs)
+
+
+_attr_text = attr_text
+
+
+def attr_text(k, v):  # noqa: F811 (extends the one above with branches)
+    return branch_text(k, v) if isinstance(v, Branch) else _attr_text(k, v)
+
+
+xi = randn(2, 3)
+then_b = Branch([("Relu", ["x"], ["t_out"], {}), ("Mul", ["t_out", "x"], ["t2"], {})], ["t2"])
+else_b = Branch([("Neg", ["x"], ["e_out"], {})], ["e_out"])
+for flag in (True, False):
+    case("if_runtime_%s" % ("then" if flag else "else"), 13,
+         [("If", ["c"], ["y"], {"then_branch": then_b, "else_branch": else_b})],
+         {"x": xi, "c": np.array(flag)}, {},
+         {"y": np.maximum(xi, 0) * xi if flag else -xi},
+         "If on a condition known only at run time: both branches and a where")
+# a condition that folds at import (x has 3 columns, 3 > 2): the then branch
+# is taken, and the else branch, which holds an op kiln lacks, is not read
+unsup = Branch([("NonZero", ["x"], ["nz"], {}), ("Cast", ["nz"], ["e2"], {"to": 1})], ["e2"])
+case("if_folded", 13,
+     [("Shape", ["x"], ["s"], {}), ("Gather", ["s", "one"], ["ncol"], {}),
+      ("Greater", ["ncol", "two"], ["c"], {}),
+      ("If", ["c"], ["y"], {"then_branch": then_b, "else_branch": unsup})],
+     {"x": xi}, {"one": np.array(1, np.int64), "two": np.array(2, np.int64)},
+     {"y": np.maximum(xi, 0) * xi}, "If whose condition folds at import: only its branch")
