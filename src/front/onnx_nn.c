@@ -485,6 +485,33 @@ static bool op_group_norm(OxNode *n) {
     return ox_set_graph(n, 0, y, OT_FLOAT);
 }
 
+/* LRN: x / (bias + alpha / size * sum of x^2 over the channels
+ * c - floor((size - 1) / 2) .. c + ceil((size - 1) / 2))^beta, the window
+ * a sum of `size` channel slices of the zero-padded square. */
+static bool op_lrn(OxNode *n) {
+    Graph *g = n->im->g;
+    OxVal *xv = ox_in(n, 0);
+    kiln_value x = ox_gin(n, 0);
+    if (x < 0) return false;
+    int64_t size = ox_attr_i(n, "size", 0), C = xv->rank >= 2 ? xv->shape[1] : 0;
+    if (xv->rank < 3) return ox_nfail(n, "the input needs rank >= 3, got %d", xv->rank);
+    if (size < 1 || size > 1024) return ox_nfail(n, "size must be 1 to 1024");
+    double alpha = ox_attr_f(n, "alpha", 1e-4), beta = ox_attr_f(n, "beta", 0.75),
+           bias = ox_attr_f(n, "bias", 1.0);
+    int64_t b[KILN_MAX_RANK] = {0}, e[KILN_MAX_RANK] = {0};
+    b[1] = (size - 1) / 2, e[1] = size - 1 - b[1];
+    kiln_value sq = kiln_pad(g, kiln_binary(g, "mul", x, x), KILN_PAD_CONSTANT, xv->rank, b, e, 0);
+    kiln_value sum = KILN_NONE;
+    for (int64_t k = 0; k < size; k++) {
+        kiln_value s = kiln_slice(g, sq, 1, k, k + C, 1);
+        sum = sum < 0 ? s : kiln_binary(g, "add", sum, s);
+    }
+    kiln_value den = kiln_binary(
+        g, "add", kiln_binary(g, "mul", sum, ox_sc(g, alpha / (double)size)), ox_sc(g, bias));
+    return ox_set_graph(n, 0, kiln_binary(g, "div", x, kiln_binary(g, "pow", den, ox_sc(g, beta))),
+                        OT_FLOAT);
+}
+
 /* LayerNormalization; its optional outputs Mean and InvStdDev are the
  * statistics over the normalized dims. */
 static bool op_layer_norm(OxNode *n) {
@@ -601,6 +628,7 @@ const OxHandler ox_nn_ops[] = {
     {"InstanceNormalization", op_instance_norm},
     {"LayerNormalization", op_layer_norm},
     {"GroupNormalization", op_group_norm},
+    {"LRN", op_lrn},
     {"MaxPool", op_max_pool},
     {"AveragePool", op_avg_pool},
     {"GlobalAveragePool", op_global_avg},

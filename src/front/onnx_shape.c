@@ -492,6 +492,48 @@ static bool op_gather_elements(OxNode *n) {
     return ox_set_graph(n, 0, kiln_gather(g, xf, table, 0), x->type);
 }
 
+/* OneHot: y[..., j, ...] = values[1] where trunc(index) (plus depth when
+ * negative) is j, else values[0], j along `axis` of the output (rank of
+ * indices + 1); an index outside [-depth, depth) gives a row of values[0]. */
+static bool op_one_hot(OxNode *n) {
+    for (int k = 0; k < 3; k++)
+        if (!ox_need_in(n, k)) return false;
+    Graph *g = n->im->g;
+    OxVal *iv = ox_in(n, 0), *dv = ox_in(n, 1), *vv = ox_in(n, 2);
+    const double *dk = ox_known(dv);
+    if (!dk || ox_numel(dv) != 1)
+        return ox_nfail(n, "unsupported: depth must be one value known at import");
+    if (ox_numel(vv) != 2) return ox_nfail(n, "values needs 2 elements (off, on)");
+    int64_t depth = (int64_t)dk[0], axis = ox_attr_i(n, "axis", -1);
+    int r = iv->rank + 1;
+    if (depth < 1 || depth > (1 << 24)) return ox_nfail(n, "depth %g is out of range", dk[0]);
+    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 6");
+    if (!ox_norm_axis(n, &axis, r)) return false;
+    int64_t ishape[KILN_MAX_RANK], jshape[KILN_MAX_RANK];
+    for (int i = 0, k = 0; i < r; i++) {
+        ishape[i] = i == axis ? 1 : iv->shape[k];
+        jshape[i] = i == axis ? depth : 1;
+        if (i != axis) k++;
+    }
+    double *iota = arena_alloc(&n->im->arena, sizeof(double) * (size_t)depth);
+    if (!iota) return ox_nomem(n);
+    for (int64_t j = 0; j < depth; j++) iota[j] = (double)j;
+    kiln_value idx = ox_gin(n, 0);
+    idx = kiln_where(g, kiln_binary(g, "lt", idx, ox_sc(g, 0)), kiln_unary(g, "ceil", idx),
+                     kiln_unary(g, "floor", idx)); /* truncated, as a cast to int */
+    idx = kiln_where(g, kiln_binary(g, "lt", idx, ox_sc(g, 0)),
+                     kiln_binary(g, "add", idx, ox_sc(g, (double)depth)), idx);
+    kiln_value hot =
+        kiln_binary(g, "eq", kiln_reshape(g, idx, r, ishape), ox_const_tensor(n, r, jshape, iota));
+    kiln_value vals = ox_graph(n, vv);
+    int64_t one[1] = {1};
+    kiln_value off = kiln_reshape(
+        g, kiln_slice(g, kiln_reshape(g, vals, 1, (int64_t[]){2}), 0, 0, 1, 1), 0, one);
+    kiln_value on = kiln_reshape(
+        g, kiln_slice(g, kiln_reshape(g, vals, 1, (int64_t[]){2}), 0, 1, 2, 1), 0, one);
+    return ox_set_graph(n, 0, kiln_where(g, hot, on, off), vv->type);
+}
+
 /* Expand: bidirectional broadcasting of x with the shape given. */
 static bool op_expand(OxNode *n) {
     if (!ox_need_in(n, 0)) return false;
@@ -749,6 +791,7 @@ const OxHandler ox_shape_ops[] = {
     {"Split", op_split},
     {"Gather", op_gather},
     {"GatherElements", op_gather_elements},
+    {"OneHot", op_one_hot},
     {"Expand", op_expand},
     {"Tile", op_tile},
     {"Pad", op_pad},
