@@ -447,16 +447,26 @@ static bool op_instance_norm(OxNode *n) {
     return ox_set_graph(n, 0, y, OT_FLOAT);
 }
 
+/* Input 0 as (N, C, spatial...): its value, graph value and C; false
+ * with the error when it is not of rank 3 or more. */
+static bool nc_input(OxNode *n, OxVal **xv, kiln_value *x, int64_t *C) {
+    *xv = ox_in(n, 0);
+    *x = ox_gin(n, 0);
+    if (*x < 0) return false;
+    if ((*xv)->rank < 3) return ox_nfail(n, "the input needs rank >= 3, got %d", (*xv)->rank);
+    *C = (*xv)->shape[1];
+    return true;
+}
+
 /* GroupNormalization: x (N, C, ...) normalized over each group of C / G
  * channels and the spatial dims, as (N, G, C/G * spatial). Scale and bias
  * hold one value per group before opset 21, one per channel from 21. */
 static bool op_group_norm(OxNode *n) {
     Graph *g = n->im->g;
-    OxVal *xv = ox_in(n, 0);
-    kiln_value x = ox_gin(n, 0);
-    if (x < 0) return false;
-    int64_t G = ox_attr_i(n, "num_groups", 0), C = xv->rank >= 2 ? xv->shape[1] : 0;
-    if (xv->rank < 3) return ox_nfail(n, "the input needs rank >= 3, got %d", xv->rank);
+    OxVal *xv;
+    kiln_value x;
+    int64_t C, G = ox_attr_i(n, "num_groups", 0);
+    if (!nc_input(n, &xv, &x, &C)) return false;
     if (G < 1 || C % G)
         return ox_nfail(n, "num_groups %lld must divide the %lld channels", (long long)G,
                         (long long)C);
@@ -490,11 +500,10 @@ static bool op_group_norm(OxNode *n) {
  * a sum of `size` channel slices of the zero-padded square. */
 static bool op_lrn(OxNode *n) {
     Graph *g = n->im->g;
-    OxVal *xv = ox_in(n, 0);
-    kiln_value x = ox_gin(n, 0);
-    if (x < 0) return false;
-    int64_t size = ox_attr_i(n, "size", 0), C = xv->rank >= 2 ? xv->shape[1] : 0;
-    if (xv->rank < 3) return ox_nfail(n, "the input needs rank >= 3, got %d", xv->rank);
+    OxVal *xv;
+    kiln_value x;
+    int64_t C, size = ox_attr_i(n, "size", 0);
+    if (!nc_input(n, &xv, &x, &C)) return false;
     if (size < 1 || size > 1024) return ox_nfail(n, "size must be 1 to 1024");
     double alpha = ox_attr_f(n, "alpha", 1e-4), beta = ox_attr_f(n, "beta", 0.75),
            bias = ox_attr_f(n, "bias", 1.0);

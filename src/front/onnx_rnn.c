@@ -123,6 +123,16 @@ static kiln_value dir_of(Graph *g, kiln_value v, int d) {
     return kiln_reshape(g, kiln_slice(g, v, 0, d, d + 1, 1), 2, two);
 }
 
+/* Initial state k (h 5, c 6) of direction d as (B, H): zeros when absent;
+ * (num_dir, B, H), or (B, num_dir, H) with layout 1. */
+static kiln_value initial(OxNode *n, int k, int d, int64_t B, int64_t H) {
+    Graph *g = n->im->g;
+    int64_t bh[2] = {B, H};
+    if (!ox_in(n, k)) return kiln_expand(g, ox_sc(g, 0), 2, bh);
+    bool batch_first = ox_attr_i(n, "layout", 0) != 0;
+    return kiln_reshape(g, kiln_slice(g, ox_gin(n, k), batch_first ? 1 : 0, d, d + 1, 1), 2, bh);
+}
+
 typedef struct {
     int kind, nd, reverse_only;
     int64_t S, B, I, H;
@@ -169,7 +179,7 @@ static kiln_value run_dir(OxNode *n, const Rnn *r, int d, const Act *acts, kiln_
     if (ox_attr_i(n, "layout", 0)) x = kiln_permute(g, x, 3, (int[]){1, 0, 2});
     if (reverse) x = reorder(n, r, x, I);
     kiln_value W = dir_of(g, ox_gin(n, 1), d), R = dir_of(g, ox_gin(n, 2), d);
-    int64_t sb[2] = {S * B, I}, sbg[3] = {S, B, G * H}, bh[2] = {B, H};
+    int64_t sb[2] = {S * B, I}, sbg[3] = {S, B, G * H};
     kiln_value xw = kiln_matmul(g, kiln_reshape(g, x, 2, sb), kiln_transpose(g, W, 0, 1));
     kiln_value wb = KILN_NONE, rb = KILN_NONE;
     if (ox_in(n, 3)) {
@@ -193,14 +203,9 @@ static kiln_value run_dir(OxNode *n, const Rnn *r, int d, const Act *acts, kiln_
     kiln_value peep = KILN_NONE;
     if (r->kind == RNN_LSTM && ox_in(n, 7))
         peep = kiln_reshape(g, kiln_slice(g, ox_gin(n, 7), 0, d, d + 1, 1), 1, (int64_t[]){3 * H});
-    kiln_value hv = ox_in(n, 5) ? dir_of(g, ox_gin(n, 5), d) : kiln_expand(g, ox_sc(g, 0), 2, bh);
-    kiln_value cv = r->kind == RNN_LSTM && ox_in(n, 6) ? dir_of(g, ox_gin(n, 6), d)
-                                                       : kiln_expand(g, ox_sc(g, 0), 2, bh);
-    if (ox_attr_i(n, "layout", 0)) { /* initial states are (B, num_dir, H) */
-        if (ox_in(n, 5)) hv = kiln_reshape(g, kiln_slice(g, ox_gin(n, 5), 1, d, d + 1, 1), 2, bh);
-        if (r->kind == RNN_LSTM && ox_in(n, 6))
-            cv = kiln_reshape(g, kiln_slice(g, ox_gin(n, 6), 1, d, d + 1, 1), 2, bh);
-    }
+    kiln_value hv = initial(n, 5, d, B, H),
+               cv = r->kind == RNN_LSTM ? initial(n, 6, d, B, H) : KILN_NONE;
+    if (hv < 0 || (r->kind == RNN_LSTM && cv < 0)) return KILN_NONE;
     kiln_value *ys = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)S);
     if (!ys) return ox_nomem(n), KILN_NONE;
     int64_t b1[2] = {B, 1}, one_bh[3] = {1, B, H};
@@ -320,15 +325,15 @@ static bool rnn(OxNode *n, int kind) {
         if (ys[d] < 0) return false;
         ys[d] = kiln_reshape(g, ys[d], 4, s1);
         hs[d] = kiln_reshape(g, hs[d], 3, h1);
-        cs[d] = kiln_reshape(g, cs[d], 3, h1);
+        if (kind == RNN_LSTM) cs[d] = kiln_reshape(g, cs[d], 3, h1);
     }
     kiln_value y = r.nd == 2 ? kiln_concat(g, 2, ys, 1) : ys[0];
     kiln_value yh = r.nd == 2 ? kiln_concat(g, 2, hs, 0) : hs[0];
-    kiln_value yc = r.nd == 2 ? kiln_concat(g, 2, cs, 0) : cs[0];
+    kiln_value yc = kind != RNN_LSTM ? KILN_NONE : r.nd == 2 ? kiln_concat(g, 2, cs, 0) : cs[0];
     if (batch_first) {
         y = kiln_permute(g, y, 4, (int[]){2, 0, 1, 3});
         yh = kiln_permute(g, yh, 3, (int[]){1, 0, 2});
-        yc = kiln_permute(g, yc, 3, (int[]){1, 0, 2});
+        if (kind == RNN_LSTM) yc = kiln_permute(g, yc, 3, (int[]){1, 0, 2});
     }
     return ox_set_graph(n, 0, y, OT_FLOAT) && ox_set_graph(n, 1, yh, OT_FLOAT) &&
            (kind != RNN_LSTM || ox_set_graph(n, 2, yc, OT_FLOAT));
