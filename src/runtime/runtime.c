@@ -27,10 +27,14 @@
  * (and the library's packed or reordered copies of them) are only read.
  *
  * Threads: the kernels and OpenBLAS share the calling thread's OpenMP
- * team (see externs/matmul.c). rt_run sizes it to the program's count for
- * the run only (omp_set_num_threads sets the calling thread's value), so
- * programs with different counts, called from different threads, do not
- * change each other's.
+ * team (see externs/matmul.c). rt_run sizes it for the run only
+ * (omp_set_num_threads sets the calling thread's value), so programs with
+ * different counts, called from different threads, do not change each
+ * other's; the size is the program's count or fewer, whichever its recent
+ * runs measured faster (team.c), and rt_run times every run for that.
+ *
+ * Shapes: a program from an ONNX model with symbolic dims keeps the model
+ * and compiles other input shapes on first use (for_shapes, below).
  *
  * Large fresh memory (the arena; outputs kiln_program_run allocates and
  * every other tensor through kiln_tensor_alloc) is advised MADV_HUGEPAGE
