@@ -322,6 +322,8 @@ check onnx_loss_target 1 "$ox/nll.onnx: gather: index 3 out of range for dim 0 o
     "$kiln" run $ox/nll.onnx -i x=$ox/x23.pb -i t=$ox/nll_target_bad.pb
 check onnx_rnn_steps 1 "$ox/rnn_long.onnx: node 0 ('rnn', RNN): unsupported: 1025 time steps (kiln unrolls the time loop, up to 1024)" -- \
     "$kiln" run $ox/rnn_long.onnx
+check onnx_scatter_runtime 1 "$ox/scatter_runtime.onnx: node 0 ('sc', ScatterElements): unsupported: the indices 'i' are computed at run time (a scatter needs them at import: give their value, kiln run -i i=FILE)" -- \
+    "$kiln" run $ox/scatter_runtime.onnx
 check onnx_opset 1 "$ox/opset22.onnx: unsupported opset 22 (kiln reads opsets 1 to 21)" -- \
     "$kiln" run $ox/opset22.onnx
 check onnx_symbolic_dim 1 "input 'x' has a symbolic or unknown dim; give its shape (kiln --shape x=D0,D1,...)" -- \

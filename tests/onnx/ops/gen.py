@@ -552,3 +552,26 @@ case("if_folded", 13,
       ("If", ["c"], ["y"], {"then_branch": then_b, "else_branch": unsup})],
      {"x": xi}, {"one": np.array(1, np.int64), "two": np.array(2, np.int64)},
      {"y": np.maximum(xi, 0) * xi}, "If whose condition folds at import: only its branch")
+
+
+# ScatterElements and ScatterND with opset 18's max and min reductions,
+# duplicates included; NumPy applies the updates one by one in order
+xd = randn(3, 4)
+ie = np.array([[1, 1, 0, 2], [2, 1, 1, 2]], np.int64)
+ue = randn(2, 4)
+want = xd.astype(np.float64).copy()
+for i in range(2):
+    for j in range(4):
+        want[ie[i, j], j] = max(want[ie[i, j], j], ue[i, j])
+case("scatter_elements_max_op18", 18,
+     [("ScatterElements", ["x", "i", "u"], ["y"], {"axis": 0, "reduction": "max"})],
+     {"x": xd, "u": ue}, {"i": ie}, {"y": want}, "ScatterElements, reduction max, duplicates")
+xn3 = randn(4, 3)
+inn = np.array([[2], [0], [2]], np.int64)
+un = randn(3, 3)
+want = xn3.astype(np.float64).copy()
+for r in range(3):
+    want[inn[r, 0]] = np.minimum(want[inn[r, 0]], un[r])
+case("scatternd_min_op18", 18,
+     [("ScatterND", ["x", "i", "u"], ["y"], {"reduction": "min"})],
+     {"x": xn3, "u": un}, {"i": inn}, {"y": want}, "ScatterND, reduction min, a row twice")
