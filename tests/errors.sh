@@ -324,6 +324,8 @@ check onnx_rnn_steps 1 "$ox/rnn_long.onnx: node 0 ('rnn', RNN): unsupported: 102
     "$kiln" run $ox/rnn_long.onnx
 check onnx_scatter_runtime 1 "$ox/scatter_runtime.onnx: node 0 ('sc', ScatterElements): unsupported: the indices 'i' are computed at run time (a scatter needs them at import: give their value, kiln run -i i=FILE)" -- \
     "$kiln" run $ox/scatter_runtime.onnx
+check onnx_gathernd_range 1 "$ox/gathernd.onnx: gather: index 6 out of range for dim 0 of size 6" -- \
+    "$kiln" run $ox/gathernd.onnx -i x=$ox/x23.pb -i i=$ox/gathernd_bad.pb
 check onnx_opset 1 "$ox/opset22.onnx: unsupported opset 22 (kiln reads opsets 1 to 21)" -- \
     "$kiln" run $ox/opset22.onnx
 check onnx_symbolic_dim 1 "input 'x' has a symbolic or unknown dim; give its shape (kiln --shape x=D0,D1,...)" -- \

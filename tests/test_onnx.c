@@ -800,6 +800,7 @@ static const char *const must_pass[] = {
     "node/test_resize_upsample_sizes_nearest_floor_align_corners",
     "node/test_resize_downsample_sizes_nearest_tf_half_pixel_for_nn",
     "node/test_upsample_nearest",
+    "node/test_gathernd_example_int32_batch_dim1",
     "node/test_scatter_elements_with_duplicate_indices",
     "node/test_scatternd_multiply",
     "node/test_scatter_with_axis",

@@ -492,6 +492,66 @@ static bool op_gather_elements(OxNode *n) {
     return ox_set_graph(n, 0, kiln_gather(g, xf, table, 0), x->type);
 }
 
+/* GatherND: indices (..., k) pick slices data[b0.., i0, .., ik-1, ...] after
+ * batch_dims b leading dims shared with data; output indices.shape[:-1] +
+ * data.shape[b + k:]. One gather from the flattened data: each index tuple
+ * becomes the flat offset of its slice (computed in the graph, so the
+ * indices may be known only at run time), plus the offsets inside the
+ * slice; a component outside [-dim, dim) sends the offset out of range,
+ * which the gather reports at run time. */
+static bool op_gather_nd(OxNode *n) {
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    Graph *g = n->im->g;
+    OxVal *xv = ox_in(n, 0), *iv = ox_in(n, 1);
+    int64_t b = ox_attr_i(n, "batch_dims", 0);
+    if (iv->rank < 1) return ox_nfail(n, "indices need rank >= 1");
+    int64_t k = iv->shape[iv->rank - 1];
+    if (b < 0 || b >= iv->rank || b >= xv->rank || k < 1 || b + k > xv->rank)
+        return ox_nfail(n, "batch_dims %lld and index tuples of %lld do not fit rank %d",
+                        (long long)b, (long long)k, xv->rank);
+    for (int i = 0; i < b; i++)
+        if (iv->shape[i] != xv->shape[i])
+            return ox_nfail(n, "batch dim %d is %lld in the indices, %lld in the data", i,
+                            (long long)iv->shape[i], (long long)xv->shape[i]);
+    int64_t total = ox_numel(xv), stride[KILN_MAX_RANK], slice = 1;
+    if (total >= (1 << 24)) return ox_nfail(n, "unsupported: data of 2^24 elements or more");
+    for (int i = xv->rank - 1, s = 1; i >= 0; s *= (int)xv->shape[i], i--) stride[i] = s;
+    for (int i = (int)(b + k); i < xv->rank; i++) slice *= xv->shape[i];
+    int r1 = iv->rank - 1, orank = r1 + xv->rank - (int)(b + k);
+    if (orank + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 6");
+    /* base: the batch part of each tuple's offset; shape indices.shape[:-1] + [1] */
+    int64_t bshape[KILN_MAX_RANK], m = 1, pos[KILN_MAX_RANK] = {0};
+    for (int i = 0; i < r1; i++) bshape[i] = iv->shape[i], m *= iv->shape[i];
+    bshape[r1] = 1;
+    double *base = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m + 1));
+    double *inner = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(slice + 1));
+    if (!base || !inner) return ox_nomem(n);
+    for (int64_t j = 0; j < m; j++, ox_next_index(r1, iv->shape, pos)) {
+        base[j] = 0;
+        for (int i = 0; i < b; i++) base[j] += (double)(pos[i] * stride[i]);
+    }
+    for (int64_t e = 0; e < slice; e++) inner[e] = (double)e;
+    kiln_value at = ox_const_tensor(n, r1 + 1, bshape, base), idx = ox_gin(n, 1);
+    for (int64_t t = 0; t < k; t++) {
+        double d = (double)xv->shape[b + t];
+        kiln_value c = kiln_slice(g, idx, r1, t, t + 1, 1);
+        c = kiln_where(g, kiln_binary(g, "lt", c, ox_sc(g, 0)),
+                       kiln_binary(g, "add", c, ox_sc(g, d)), c);
+        kiln_value bad = kiln_binary(g, "ge", c, ox_sc(g, d));
+        c = kiln_where(g, kiln_binary(g, "lt", c, ox_sc(g, 0)), ox_sc(g, (double)total),
+                       kiln_where(g, bad, ox_sc(g, (double)total), c));
+        at = kiln_binary(g, "add", at, kiln_binary(g, "mul", c, ox_sc(g, (double)stride[b + t])));
+    }
+    int64_t ishape[KILN_MAX_RANK], oshape[KILN_MAX_RANK], flat[1] = {total};
+    for (int i = 0; i < r1; i++) ishape[i] = 1;
+    ishape[r1] = slice;
+    kiln_value table = kiln_binary(g, "add", at, ox_const_tensor(n, r1 + 1, ishape, inner));
+    kiln_value y = kiln_gather(g, kiln_reshape(g, ox_graph(n, xv), 1, flat), table, 0);
+    for (int i = 0; i < r1; i++) oshape[i] = iv->shape[i];
+    for (int i = (int)(b + k); i < xv->rank; i++) oshape[r1 + i - b - k] = xv->shape[i];
+    return ox_set_graph(n, 0, kiln_reshape(g, y, orank, oshape), xv->type);
+}
+
 /* OneHot: y[..., j, ...] = values[1] where trunc(index) (plus depth when
  * negative) is j, else values[0], j along `axis` of the output (rank of
  * indices + 1); an index outside [-depth, depth) gives a row of values[0]. */
@@ -792,6 +852,7 @@ const OxHandler ox_shape_ops[] = {
     {"Gather", op_gather},
     {"GatherElements", op_gather_elements},
     {"OneHot", op_one_hot},
+    {"GatherND", op_gather_nd},
     {"Expand", op_expand},
     {"Tile", op_tile},
     {"Pad", op_pad},

@@ -11,11 +11,12 @@ cd "$(dirname "$0")"
 python3 oracle.py
 enc() { grep -v '^#' "$1.textproto" | protoc --encode="$2" -I/usr/include/onnx onnx.proto > "$1.$3"; }
 enc mlp/model onnx.ModelProto onnx
-for m in unsupported unsupported_many runtime_shape int_input symbolic opset22 nll rnn_long scatter_runtime; do enc $m onnx.ModelProto onnx; done
+for m in unsupported unsupported_many runtime_shape int_input symbolic opset22 nll rnn_long scatter_runtime gathernd; do enc $m onnx.ModelProto onnx; done
 enc big_int onnx.TensorProto pb
 enc string onnx.TensorProto pb
 enc x23 onnx.TensorProto pb
 enc nll_target_bad onnx.TensorProto pb
+enc gathernd_bad onnx.TensorProto pb
 for f in mlp/test_data_set_0/*.textproto; do enc "${f%.textproto}" onnx.TensorProto pb; done
 # tests/onnx/ops: what opsets 18 to 21 changed, expected outputs from NumPy
 /usr/bin/python3 ops/gen.py
