@@ -73,6 +73,16 @@ static bool scatter(OxNode *n, const int64_t *target, int64_t m, int red) {
     return y >= 0 && ox_set_graph(n, 0, kiln_reshape(g, y, xv->rank, xv->shape), xv->type);
 }
 
+/* What both scatters check first: their three inputs and the reduction
+ * (*red), which this opset must know. */
+static bool scatter_start(OxNode *n, int *red) {
+    for (int k = 0; k < 3; k++)
+        if (!ox_need_in(n, k)) return false;
+    if ((*red = reduction(n)) < 0)
+        return ox_nfail(n, "unsupported reduction at opset %d", n->im->opset);
+    return true;
+}
+
 /* The known index values of input 1, or NULL with the error set. */
 static const double *known_indices(OxNode *n) {
     OxVal *iv = ox_in(n, 1);
@@ -86,11 +96,9 @@ static const double *known_indices(OxNode *n) {
 }
 
 static bool op_scatter_elements(OxNode *n) {
-    for (int k = 0; k < 3; k++)
-        if (!ox_need_in(n, k)) return false;
+    int red;
+    if (!scatter_start(n, &red)) return false;
     OxVal *xv = ox_in(n, 0), *iv = ox_in(n, 1), *uv = ox_in(n, 2);
-    int red = reduction(n);
-    if (red < 0) return ox_nfail(n, "unsupported reduction at opset %d", n->im->opset);
     int64_t axis = ox_attr_i(n, "axis", 0);
     if (!ox_norm_axis(n, &axis, xv->rank)) return false;
     if (iv->rank != xv->rank || uv->rank != iv->rank)
@@ -121,11 +129,9 @@ static bool op_scatter_elements(OxNode *n) {
 }
 
 static bool op_scatter_nd(OxNode *n) {
-    for (int k = 0; k < 3; k++)
-        if (!ox_need_in(n, k)) return false;
+    int red;
+    if (!scatter_start(n, &red)) return false;
     OxVal *xv = ox_in(n, 0), *iv = ox_in(n, 1), *uv = ox_in(n, 2);
-    int red = reduction(n);
-    if (red < 0) return ox_nfail(n, "unsupported reduction at opset %d", n->im->opset);
     if (iv->rank < 1) return ox_nfail(n, "indices need rank >= 1");
     int q = (int)iv->shape[iv->rank - 1];
     if (q < 1 || q > xv->rank) return ox_nfail(n, "the index tuples have %d entries", q);

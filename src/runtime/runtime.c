@@ -533,9 +533,11 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     ext_isa_leave(prev);
     pthread_mutex_lock(&p->runs_lock);
     bool epoch = rt_team_record(&p->team, level, rc == 0 ? ms : -1);
-    RtTeam seen = p->team;
+    bool log = epoch && (p->plan->sched->cfg.logs & LOG_TEAM);
+    RtTeam seen;
+    if (log) seen = p->team; /* for the log line, outside the lock */
     pthread_mutex_unlock(&p->runs_lock);
-    if (epoch)
+    if (log)
         loop_log(&p->plan->sched->cfg, LOG_TEAM,
                  "team: %d thread%s: %.4f ms per run over %d runs; next %d thread%s (%s)\n",
                  seen.size[level], seen.size[level] == 1 ? "" : "s", seen.est[level],
