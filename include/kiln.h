@@ -98,7 +98,7 @@ kiln_value kiln_scalar(kiln_graph *g, double v);
 /* Pointwise ops by name.
  * unary:  neg abs relu sigmoid tanh exp log sqrt rsqrt sin cos erf floor
  *         ceil reciprocal gelu silu logical_not contiguous
- * binary: add sub mul div pow maximum minimum lt le gt ge eq ne           */
+ * binary: add sub mul div pow fmod maximum minimum lt le gt ge eq ne      */
 kiln_value kiln_unary(kiln_graph *g, const char *op, kiln_value x);
 kiln_value kiln_binary(kiln_graph *g, const char *op, kiln_value a, kiln_value b);
 kiln_value kiln_where(kiln_graph *g, kiln_value cond, kiln_value a, kiln_value b);

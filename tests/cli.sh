@@ -183,6 +183,14 @@ expect resize_nearest_one_kernel 0 "^== kernels: 1$" -- \
     "$kiln" explain tests/onnx/ops/resize_nearest_fused_op13/model.onnx
 expect resize_linear_down_one_kernel 0 "^== kernels: 1$" -- \
     "$kiln" explain tests/onnx/ops/resize_linear_down_op13/model.onnx
+# CumSum and Atan are one loop each (a masked reduction; pointwise); TopK
+# two (the ranks, then the selection by rank)
+expect cumsum_one_kernel 0 "^== kernels: 1$" -- \
+    "$kiln" explain tests/onnx/ops/cumsum_axis1_e1_r1/model.onnx
+expect atan_one_kernel 0 "^== kernels: 1$" -- \
+    "$kiln" explain tests/onnx/ops/atan_wide/model.onnx
+expect topk_two_kernels 0 "^== kernels: 2$" -- \
+    "$kiln" explain tests/onnx/ops/topk_axis0_3d/model.onnx
 expect onnx_opsets_18_21_interpreted 0 "total: $nops passed, 0 failed, 0 unsupported" -- \
     "$kiln" onnx-test --interpret tests/onnx/ops/*/
 

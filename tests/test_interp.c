@@ -83,7 +83,7 @@ TEST(interp_broadcast_add) {
 
 /* Both operands broadcast at once: [3,1] op [1,4] -> [3,4]. */
 static const char *binops[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                               "lt",  "le",  "gt",  "ge",  "eq",  "ne"};
+                               "lt",  "le",  "gt",  "ge",  "eq",  "ne",      "fmod"};
 
 static double binop_ref(int op, double a, double b) {
     switch (op) {
@@ -99,14 +99,15 @@ static double binop_ref(int op, double a, double b) {
     case 9: return a > b;
     case 10: return a >= b;
     case 11: return a == b;
-    default: return a != b;
+    case 12: return a != b;
+    default: return fmod(a, b); /* exact: C's fmod of two floats is a float */
     }
 }
 
 TEST(interp_binary_ops) {
     int64_t as[2] = {3, 1}, bs[2] = {1, 4}, os[2] = {3, 4};
     float a[3] = {0.5f, 2.0f, 3.25f}, b[4] = {2.0f, 0.5f, 3.25f, 1.5f};
-    for (int op = 0; op < 13; op++) {
+    for (int op = 0; op < 14; op++) {
         kiln_graph *g = kiln_graph_new();
         kiln_value va = kiln_input(g, "a", KILN_F32, 2, as);
         kiln_value vb = kiln_input(g, "b", KILN_F32, 2, bs);
@@ -117,7 +118,8 @@ TEST(interp_binary_ops) {
         for (int i = 0; i < 3; i++)
             for (int j = 0; j < 4; j++) want[i * 4 + j] = (float)binop_ref(op, a[i], b[j]);
         EXPECT(same_shape(&out[0], 2, os), "%s: shape", binops[op]);
-        EXPECT(out[0].dtype == (op >= 7 ? KILN_BOOL : KILN_F32), "%s: dtype", binops[op]);
+        EXPECT(out[0].dtype == (op >= 7 && op <= 12 ? KILN_BOOL : KILN_F32), "%s: dtype",
+               binops[op]);
         EXPECT(close_to(&out[0], want, 12, op == 4 ? 1e-6 : 0), "%s: values", binops[op]);
         free_all(out, 1);
         kiln_graph_free(g);

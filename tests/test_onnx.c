@@ -793,6 +793,20 @@ TEST(onnx_regress_inputs) {
  * interpreter, against ONNX's expected outputs. They span the ops of the
  * importer that do not depend on other branches' builders. */
 static const char *const must_pass[] = {
+    "node/test_gridsample_zeros_padding", /* held an extern after its epilogue (sched.c) */
+    "node/test_gridsample_bicubic",
+    "node/test_atan",
+    "node/test_acos_example",
+    "node/test_mod_mixed_sign_int64",
+    "node/test_top_k_smallest",
+    "node/test_reversesequence_batch",
+    "node/test_compress_negative_axis",
+    "node/test_nonzero_example",
+    "node/test_dft_inverse",
+    "node/test_stft_with_window",
+    "node/test_blackmanwindow_symmetric",
+    "node/test_maxunpool_export_with_output_shape",
+    "node/test_eyelike_populate_off_main_diagonal",
     "node/test_resize_upsample_scales_linear",
     "node/test_resize_downsample_scales_cubic_A_n0p5_exclude_outside",
     "node/test_resize_downsample_scales_linear_align_corners",

@@ -266,6 +266,7 @@ TEST(parse_precedence) {
         {"1.5E+1", 15},
         {"8 / 2 * 4", 16},
         {"pow(2, 3) - 1", 7},
+        {"fmod(-7, 3) + fmod(7.5, -2)", -1 + 1.5f},
         {"-relu(-2) + 1", 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -376,6 +377,7 @@ static const ShapeCase SHAPES[] = {
     {"mul(x, 2.5)", "[2, 3]"},
     {"div(v, x)", "[2, 3]"},
     {"pow(x, 2)", "[2, 3]"},
+    {"fmod(x, v)", "[2, 3]"},
     {"maximum(x, 0)", "[2, 3]"},
     {"minimum(x, v)", "[2, 3]"},
     {"lt(x, 0)", "[2, 3]"},
@@ -464,15 +466,15 @@ TEST(parse_every_function) {
 /* Each function of the language appears in SHAPES (the table is complete). */
 TEST(parse_every_function_listed) {
     static const char *const names[] = {
-        "neg",        "abs",       "relu",      "sigmoid", "tanh",        "exp",
-        "log",        "sqrt",      "rsqrt",     "sin",     "cos",         "erf",
-        "gelu",       "silu",      "floor",     "ceil",    "reciprocal",  "logical_not",
-        "contiguous", "add",       "sub",       "mul",     "div",         "pow",
-        "maximum",    "minimum",   "lt",        "le",      "gt",          "ge",
-        "eq",         "ne",        "where",     "clamp",   "sum",         "mean",
-        "amax",       "amin",      "prod",      "softmax", "log_softmax", "layer_norm",
-        "batch_norm", "transpose", "permute",   "reshape", "expand",      "slice",
-        "matmul",     "conv2d",    "rand_like", "dropout"};
+        "neg",        "abs",        "relu",      "sigmoid",   "tanh",       "exp",
+        "log",        "sqrt",       "rsqrt",     "sin",       "cos",        "erf",
+        "gelu",       "silu",       "floor",     "ceil",      "reciprocal", "logical_not",
+        "contiguous", "add",        "sub",       "mul",       "div",        "pow",
+        "fmod",       "maximum",    "minimum",   "lt",        "le",         "gt",
+        "ge",         "eq",         "ne",        "where",     "clamp",      "sum",
+        "mean",       "amax",       "amin",      "prod",      "softmax",    "log_softmax",
+        "layer_norm", "batch_norm", "transpose", "permute",   "reshape",    "expand",
+        "slice",      "matmul",     "conv2d",    "rand_like", "dropout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t len = strlen(names[i]);
         bool found = false;

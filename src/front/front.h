@@ -142,9 +142,11 @@ typedef struct {
 } OxHandler;
 /* Each file's handlers, searched by onnx_ops.c. */
 extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[],
-    ox_resize_ops[], ox_loss_ops[], ox_rnn_ops[], ox_control_ops[], ox_scatter_ops[];
+    ox_resize_ops[], ox_loss_ops[], ox_rnn_ops[], ox_control_ops[], ox_scatter_ops[],
+    ox_index_ops[], ox_signal_ops[], ox_sample_ops[];
 extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops, ox_resize_nops,
-    ox_loss_nops, ox_rnn_nops, ox_control_nops, ox_scatter_nops;
+    ox_loss_nops, ox_rnn_nops, ox_control_nops, ox_scatter_nops, ox_index_nops, ox_signal_nops,
+    ox_sample_nops;
 /* onnx_elementwise.c: the handler of a unary or binary elementwise op
  * (Add, Sqrt, ...: its tables), or NULL. */
 OxHandlerFn ox_elementwise_fn(const char *op);
@@ -189,5 +191,7 @@ kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double 
                         kiln_value *mean_out, kiln_value *rstd_out);
 kiln_value ox_per_channel(Graph *g, kiln_value p, int r);
 kiln_value ox_sc(Graph *g, double v);
+/* onnx_elementwise.c: x rounded half to even (ONNX Round, numpy's rint). */
+kiln_value ox_round_even(Graph *g, kiln_value x);
 
 #endif

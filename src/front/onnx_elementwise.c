@@ -373,17 +373,101 @@ static bool op_trig(OxNode *n) {
     return ox_set_graph(n, 0, y, OT_FLOAT);
 }
 
-/* Round half to even: floor(x + 0.5), less 1 on a tie that lands odd. */
-static bool op_round(OxNode *n) {
+/* atan as Cephes' atanf: |x| reduced to [0, tan(pi/8)] by atan(t) = pi/2 +
+ * atan(-1/t) above tan(3pi/8) and pi/4 + atan((t-1)/(t+1)) above
+ * tan(pi/8), then an odd polynomial of degree 9 (about 2e-7 relative over
+ * the line); the sign restored at the end. All pointwise: one fused loop,
+ * vectorized, with no atan primitive. */
+static kiln_value atan_graph(Graph *g, kiln_value x) {
+    kiln_value t = kiln_unary(g, "abs", x);
+    kiln_value big = kiln_binary(g, "gt", t, ox_sc(g, 2.414213562373095));
+    kiln_value mid = kiln_binary(g, "gt", t, ox_sc(g, 0.4142135623730950));
+    kiln_value z =
+        kiln_where(g, big, kiln_binary(g, "div", ox_sc(g, -1), t),
+                   kiln_where(g, mid,
+                              kiln_binary(g, "div", kiln_binary(g, "sub", t, ox_sc(g, 1)),
+                                          kiln_binary(g, "add", t, ox_sc(g, 1))),
+                              t));
+    kiln_value off =
+        kiln_where(g, big, ox_sc(g, M_PI / 2), kiln_where(g, mid, ox_sc(g, M_PI / 4), ox_sc(g, 0)));
+    kiln_value zz = kiln_binary(g, "mul", z, z);
+    static const double c[4] = {8.05374449538e-2, -1.38776856032e-1, 1.99777106478e-1,
+                                -3.33329491539e-1};
+    kiln_value p = ox_sc(g, c[0]);
+    for (int i = 1; i < 4; i++)
+        p = kiln_binary(g, "add", kiln_binary(g, "mul", p, zz), ox_sc(g, c[i]));
+    p = kiln_binary(g, "add", kiln_binary(g, "mul", kiln_binary(g, "mul", p, zz), z), z);
+    kiln_value r = kiln_binary(g, "add", off, p);
+    return kiln_where(g, kiln_binary(g, "lt", x, ox_sc(g, 0)), kiln_unary(g, "neg", r), r);
+}
+
+/* Atan; Asin as atan(x / sqrt((1 - x)(1 + x))) and Acos as
+ * 2 atan(sqrt((1 - x) / (1 + x))): +-1 give an infinite argument and
+ * +-pi/2, pi and 0 exactly; outside [-1, 1] the square root is NaN, as the
+ * functions are there. (1 - x) is exact for x near 1, so neither loses
+ * digits at the ends as pi/2 - asin would. */
+static bool op_atrig(OxNode *n) {
     Graph *g = n->im->g;
-    kiln_value x = ox_gin(n, 0);
+    const char *op = ox_opname(n);
+    kiln_value x = ox_gin(n, 0), y;
+    kiln_value lo = kiln_binary(g, "sub", ox_sc(g, 1), x),
+               hi = kiln_binary(g, "add", ox_sc(g, 1), x);
+    if (!strcmp(op, "Atan"))
+        y = atan_graph(g, x);
+    else if (!strcmp(op, "Asin"))
+        y = atan_graph(
+            g, kiln_binary(g, "div", x, kiln_unary(g, "sqrt", kiln_binary(g, "mul", lo, hi))));
+    else /* Acos */
+        y = kiln_binary(g, "mul",
+                        atan_graph(g, kiln_unary(g, "sqrt", kiln_binary(g, "div", lo, hi))),
+                        ox_sc(g, 2));
+    return ox_set_graph(n, 0, y, OT_FLOAT);
+}
+
+/* Mod: with fmod 1, C's fmod (the dividend's sign); with fmod 0, for
+ * integers only, the divisor's sign (Python's %): fmod's remainder plus the
+ * divisor where the two signs differ. Integers are exact in f32 up to
+ * 2^24, as everywhere in kiln. */
+static double e_fmod(double a, double b, double c, int t) {
+    (void)c, (void)t;
+    return ox_is_int_type(t) && b == 0 ? 0 : fmod(a, b);
+}
+static double e_mod(double a, double b, double c, int t) {
+    double r = e_fmod(a, b, c, t);
+    return r != 0 && (r < 0) != (b < 0) ? r + b : r;
+}
+
+static bool op_mod(OxNode *n) {
+    Graph *g = n->im->g;
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    int type = ox_in(n, 0)->type;
+    bool fm = ox_attr_i(n, "fmod", 0) != 0;
+    if (!fm && !ox_is_int_type(type))
+        return ox_nfail(n, "fmod must be 1 for floating-point inputs (the spec's rule)");
+    if (ox_all_const(n)) return ox_eval_const(n, 2, n->in, fm ? e_fmod : e_mod, type);
+    kiln_value b = ox_gin(n, 1), r = kiln_binary(g, "fmod", ox_gin(n, 0), b);
+    if (!fm) {
+        kiln_value zero = ox_sc(g, 0);
+        kiln_value fix =
+            kiln_binary(g, "ne", kiln_binary(g, "lt", r, zero), kiln_binary(g, "lt", b, zero));
+        fix = kiln_where(g, kiln_binary(g, "ne", r, zero), fix, kiln_binary(g, "ne", r, zero));
+        r = kiln_where(g, fix, kiln_binary(g, "add", r, b), r);
+    }
+    return ox_set_graph(n, 0, r, type);
+}
+
+/* Round half to even: floor(x + 0.5), less 1 on a tie that lands odd. */
+kiln_value ox_round_even(Graph *g, kiln_value x) {
     kiln_value f = kiln_unary(g, "floor", kiln_binary(g, "add", x, ox_sc(g, 0.5)));
     kiln_value tie = kiln_binary(g, "eq", kiln_binary(g, "sub", f, x), ox_sc(g, 0.5));
     kiln_value half = kiln_unary(g, "floor", kiln_binary(g, "mul", f, ox_sc(g, 0.5)));
     kiln_value odd = kiln_binary(g, "ne", kiln_binary(g, "mul", half, ox_sc(g, 2)), f);
     kiln_value both = kiln_where(g, tie, odd, tie);
-    return ox_set_graph(n, 0, kiln_where(g, both, kiln_binary(g, "sub", f, ox_sc(g, 1)), f),
-                        OT_FLOAT);
+    return kiln_where(g, both, kiln_binary(g, "sub", f, ox_sc(g, 1)), f);
+}
+
+static bool op_round(OxNode *n) {
+    return ox_set_graph(n, 0, ox_round_even(n->im->g, ox_gin(n, 0)), OT_FLOAT);
 }
 
 static bool op_softplus(OxNode *n) {
@@ -504,5 +588,9 @@ const OxHandler ox_elementwise_ops[] = {
     {"Acosh", op_trig},
     {"Atanh", op_trig},
     {"Round", op_round},
+    {"Atan", op_atrig},
+    {"Asin", op_atrig},
+    {"Acos", op_atrig},
+    {"Mod", op_mod},
 };
 const size_t ox_elementwise_nops = sizeof ox_elementwise_ops / sizeof ox_elementwise_ops[0];

@@ -11,7 +11,8 @@
  * reduction (none: the last update replaces data; add: data plus each;
  * mul: times each; max, min), selected by a mask where a layer has no
  * update. Indices known only at run time are refused with a message (a
- * scatter with run-time indices is no gather).
+ * scatter with run-time indices is no gather). MaxUnpool, a scatter into
+ * zeros, is here too.
  */
 #include "front/front.h"
 #include <math.h>
@@ -167,11 +168,71 @@ static bool op_scatter_nd(OxNode *n) {
     return ok;
 }
 
+/* MaxUnpool (9, 11): X's values written into zeros of the pooled-from
+ * shape at the flat output positions I holds (MaxPool's Indices), I known
+ * at import; a position written twice keeps the last. One gather from
+ * X flattened with a zero after it: each output position reads its value,
+ * or the zero. The output's spatial size is output_shape's, or
+ * (in - 1) * stride + kernel - pads. */
+static bool op_max_unpool(OxNode *n) {
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    Graph *g = n->im->g;
+    OxVal *xv = ox_in(n, 0), *iv = ox_in(n, 1);
+    int r = xv->rank, ns = r - 2;
+    if (r < 3) return ox_nfail(n, "X must be (N, C, spatial...), not rank %d", r);
+    if (iv->rank != r || memcmp(iv->shape, xv->shape, sizeof(int64_t) * (size_t)r))
+        return ox_nfail(n, "I must have X's shape");
+    int64_t ks[KILN_MAX_RANK], st[KILN_MAX_RANK], pads[2 * KILN_MAX_RANK] = {0};
+    int64_t out[KILN_MAX_RANK];
+    if (ox_attr_ints(n, "kernel_shape", ks, KILN_MAX_RANK) != ns)
+        return ox_nfail(n, "kernel_shape must have %d values", ns);
+    for (int i = 0; i < ns; i++) st[i] = 1;
+    int nst = ox_attr_ints(n, "strides", st, KILN_MAX_RANK),
+        npd = ox_attr_ints(n, "pads", pads, 2 * KILN_MAX_RANK);
+    if (nst == -2 || npd == -2) return false;
+    if ((nst >= 0 && nst != ns) || (npd >= 0 && npd != 2 * ns))
+        return ox_nfail(n, "strides and pads must have %d and %d values", ns, 2 * ns);
+    int64_t def[KILN_MAX_RANK];
+    def[0] = out[0] = xv->shape[0], def[1] = out[1] = xv->shape[1];
+    for (int i = 0; i < ns; i++)
+        def[i + 2] = out[i + 2] = (xv->shape[i + 2] - 1) * st[i] + ks[i] - pads[i] - pads[i + ns];
+    if (ox_in(n, 2) && ox_const_ints(n, 2, out, KILN_MAX_RANK, "output_shape") != r)
+        return ox_known(ox_in(n, 2)) ? ox_nfail(n, "output_shape must have %d values", r) : false;
+    int64_t total = util_numel(r, out), dtotal = util_numel(r, def), m = ox_numel(xv);
+    for (int i = 0; i < r; i++)
+        if (out[i] < 1 || def[i] < 1 || out[i] < def[i] || (i < 2 && out[i] != def[i]))
+            return ox_nfail(n, "the output's dim %d is %lld, for an unpooled %lld", i,
+                            (long long)out[i], (long long)def[i]);
+    const double *c = known_indices(n);
+    if (!c) return false;
+    double *src = arena_alloc(&n->im->arena, sizeof(double) * (size_t)total);
+    if (!src) return ox_nomem(n);
+    for (int64_t p = 0; p < total; p++) src[p] = (double)m;
+    /* an index is a position in the unpooled shape (as MaxPool's Indices),
+     * placed at the same coordinates of a larger output_shape */
+    for (int64_t q = 0; q < m; q++) {
+        if (!(c[q] >= 0 && c[q] < (double)dtotal))
+            return ox_nfail(n, "index %g is outside the unpooled %lld elements", c[q],
+                            (long long)dtotal);
+        int64_t rest = (int64_t)c[q], at = 0, stride = 1;
+        for (int i = r - 1; i >= 0; stride *= out[i], rest /= def[i], i--)
+            at += rest % def[i] * stride;
+        src[at] = (double)q;
+    }
+    int64_t flat[1] = {m}, one[1] = {1};
+    kiln_value parts[2] = {kiln_reshape(g, ox_graph(n, xv), 1, flat),
+                           ox_const_tensor(n, 1, one, &(double){0})};
+    kiln_value y =
+        kiln_gather(g, kiln_concat(g, 2, parts, 0), ox_const_tensor(n, 1, &total, src), 0);
+    return ox_set_graph(n, 0, kiln_reshape(g, y, r, out), xv->type);
+}
+
 /* ---- this file's handlers (onnx_ops.c looks ops up here) ---------------- */
 
 const OxHandler ox_scatter_ops[] = {
     {"ScatterElements", op_scatter_elements},
     {"Scatter", op_scatter_elements}, /* opsets 9, 10: ScatterElements' earlier name */
     {"ScatterND", op_scatter_nd},
+    {"MaxUnpool", op_max_unpool},
 };
 const size_t ox_scatter_nops = sizeof ox_scatter_ops / sizeof ox_scatter_ops[0];

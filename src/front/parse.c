@@ -613,6 +613,7 @@ static const Sig sigs[] = {
     BINARY("mul"),
     BINARY("div"),
     BINARY("pow"),
+    BINARY("fmod"),
     BINARY("maximum"),
     BINARY("minimum"),
     BINARY("lt"),

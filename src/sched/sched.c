@@ -703,7 +703,11 @@ typedef const char *(*FuseRule)(Sched *S, const Group *a, const Group *b, PairIn
  * space and reads what node1 (the extern and the epilogue members it holds
  * already) writes; rule_vertical then checks it reads each element with its
  * write index. Such a member can run on each output block the library
- * hands back, while the block is in cache (see codegen.c). */
+ * hands back, while the block is in cache (see codegen.c). Every member
+ * of node2 must come after the extern in program order (members keep that
+ * order, and the kernel starts with the library call): a member that does
+ * not depend on it and comes earlier (a sibling fused into node2 before)
+ * would have to run first. */
 static const char *epilogue_check(Sched *S, const Group *a, const Group *b) {
     const SNode *x = node(S, a->m[0]);
     bool reads = false;
@@ -713,6 +717,7 @@ static const char *epilogue_check(Sched *S, const Group *a, const Group *b) {
             return "extern epilogue must be pointwise";
         if (!sizes_eq(y->np, y->P, x->np, x->P))
             return "extern epilogue must iterate the extern's output";
+        if (b->m[j] < a->m[0]) return "extern epilogue member comes before the extern";
         for (int d = 0; d < y->ndeps && !reads; d++) {
             int p = y->deps[d].write ? -1 : producer(S, y->deps[d].buf);
             reads = p >= 0 && in_group(a, p);

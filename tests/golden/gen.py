@@ -419,6 +419,12 @@ case("pow_broadcast", """
     y = pow(a, e)
     output y
 """, lambda v: {"y": np.power(v.a, v.e)}, {"a": positive})
+case("fmod", """
+    input a: f32[4, 6]
+    input b: f32[6]
+    y = fmod(a, b)
+    output y
+""", lambda v: {"y": np.fmod(v.a, v.b)}, {"a": normal(4.0), "b": nonzero})
 case("maximum_minimum", """
     input a: f32[3, 4]
     input b: f32[4]

@@ -6,7 +6,10 @@
 # channel at 21), AveragePool's dilations, the opset-21 forms of the
 # shape ops, and Resize's opset-18/19 attributes (antialias, axes,
 # keep_aspect_ratio_policy, half_pixel_symmetric) and fused forms (the
-# opset 11-13 forms are in Debian's test data). Expected outputs are computed here with NumPy (float64, then
+# opset 11-13 forms are in Debian's test data); and, for the ops whose
+# Debian tests are f64 or few (CumSum, TopK, ReverseSequence, the
+# inverse trigonometric functions, Mod, DFT, STFT, Compress, NonZero,
+# EyeLike, MaxUnpool, GridSample), the cases those leave out. Expected outputs are computed here with NumPy (float64, then
 # rounded to float32): an oracle independent of kiln. Writes text
 # protobufs; tests/onnx/gen.sh encodes them. `kiln onnx-test tests/onnx/ops/*`
 # runs them (tests/cli.sh).
@@ -76,7 +79,8 @@ def case(name, opset, nodes, inputs, consts, outputs, comment):
             op, " ".join('input: "%s"' % x for x in ins),
             " ".join('output: "%s"' % y for y in outs), i, a))
     for k, v in outputs.items():
-        lines.append('  output { name: "%s" type { tensor_type { elem_type: 1 } } }' % k)
+        elem = 7 if np.asarray(v).dtype == np.int64 else 1
+        lines.append('  output { name: "%s" type { tensor_type { elem_type: %d } } }' % (k, elem))
     lines.append("}")
     with open(os.path.join(d, "model.textproto"), "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -85,7 +89,10 @@ def case(name, opset, nodes, inputs, consts, outputs, comment):
             f.write(tensor_text(k, v) + "\n")
     for i, (k, v) in enumerate(outputs.items()):
         with open(os.path.join(d, "test_data_set_0", "output_%d.textproto" % i), "w") as f:
-            f.write(tensor_text(k, np.asarray(v, dtype=np.float64).astype(np.float32)) + "\n")
+            v = np.asarray(v)
+            if v.dtype != np.int64:
+                v = v.astype(np.float64).astype(np.float32)
+            f.write(tensor_text(k, v) + "\n")
 
 
 def randn(*s):
@@ -575,3 +582,219 @@ for r in range(3):
 case("scatternd_min_op18", 18,
      [("ScatterND", ["x", "i", "u"], ["y"], {"reduction": "min"})],
      {"x": xn3, "u": un}, {"i": inn}, {"y": want}, "ScatterND, reduction min, a row twice")
+
+
+# ---- index arithmetic, signal and sampling ops (f32 forms) ----
+xa = np.concatenate([np.linspace(-30, 30, 61), [-1e4, 1e4, 0.4142, 2.4142, -0.4143, 2.4143,
+                                                 1e-6, -1e-6]]).astype(np.float32)
+case("atan_wide", 7, [("Atan", ["x"], ["y"], {})], {"x": xa}, {},
+     {"y": np.arctan(xa.astype(np.float64))}, "Atan over +-1e4 and its reduction edges")
+xs = np.concatenate([np.linspace(-1, 1, 41), [0.9999, -0.9999, 0.5, 1e-5]]).astype(np.float32)
+case("asin_acos_edges", 7, [("Asin", ["x"], ["s"], {}), ("Acos", ["x"], ["c"], {})],
+     {"x": xs}, {}, {"s": np.arcsin(xs.astype(np.float64)), "c": np.arccos(xs.astype(np.float64))},
+     "Asin and Acos over [-1, 1], both ends exactly")
+ma = np.array([-7, -6, -1, 0, 1, 5, 7, 13, -13, 100], np.int64)
+mb = np.array([3, -4, 5, 2, -3, 5, -2, 4, -4, 7], np.int64)
+case("mod_int_python_sign", 13, [("Mod", ["a", "b"], ["y"], {})], {"a": ma, "b": mb}, {},
+     {"y": np.mod(ma, mb)}, "Mod, fmod 0: the divisor's sign")
+fa, fb = randn(3, 4) * 5, np.array([1.5, -2.25, 0.75, -3.0], np.float32)
+case("mod_fmod_broadcast", 13, [("Mod", ["a", "b"], ["y"], {"fmod": 1})], {"a": fa, "b": fb}, {},
+     {"y": np.fmod(fa.astype(np.float64), fb)}, "Mod, fmod 1, broadcast")
+
+
+def cumsum_ref(x, axis, exclusive, reverse):
+    x = np.asarray(x, np.float64)
+    if reverse:
+        x = np.flip(x, axis)
+    y = np.cumsum(x, axis)
+    if exclusive:
+        y = y - x
+    return np.flip(y, axis) if reverse else y
+
+
+xc = randn(3, 5, 4)
+for ex in (0, 1):
+    for rv in (0, 1):
+        case("cumsum_axis1_e%d_r%d" % (ex, rv), 14,
+             [("CumSum", ["x", "axis"], ["y"], {"exclusive": ex, "reverse": rv})],
+             {"x": xc}, {"axis": np.array(1, np.int64)},
+             {"y": cumsum_ref(xc, 1, ex, rv)}, "CumSum, middle axis, exclusive %d reverse %d" % (ex, rv))
+case("cumsum_negative_axis", 14, [("CumSum", ["x", "axis"], ["y"], {})], {"x": xc},
+     {"axis": np.array(-1, np.int64)}, {"y": cumsum_ref(xc, 2, 0, 0)}, "CumSum, axis -1")
+
+xt = np.array([[3, 1, 3, 2, 5, 1], [0, 0, 0, 0, 0, 0], [-1, 4, 4, -2, 4, 7]], np.float32)
+
+
+def topk_ref(x, k, axis, largest):
+    # stable: equal values keep index order
+    order = np.argsort(-x if largest else x, axis=axis, kind="stable")
+    idx = np.take(order, np.arange(k), axis=axis)
+    return np.take_along_axis(x, idx, axis), idx.astype(np.int64)
+
+
+for lg in (1, 0):
+    v, i = topk_ref(xt, 4, 1, lg)
+    case("topk_ties_largest%d" % lg, 11,
+         [("TopK", ["x", "k"], ["v", "i"], {"axis": 1, "largest": lg})], {"x": xt},
+         {"k": np.array([4], np.int64)}, {"v": v, "i": i}, "TopK with ties, largest %d" % lg)
+xt3 = randn(4, 3, 5)
+v, i = topk_ref(xt3, 2, 0, 1)
+case("topk_axis0_3d", 11, [("TopK", ["x", "k"], ["v", "i"], {"axis": 0})], {"x": xt3},
+     {"k": np.array([2], np.int64)}, {"v": v, "i": i}, "TopK along the first of three dims")
+
+xr = randn(5, 3, 2)
+lens = np.array([5, 1, 3], np.int64)
+want = xr.copy()
+for b in range(3):
+    want[:lens[b], b] = xr[:lens[b], b][::-1]
+case("reversesequence_3d_time0", 10,
+     [("ReverseSequence", ["x", "lens"], ["y"], {"time_axis": 0, "batch_axis": 1})],
+     {"x": xr}, {"lens": lens}, {"y": want}, "ReverseSequence, 3-D, time axis 0")
+xr2 = randn(3, 5, 2)
+want = xr2.copy()
+for b in range(3):
+    want[b, :lens[b]] = xr2[b, :lens[b]][::-1]
+case("reversesequence_3d_batch0", 10,
+     [("ReverseSequence", ["x", "lens"], ["y"], {"time_axis": 1, "batch_axis": 0})],
+     {"x": xr2}, {"lens": lens}, {"y": want}, "ReverseSequence, 3-D, batch axis 0")
+
+xcomp = randn(3, 4, 2)
+cond = np.array([True, False, True, True])
+case("compress_axis1_3d", 11, [("Compress", ["x", "c"], ["y"], {"axis": 1})], {"x": xcomp},
+     {"c": cond}, {"y": np.compress(cond, xcomp, axis=1)}, "Compress along a middle axis")
+nz = np.array([[0, 2.5, 0], [1, 0, -3], [0, 0, 4]], np.float32)
+case("nonzero_const_2d", 13, [("NonZero", ["x"], ["y"], {})], {}, {"x": nz},
+     {"y": np.array(np.nonzero(nz), np.int64)}, "NonZero of a constant, C order")
+case("eyelike_k_negative", 9, [("EyeLike", ["x"], ["y"], {"k": -2})], {"x": randn(5, 4)}, {},
+     {"y": np.eye(5, 4, k=-2)}, "EyeLike below the diagonal")
+
+
+def dft_ref(x, axis, length, inverse, onesided):
+    c = x[..., 0] + (1j * x[..., 1] if x.shape[-1] == 2 else 0)
+    c = c.astype(np.complex128)
+    f = np.fft.ifft(c, n=length, axis=axis) if inverse else np.fft.fft(c, n=length, axis=axis)
+    if onesided:
+        f = np.take(f, np.arange(length // 2 + 1), axis=axis)
+    return np.stack([f.real, f.imag], -1)
+
+
+xd1 = randn(2, 12, 3, 1)
+case("dft_onesided_len16_axis1", 17,
+     [("DFT", ["x", "n"], ["y"], {"axis": 1, "onesided": 1})], {"x": xd1},
+     {"n": np.array(16, np.int64)}, {"y": dft_ref(xd1, 1, 16, 0, 1)},
+     "DFT of a real signal, zero-padded to 16, one-sided")
+xd2 = randn(2, 3, 10, 2)
+case("dft_inverse_truncated_axis2", 17,
+     [("DFT", ["x", "n"], ["y"], {"axis": 2, "inverse": 1})], {"x": xd2},
+     {"n": np.array(7, np.int64)}, {"y": dft_ref(xd2, 2, 7, 1, 0)},
+     "inverse DFT of a complex signal, truncated to 7")
+
+sig = randn(2, 40, 1)
+win = np.hanning(10).astype(np.float32)
+frames = np.stack([sig[:, f * 3:f * 3 + 10, 0] * win for f in range((40 - 10) // 3 + 1)], 1)
+spec = np.fft.rfft(frames.astype(np.float64), axis=-1)
+case("stft_hann_step3", 17, [("STFT", ["s", "step", "w"], ["y"], {})], {"s": sig},
+     {"step": np.array(3, np.int64), "w": win}, {"y": np.stack([spec.real, spec.imag], -1)},
+     "STFT, window 10 and step 3, two signals")
+
+xu = randn(1, 2, 2, 3)
+iu = np.array([[[[0, 3, 5], [12, 10, 17]], [[1, 2, 7], [14, 15, 16]]]], np.int64)
+want = np.zeros((1, 2, 3, 6), np.float64)
+for c in range(2):
+    for q in range(6):
+        t = iu[0, c].ravel()[q]
+        want[0, c].reshape(-1)[t] = xu[0, c].ravel()[q]
+# indices are flat over the whole tensor: channel 1 holds 18 + t
+iu[0, 1] += 18
+case("maxunpool_strides_2x3", 11,
+     [("MaxUnpool", ["x", "i"], ["y"], {"kernel_shape": [2, 2], "strides": [1, 2]})],
+     {"x": xu}, {"i": iu}, {"y": want}, "MaxUnpool, strides 1 x 2, two channels")
+
+
+def grid_ref(X, grid, mode, pad, align):
+    N, C, H, W = X.shape
+    out = np.zeros((N, C) + grid.shape[1:3])
+
+    def unnorm(v, d):
+        return (v + 1) / 2 * (d - 1) if align else ((v + 1) * d - 1) / 2
+
+    def reflect(v, lo, hi):
+        rng_ = hi - lo
+        if v < lo:
+            dx = lo - v
+            k = int(dx / rng_)
+            r = dx - k * rng_
+            return lo + r if k % 2 == 0 else hi - r
+        if v > hi:
+            dx = v - hi
+            k = int(dx / rng_)
+            r = dx - k * rng_
+            return hi - r if k % 2 == 0 else lo + r
+        return v
+
+    def pix(img, i, j):
+        lo = (0.0, 0.0) if align else (-0.5, -0.5)
+        hi = (H - 1.0, W - 1.0) if align else (H - 0.5, W - 0.5)
+        if pad == "zeros":
+            return img[i, j] if 0 <= i < H and 0 <= j < W else 0.0
+        if pad == "border":
+            return img[min(max(i, 0), H - 1), min(max(j, 0), W - 1)]
+        return img[int(reflect(i, lo[0], hi[0])), int(reflect(j, lo[1], hi[1]))]
+
+    def cubic(t):
+        A = -0.75
+        return [((A * (t + 1) - 5 * A) * (t + 1) + 8 * A) * (t + 1) - 4 * A,
+                ((A + 2) * t - (A + 3)) * t * t + 1,
+                ((A + 2) * (1 - t) - (A + 3)) * (1 - t) * (1 - t) + 1,
+                ((A * (2 - t) - 5 * A) * (2 - t) + 8 * A) * (2 - t) - 4 * A]
+
+    for n in range(N):
+        for c in range(C):
+            img = X[n, c].astype(np.float64)
+            for a in range(grid.shape[1]):
+                for b in range(grid.shape[2]):
+                    x = unnorm(float(grid[n, a, b, 0]), W)
+                    y = unnorm(float(grid[n, a, b, 1]), H)
+                    if mode == "nearest":
+                        x, y = np.rint(x), np.rint(y)
+                    lo, hx, hy = (0.0 if align else -0.5), (W - 1.0 if align else W - 0.5), \
+                        (H - 1.0 if align else H - 0.5)
+                    if pad == "border":
+                        x = min(max(x, 0), W - 1) if (x < lo or x > hx) else x
+                        y = min(max(y, 0), H - 1) if (y < lo or y > hy) else y
+                    elif pad == "reflection":
+                        x, y = reflect(x, lo, hx), reflect(y, lo, hy)
+                    if mode == "nearest":
+                        out[n, c, a, b] = pix(img, int(y), int(x))
+                    elif mode == "bilinear":
+                        x0, y0 = int(np.floor(x)), int(np.floor(y))
+                        tx, ty = x - x0, y - y0
+                        out[n, c, a, b] = sum(wy * wx * pix(img, y0 + dy, x0 + dx)
+                                              for dy, wy in ((0, 1 - ty), (1, ty))
+                                              for dx, wx in ((0, 1 - tx), (1, tx)))
+                    else:
+                        x0, y0 = int(np.floor(x)), int(np.floor(y))
+                        cx, cy = cubic(x - x0), cubic(y - y0)
+                        out[n, c, a, b] = sum(cy[p] * cx[q] * pix(img, y0 - 1 + p, x0 - 1 + q)
+                                              for p in range(4) for q in range(4))
+    return out
+
+
+Xg = randn(2, 3, 4, 5)
+grid = (rng.uniform(-1.4, 1.4, (2, 3, 6, 2))).astype(np.float32)
+for mode, pad, align in (("bilinear", "reflection", 0), ("bicubic", "border", 1),
+                         ("nearest", "zeros", 0), ("bicubic", "reflection", 0)):
+    case("gridsample_%s_%s_align%d" % (mode, pad, align), 16,
+         [("GridSample", ["x", "g"], ["y"],
+           {"mode": mode, "padding_mode": pad, "align_corners": align})],
+         {"x": Xg, "g": grid}, {}, {"y": grid_ref(Xg, grid, mode, pad, align)},
+         "GridSample %s, %s padding, align_corners %d, two images of three channels, points "
+         "outside" % (mode, pad, align))
+
+# int inputs of a test are specialized (constants, folded at import): these
+# ints come from floats through Cast, so the graph computes the Mod
+mfa, mfb = ma.astype(np.float32), mb.astype(np.float32)
+case("mod_int_runtime", 13,
+     [("Cast", ["a"], ["ai"], {"to": 7}), ("Cast", ["b"], ["bi"], {"to": 7}),
+      ("Mod", ["ai", "bi"], ["y"], {})], {"a": mfa, "b": mfb}, {},
+     {"y": np.mod(ma, mb)}, "Mod, fmod 0, of integers computed at run time")

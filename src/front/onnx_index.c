@@ -1,0 +1,247 @@
+/*
+ * onnx_index.c -- ONNX ops that are index arithmetic over their input:
+ * EyeLike, CumSum, ReverseSequence, TopK, Compress and NonZero.
+ *
+ * CumSum and TopK are reductions over a broadcast pair of positions along
+ * the axis (j <= i; "j ranks before i"), masked by comparisons of index
+ * constants: one fused loop nest each, no n-by-n tensor in memory, n^2
+ * work along the axis (linear-time scans are not a kiln primitive).
+ * ReverseSequence is one gather at indices computed in the graph, so
+ * sequence lengths known only at run time work. Compress and NonZero have
+ * an output size that depends on a value: computed when that value is
+ * known at import (a constant, or an input given with -i), otherwise
+ * refused with a message saying which input to give.
+ */
+#include "front/front.h"
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* A constant of the given rank, 1 in every dim but dim, where it holds
+ * 0, 1, ..., len - 1 (the coordinate along dim, broadcast elsewhere). */
+static kiln_value iota(OxNode *n, int rank, int dim, int64_t len) {
+    int64_t s[KILN_MAX_RANK];
+    for (int i = 0; i < rank; i++) s[i] = i == dim ? len : 1;
+    double *v = arena_alloc(&n->im->arena, sizeof(double) * (size_t)len);
+    if (!v) return ox_nomem(n), KILN_NONE;
+    for (int64_t i = 0; i < len; i++) v[i] = (double)i;
+    return ox_const_tensor(n, rank, s, v);
+}
+
+/* x's shape with a dim of 1 inserted before position at. */
+static kiln_value insert_dim(Graph *g, const OxVal *x, kiln_value v, int at) {
+    int64_t s[KILN_MAX_RANK];
+    int r = 0;
+    for (int i = 0; i <= x->rank; i++) {
+        if (i == at) s[r++] = 1;
+        if (i < x->rank) s[r++] = x->shape[i];
+    }
+    return kiln_reshape(g, v, r, s);
+}
+
+/* Refuse a node whose output size depends on the values of v, which only
+ * the run knows; a model input gets the hint to give its value. */
+static bool size_from_values(OxNode *n, const OxVal *v, const char *what) {
+    bool input = false;
+    for (int i = 0; i < kiln_num_inputs(n->im->g) && !input; i++)
+        input = !strcmp(kiln_input_name(n->im->g, i), v->name);
+    char hint[300] = "";
+    if (input) snprintf(hint, sizeof hint, "; give its value: kiln run -i %s=FILE", v->name);
+    return ox_nfail(n,
+                    "unsupported: the %s '%s' is computed at run time, and the output's size "
+                    "depends on its values (kiln's shapes are static%s)",
+                    what, v->name, hint);
+}
+
+/* EyeLike: ones on diagonal k of a 2-D shape, the input's type (or dtype). */
+static bool op_eye_like(OxNode *n) {
+    if (!ox_need_in(n, 0)) return false;
+    OxVal *x = ox_in(n, 0);
+    if (x->rank != 2) return ox_nfail(n, "the input must be 2-D, not rank %d", x->rank);
+    int64_t k = ox_attr_i(n, "k", 0);
+    int type = (int)ox_attr_i(n, "dtype", x->type);
+    OxVal *o = ox_set_const(n, 0, type, 2, x->shape);
+    if (!o) return ox_nomem(n);
+    for (int64_t i = 0; i < x->shape[0]; i++)
+        for (int64_t j = 0; j < x->shape[1]; j++) o->c[i * x->shape[1] + j] = j - i == k;
+    return true;
+}
+
+/* CumSum: y_i = sum of x_j over j <= i (exclusive: j < i; reverse: j >= i,
+ * j > i), as a sum over j of where(mask(j, i), x_j, 0) on the pair layout
+ * (..., j, i, ...): x with a dim inserted after the axis, the mask from
+ * two index constants. Constants fold here. */
+static bool op_cumsum(OxNode *n) {
+    if (!ox_need_in(n, 0)) return false;
+    OxVal *x = ox_in(n, 0);
+    int64_t axis;
+    if (ox_const_ints(n, 1, &axis, 1, "axis") != 1)
+        return ox_in(n, 1) && ox_known(ox_in(n, 1)) ? ox_nfail(n, "axis must have one value")
+                                                    : false;
+    if (!ox_norm_axis(n, &axis, x->rank)) return false;
+    bool excl = ox_attr_i(n, "exclusive", 0) != 0, rev = ox_attr_i(n, "reverse", 0) != 0;
+    int a = (int)axis;
+    int64_t len = x->shape[a], inner = 1, outer = 1;
+    for (int i = 0; i < x->rank; i++)
+        if (i != a) *(i < a ? &outer : &inner) *= x->shape[i];
+    if (x->c) {
+        OxVal *o = ox_set_const(n, 0, x->type, x->rank, x->shape);
+        if (!o) return ox_nomem(n);
+        for (int64_t p = 0; p < outer; p++)
+            for (int64_t q = 0; q < inner; q++) {
+                double acc = 0;
+                for (int64_t t = 0; t < len; t++) {
+                    int64_t i = rev ? len - 1 - t : t, at = (p * len + i) * inner + q;
+                    if (excl) o->c[at] = acc;
+                    acc += x->c[at];
+                    if (!excl) o->c[at] = acc;
+                }
+            }
+        return true;
+    }
+    Graph *g = n->im->g;
+    int r = x->rank + 1;
+    kiln_value jj = iota(n, r, a, len), ii = iota(n, r, a + 1, len);
+    if (jj < 0 || ii < 0) return false;
+    const char *cmp = rev ? (excl ? "gt" : "ge") : (excl ? "lt" : "le");
+    kiln_value xj = insert_dim(g, x, ox_gin(n, 0), a + 1);
+    kiln_value terms = kiln_where(g, kiln_binary(g, cmp, jj, ii), xj, ox_sc(g, 0));
+    int dims[1] = {a};
+    return ox_set_graph(n, 0, kiln_reduce(g, "sum", terms, 1, dims, 0), x->type);
+}
+
+/* ReverseSequence: along the time axis, the first lens[b] elements of
+ * batch b reversed, the rest kept. One gather from x laid out (time,
+ * batch, rest) and flattened over (time, batch), at t' * B + b with
+ * t' = t < lens[b] ? lens[b] - 1 - t : t, computed in the graph (a length
+ * above the time dim is an index out of range, reported by the run). */
+static bool op_reverse_sequence(OxNode *n) {
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    Graph *g = n->im->g;
+    OxVal *x = ox_in(n, 0), *lv = ox_in(n, 1);
+    int64_t ta = ox_attr_i(n, "time_axis", 0), ba = ox_attr_i(n, "batch_axis", 1);
+    if (x->rank < 2) return ox_nfail(n, "the input must have rank 2 or more, not %d", x->rank);
+    if (!((ta == 0 && ba == 1) || (ta == 1 && ba == 0)))
+        return ox_nfail(n, "time_axis and batch_axis must be 0 and 1 (either way round)");
+    int64_t T = x->shape[ta], B = x->shape[ba];
+    if (lv->rank != 1 || lv->shape[0] != B)
+        return ox_nfail(n, "sequence_lens must be 1-D of the batch size %lld", (long long)B);
+    int perm[KILN_MAX_RANK], r = x->rank;
+    for (int i = 0; i < r; i++) perm[i] = i;
+    kiln_value xv = ox_gin(n, 0);
+    if (ta == 1) perm[0] = 1, perm[1] = 0, xv = kiln_permute(g, xv, r, perm);
+    int64_t s[KILN_MAX_RANK];
+    s[0] = T * B;
+    for (int i = 2; i < r; i++) s[i - 1] = x->shape[i];
+    xv = kiln_reshape(g, xv, r - 1, s);
+    int64_t ls[2] = {1, B};
+    kiln_value L = kiln_reshape(g, ox_gin(n, 1), 2, ls);
+    kiln_value tt = iota(n, 2, 0, T), bb = iota(n, 2, 1, B);
+    if (tt < 0 || bb < 0) return false;
+    kiln_value rev = kiln_binary(g, "sub", kiln_binary(g, "sub", L, ox_sc(g, 1)), tt);
+    kiln_value src = kiln_where(g, kiln_binary(g, "lt", tt, L), rev, tt);
+    kiln_value idx = kiln_binary(g, "add", kiln_binary(g, "mul", src, ox_sc(g, (double)B)), bb);
+    kiln_value y = kiln_gather(g, xv, idx, 0); /* (T, B, rest) */
+    if (ta == 1) y = kiln_permute(g, y, r, perm);
+    return ox_set_graph(n, 0, y, x->type);
+}
+
+/* TopK: the rank of x_i is the count of j ranking before it (larger, or
+ * equal at a lower index; smaller for largest = 0), a sum over j on the
+ * pair layout (..., i, j, ...); output k is the x_i (and the i) whose rank
+ * is k, a sum over i on (..., i, k, ...) with one term not zero. Sorted
+ * either way (sorted = 0 allows any order). */
+static bool op_topk(OxNode *n) {
+    if (!ox_need_in(n, 0)) return false;
+    Graph *g = n->im->g;
+    OxVal *x = ox_in(n, 0);
+    int64_t K = 0, axis = ox_attr_i(n, "axis", -1);
+    if (n->im->opset < 10)
+        K = ox_attr_i(n, "k", -1);
+    else if (ox_const_ints(n, 1, &K, 1, "K") != 1)
+        return ox_in(n, 1) && ox_known(ox_in(n, 1)) ? ox_nfail(n, "K must have one value") : false;
+    if (!ox_norm_axis(n, &axis, x->rank)) return false;
+    int a = (int)axis, r = x->rank + 1;
+    int64_t len = x->shape[a];
+    if (K < 1 || K > len)
+        return ox_nfail(n, "K is %lld, outside 1 to the axis' %lld%s", (long long)K, (long long)len,
+                        K == 0 ? " (an empty output: kiln tensors are non-empty)" : "");
+    bool largest = ox_attr_i(n, "largest", 1) != 0;
+    kiln_value xv = ox_gin(n, 0);
+    kiln_value xi = insert_dim(g, x, xv, a + 1), xj = insert_dim(g, x, xv, a);
+    kiln_value ii = iota(n, r, a, len), jj = iota(n, r, a + 1, len), kk = iota(n, r, a + 1, K);
+    if (ii < 0 || jj < 0 || kk < 0) return false;
+    kiln_value before = kiln_binary(g, largest ? "gt" : "lt", xj, xi);
+    kiln_value eq = kiln_binary(g, "eq", xj, xi);
+    kiln_value tie = kiln_where(g, eq, kiln_binary(g, "lt", jj, ii), eq); /* eq and j < i */
+    kiln_value one =
+        kiln_where(g, before, ox_sc(g, 1), kiln_where(g, tie, ox_sc(g, 1), ox_sc(g, 0)));
+    int dj[1] = {a + 1}, di[1] = {a};
+    kiln_value rank = kiln_reduce(g, "sum", one, 1, dj, 1); /* (..., i, 1, ...) */
+    kiln_value sel = kiln_binary(g, "eq", rank, kk);        /* (..., i, k, ...) */
+    kiln_value vals = kiln_reduce(g, "sum", kiln_where(g, sel, xi, ox_sc(g, 0)), 1, di, 0);
+    kiln_value idx = kiln_reduce(g, "sum", kiln_where(g, sel, ii, ox_sc(g, 0)), 1, di, 0);
+    return ox_set_graph(n, 0, vals, x->type) && ox_set_graph(n, 1, idx, OT_INT64);
+}
+
+/* Compress: the slices along axis (or the elements of the flattened
+ * input) where condition is true, condition known at import; a condition
+ * shorter than the axis drops the rest. */
+static bool op_compress(OxNode *n) {
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    Graph *g = n->im->g;
+    OxVal *x = ox_in(n, 0), *cv = ox_in(n, 1);
+    const double *c = ox_known(cv);
+    if (!c) return size_from_values(n, cv, "condition");
+    const Onnx__AttributeProto *ax = ox_attr(n, "axis");
+    int64_t axis = ax ? ax->i : 0, m = ox_numel(cv), cnt = 0;
+    kiln_value xv = ox_gin(n, 0);
+    if (!ax) {
+        int64_t flat[1] = {ox_numel(x)};
+        xv = kiln_reshape(g, xv, 1, flat);
+    } else if (!ox_norm_axis(n, &axis, x->rank))
+        return false;
+    int64_t dim = ax ? x->shape[axis] : ox_numel(x);
+    if (cv->rank != 1 || m > dim)
+        return ox_nfail(n, "condition must be 1-D, at most %lld long", (long long)dim);
+    double *keep = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m ? m : 1));
+    if (!keep) return ox_nomem(n);
+    for (int64_t i = 0; i < m; i++)
+        if (c[i] != 0) keep[cnt++] = (double)i;
+    if (!cnt)
+        return ox_nfail(n, "unsupported: no condition is true, and the output is empty (kiln "
+                           "tensors are non-empty)");
+    kiln_value idx = ox_const_tensor(n, 1, &cnt, keep);
+    if (idx < 0) return false;
+    return ox_set_graph(n, 0, kiln_gather(g, xv, idx, (int)axis), x->type);
+}
+
+/* NonZero: the indices of the non-zero elements, one row per dim, in C
+ * order; computed at import from a known input. */
+static bool op_nonzero(OxNode *n) {
+    if (!ox_need_in(n, 0)) return false;
+    OxVal *x = ox_in(n, 0);
+    const double *c = ox_known(x);
+    if (!c) return size_from_values(n, x, "input");
+    int64_t m = ox_numel(x), cnt = 0, idx[KILN_MAX_RANK] = {0};
+    for (int64_t k = 0; k < m; k++) cnt += c[k] != 0;
+    if (!cnt)
+        return ox_nfail(n, "unsupported: every element is zero, and the output is empty (kiln "
+                           "tensors are non-empty)");
+    int rank = x->rank ? x->rank : 1;
+    int64_t s[2] = {rank, cnt}, at = 0;
+    OxVal *o = ox_set_const(n, 0, OT_INT64, 2, s);
+    if (!o) return ox_nomem(n);
+    for (int64_t k = 0; k < m; k++, ox_next_index(x->rank, x->shape, idx))
+        if (c[k] != 0) {
+            for (int d = 0; d < rank; d++) o->c[d * cnt + at] = x->rank ? (double)idx[d] : 0;
+            at++;
+        }
+    return true;
+}
+
+const OxHandler ox_index_ops[] = {
+    {"EyeLike", op_eye_like}, {"CumSum", op_cumsum},     {"ReverseSequence", op_reverse_sequence},
+    {"TopK", op_topk},        {"Compress", op_compress}, {"NonZero", op_nonzero},
+};
+const size_t ox_index_nops = sizeof ox_index_ops / sizeof ox_index_ops[0];
