@@ -70,6 +70,19 @@ typedef enum {
     KILN_I32,
     KILN_I64,
     KILN_BOOL,
+    /* the narrower and unsigned integers, at the boundary only (ONNX
+     * models' int8/uint8 ... inputs, outputs and files): a graph computes
+     * them in f32, where every int8, uint8, int16 and uint16 is exact */
+    KILN_I8,
+    KILN_U8,
+    KILN_I16,
+    KILN_U16,
+    KILN_U32,
+    KILN_U64,
+    /* half precision, at the boundary only (computed in f32, rounded to
+     * nearest even when stored, as Inductor does on CPU) */
+    KILN_F16,
+    KILN_BF16,
 } kiln_dtype;
 
 /* A dense, C-ordered tensor. bool data is one byte per element (0 or 1). */
@@ -98,7 +111,9 @@ kiln_value kiln_scalar(kiln_graph *g, double v);
 /* Pointwise ops by name.
  * unary:  neg abs relu sigmoid tanh exp log sqrt rsqrt sin cos erf floor
  *         ceil reciprocal gelu silu logical_not contiguous
- * binary: add sub mul div pow fmod maximum minimum lt le gt ge eq ne      */
+ * binary: add sub mul div true_divide pow fmod maximum minimum lt le gt ge
+ *         eq ne (div by a value the inner loop does not change is a
+ *         reciprocal multiply, 1.5 ulp; true_divide is always rounded once) */
 kiln_value kiln_unary(kiln_graph *g, const char *op, kiln_value x);
 kiln_value kiln_binary(kiln_graph *g, const char *op, kiln_value a, kiln_value b);
 kiln_value kiln_where(kiln_graph *g, kiln_value cond, kiln_value a, kiln_value b);
@@ -327,7 +342,8 @@ void kiln_tensor_free(kiln_tensor *t);
 void kiln_fill_randn(float *data, int64_t n, uint64_t seed);
 void kiln_fill_rand(float *data, int64_t n, uint64_t seed);
 
-/* numpy .npy files, format versions 1 to 3; f32 f64 i32 i64 bool, C order.
+/* numpy .npy files, format versions 1 to 3; f32 f64 bool and the integers
+ * (i8 u8 i16 u16 i32 u32 i64 u64), C order.
  * err receives a message naming the file on failure. Writing goes to a
  * temporary name first and is renamed into place, so a failure leaves no
  * partial file. */
@@ -378,7 +394,7 @@ typedef struct {
 } kiln_onnx_input;
 typedef struct {
     int ninputs, noutputs;
-    const kiln_dtype *input_type;   /* ONNX type of each input (F32, I32, I64, BOOL); */
+    const kiln_dtype *input_type;   /* ONNX type of each input (F32, BOOL or an integer); */
     const kiln_dtype *output_type;  /* owned by the graph */
 } kiln_onnx_io;
 kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
@@ -388,15 +404,17 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
                                     const char *filename, int nshapes,
                                     const kiln_onnx_input *shapes, kiln_onnx_io *io);
 
-/* ONNX TensorProto files (.pb, as in ONNX's test data): f32 f64 i32 i64
- * bool; other element types are an error naming the type. A dim may be 0
+/* ONNX TensorProto files (.pb, as in ONNX's test data): f32 f64 bool and
+ * the integers (i8 u8 i16 u16 i32 u32 i64 u64); other element types are an
+ * error naming the type. A dim may be 0
  * (data then holds nothing): only an ONNX model's specialized int input
  * can be empty (ReduceSum's axes). */
 kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t errlen);
 kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name,
                           char *err, size_t errlen);
-/* A copy of src as dtype to (f32 f64 i32 i64 bool). Integers from or to
- * f32 must be exact (|v| <= 2^24, integral): otherwise KILN_ERR_INPUT. */
+/* A copy of src as dtype to (any kiln_dtype). Integers from or to f32 must
+ * be exact (|v| <= 2^24, integral), and a value converted to an integer
+ * type must lie in its range: otherwise KILN_ERR_INPUT. */
 kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst,
                                 char *err, size_t errlen);
 

@@ -191,6 +191,10 @@ expect atan_one_kernel 0 "^== kernels: 1$" -- \
     "$kiln" explain tests/onnx/ops/atan_wide/model.onnx
 expect topk_two_kernels 0 "^== kernels: 2$" -- \
     "$kiln" explain tests/onnx/ops/topk_axis0_3d/model.onnx
+# a quantized model's uint8 output is written as numpy's '|u1'
+qc=tests/onnx/ops/qlinear_conv_per_channel_bias
+expect quant_output_u1 0 "'descr': '|u1'" -- sh -c "\"$kiln\" run $qc/model.onnx \
+    -i x=$qc/test_data_set_0/input_0.pb -o $t >/dev/null && head -c 100 $t/y.npy"
 expect onnx_opsets_18_21_interpreted 0 "total: $nops passed, 0 failed, 0 unsupported" -- \
     "$kiln" onnx-test --interpret tests/onnx/ops/*/
 

@@ -372,6 +372,28 @@ TEST(codegen_parallel_only_when_big) {
 }
 
 /* Transcendentals go to vecmath.h; pow by a small integer is multiplication. */
+/* div by a row value is a reciprocal multiply (computed once per row);
+ * true_divide is a division in the inner loop. */
+TEST(codegen_true_divide_divides) {
+    for (int t = 0; t < 2; t++) {
+        Plan *p = plan_of(t ? "input x: f32[8, 64]\ns = sum(x, 1, keepdim=true)\n"
+                              "y = true_divide(x, s)\noutput y\n"
+                            : "input x: f32[8, 64]\ns = sum(x, 1, keepdim=true)\n"
+                              "y = x / s\noutput y\n",
+                          NULL);
+        CHECK(p);
+        CgOutput out;
+        char err[512];
+        CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
+        const char *k = strstr(out.source, "/* ===== kernels");
+        CHECK(k);
+        EXPECT(!strstr(k, "kiln_rcp_scale(") == (t == 1), "%s: reciprocal %s:\n%s",
+               t ? "true_divide" : "div", t ? "used" : "missing", k);
+        cg_free(&out);
+        plan_free(p);
+    }
+}
+
 TEST(codegen_math_forms) {
     Plan *p = plan_of("input x: f32[64]\ny = exp(x) + log(x) + sin(x) + cos(x) + tanh(x) + erf(x)\n"
                       "z = pow(x, 3) + pow(x, -2) + pow(x, 0.5)\noutput y, z\n",

@@ -82,8 +82,8 @@ TEST(interp_broadcast_add) {
 }
 
 /* Both operands broadcast at once: [3,1] op [1,4] -> [3,4]. */
-static const char *binops[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",
-                               "lt",  "le",  "gt",  "ge",  "eq",  "ne",      "fmod"};
+static const char *binops[] = {"add", "sub", "mul", "div", "pow", "maximum", "minimum",    "lt",
+                               "le",  "gt",  "ge",  "eq",  "ne",  "fmod",    "true_divide"};
 
 static double binop_ref(int op, double a, double b) {
     switch (op) {
@@ -100,14 +100,15 @@ static double binop_ref(int op, double a, double b) {
     case 10: return a >= b;
     case 11: return a == b;
     case 12: return a != b;
-    default: return fmod(a, b); /* exact: C's fmod of two floats is a float */
+    case 13: return fmod(a, b); /* exact: C's fmod of two floats is a float */
+    default: return (float)a / (float)b;
     }
 }
 
 TEST(interp_binary_ops) {
     int64_t as[2] = {3, 1}, bs[2] = {1, 4}, os[2] = {3, 4};
     float a[3] = {0.5f, 2.0f, 3.25f}, b[4] = {2.0f, 0.5f, 3.25f, 1.5f};
-    for (int op = 0; op < 14; op++) {
+    for (int op = 0; op < 15; op++) {
         kiln_graph *g = kiln_graph_new();
         kiln_value va = kiln_input(g, "a", KILN_F32, 2, as);
         kiln_value vb = kiln_input(g, "b", KILN_F32, 2, bs);

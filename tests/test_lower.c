@@ -416,6 +416,7 @@ static float apply(Op op, const float *x) {
     case OP_SUB: return a - b;
     case OP_MUL: return a * b;
     case OP_DIV: return a / b;
+    case OP_TRUE_DIV: return a / b;
     case OP_POW: return (float)pow(a, b);
     case OP_FMOD: return fmodf(a, b);
     case OP_MAXIMUM: return (a != a || a > b) ? a : b;

@@ -201,11 +201,20 @@ TEST(npy_numpy_version3) {
     kiln_tensor_free(&t);
 }
 
+/* np.arange(3, dtype=np.float16), written by NumPy: half bit patterns. */
+TEST(npy_numpy_f16) {
+    kiln_tensor t;
+    if (!READ_OK(fixture("f16_3.npy"), &t, KILN_F16, 1, 3)) return;
+    const uint16_t *h = t.data;
+    EXPECT(h[0] == 0 && h[1] == 0x3c00 && h[2] == 0x4000, "f16 bits %04x %04x %04x", h[0], h[1],
+           h[2]);
+    kiln_tensor_free(&t);
+}
+
 TEST(npy_numpy_rejected) {
     REJECT(fixture("fortran_f32_2x3.npy"), KILN_ERR_INPUT,
            "Fortran-order arrays are not supported; save with np.ascontiguousarray");
     REJECT(fixture("bigendian_f32_3.npy"), KILN_ERR_INPUT, "big-endian data is not supported");
-    REJECT(fixture("f16_3.npy"), KILN_ERR_INPUT, "unsupported dtype '<f2'");
     REJECT(fixture("c64_2.npy"), KILN_ERR_INPUT, "unsupported dtype '<c8'");
     REJECT(fixture("structured_2.npy"), KILN_ERR_INPUT, "structured dtypes");
     REJECT(fixture("structured_utf8_v3.npy"), KILN_ERR_INPUT, "structured dtypes");
@@ -269,6 +278,25 @@ static void fill(kiln_tensor *t, int64_t n) {
             ((int64_t *)t->data)[i] = i == 0 ? INT64_MIN : i * 1000000007 * 1000 - 1;
             break;
         case KILN_BOOL: ((unsigned char *)t->data)[i] = (i * 7) % 3 == 0; break;
+        case KILN_I8: ((int8_t *)t->data)[i] = i == 0 ? INT8_MIN : (int8_t)(i * 37 - 100); break;
+        case KILN_U8: ((uint8_t *)t->data)[i] = i == 0 ? UINT8_MAX : (uint8_t)(i * 37); break;
+        case KILN_I16:
+            ((int16_t *)t->data)[i] = i == 0 ? INT16_MIN : (int16_t)(i * 977 - 20000);
+            break;
+        case KILN_U16: ((uint16_t *)t->data)[i] = i == 0 ? UINT16_MAX : (uint16_t)(i * 977); break;
+        case KILN_U32:
+            ((uint32_t *)t->data)[i] = i == 0 ? UINT32_MAX : (uint32_t)i * 1000000007u;
+            break;
+        case KILN_U64:
+            ((uint64_t *)t->data)[i] = i == 0 ? UINT64_MAX : (uint64_t)i * 1000000007000ull;
+            break;
+        case KILN_F16: /* bit patterns: -0, NaN, -inf, then others */
+        case KILN_BF16:
+            ((uint16_t *)t->data)[i] = i == 0   ? 0x8000
+                                       : i == 1 ? 0x7e01
+                                       : i == 2 ? 0xfc00
+                                                : (uint16_t)(i * 4099);
+            break;
         }
     }
 }
@@ -313,6 +341,78 @@ TEST(npy_roundtrip_f64) { round_trip_ranks(KILN_F64); }
 TEST(npy_roundtrip_i32) { round_trip_ranks(KILN_I32); }
 TEST(npy_roundtrip_i64) { round_trip_ranks(KILN_I64); }
 TEST(npy_roundtrip_bool) { round_trip_ranks(KILN_BOOL); }
+TEST(npy_roundtrip_narrow_and_unsigned) {
+    static const kiln_dtype dts[] = {KILN_I8,  KILN_U8,  KILN_I16, KILN_U16,
+                                     KILN_U32, KILN_U64, KILN_F16};
+    for (int i = 0; i < 7; i++) round_trip_ranks(dts[i]);
+}
+
+/* numpy has no bfloat16: writing one is refused, and no file is left. */
+TEST(npy_write_bf16_refused) {
+    uint16_t v[2] = {0x3f80, 0x4000};
+    kiln_tensor t = {KILN_BF16, 1, {2}, v};
+    char err[256] = "";
+    const char *p = tmp("bf16.npy");
+    EXPECT(kiln_npy_write(p, &t, err, sizeof err) == KILN_ERR_INPUT && strstr(err, "bfloat16"),
+           "bf16 written: %s", err);
+    EXPECT(access(p, F_OK) != 0 && count_temporaries(test_tmpdir()) == 0, "a file was left");
+}
+
+/* numpy's descrs of the narrow and unsigned kinds ('|' for one byte), read
+ * as those dtypes with their values. */
+TEST(npy_read_numpy_narrow_descrs) {
+    static const struct {
+        const char *hdr;
+        kiln_dtype dt;
+        double want1;
+    } cases[] = {
+        {"{'descr': '|u1', 'fortran_order': False, 'shape': (2,), }\n", KILN_U8, 255},
+        {"{'descr': '|i1', 'fortran_order': False, 'shape': (2,), }\n", KILN_I8, -1},
+        {"{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }\n", KILN_U16, 65535},
+        {"{'descr': '<i2', 'fortran_order': False, 'shape': (2,), }\n", KILN_I16, -1},
+    };
+    for (int i = 0; i < 4; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "narrow%d.npy", i);
+        size_t es = kiln_dtype_size(cases[i].dt);
+        /* element 0 is 7, element 1 all ones */
+        unsigned char d[4] = {7, 0, 0xff, 0xff};
+        if (es == 1) d[1] = 0xff;
+        const char *p = make_npy(name, 1, cases[i].hdr, d, 2 * es);
+        kiln_tensor t;
+        char err[256];
+        CHECK(kiln_npy_read(p, &t, err, sizeof err) == KILN_OK);
+        EXPECT(t.dtype == cases[i].dt && t.rank == 1 && t.shape[0] == 2, "%s: dtype %s",
+               cases[i].hdr, kiln_dtype_name(t.dtype));
+        kiln_tensor f;
+        CHECK(kiln_tensor_convert(&t, KILN_F64, &f, err, sizeof err) == KILN_OK);
+        EXPECT(((double *)f.data)[0] == 7 && ((double *)f.data)[1] == cases[i].want1,
+               "%s: values %g %g", cases[i].hdr, ((double *)f.data)[0], ((double *)f.data)[1]);
+        kiln_tensor_free(&f);
+        kiln_tensor_free(&t);
+    }
+}
+
+/* Converting to an integer type checks its range (f32 300 is no uint8). */
+TEST(tensor_convert_integer_range) {
+    float v[3] = {255, 300, -1};
+    kiln_tensor t = {KILN_F32, 1, {1}, v}, o;
+    char err[256];
+    CHECK(kiln_tensor_convert(&t, KILN_U8, &o, err, sizeof err) == KILN_OK);
+    EXPECT(((uint8_t *)o.data)[0] == 255, "255 as u8");
+    kiln_tensor_free(&o);
+    t.data = v + 1;
+    EXPECT(kiln_tensor_convert(&t, KILN_U8, &o, err, sizeof err) == KILN_ERR_INPUT &&
+               strstr(err, "not a value of u8"),
+           "300 as u8: %s", err);
+    t.data = v + 2;
+    EXPECT(kiln_tensor_convert(&t, KILN_U16, &o, err, sizeof err) == KILN_ERR_INPUT,
+           "-1 as u16 accepted");
+    EXPECT(kiln_tensor_convert(&t, KILN_I8, &o, err, sizeof err) == KILN_OK &&
+               ((int8_t *)o.data)[0] == -1,
+           "-1 as i8");
+    kiln_tensor_free(&o);
+}
 
 TEST(npy_roundtrip_large_dims) {
     /* Long dims make the longest header the writer produces (rank 6). */
@@ -407,7 +507,7 @@ static const struct {
     {"{'descr': '>i8', 'fortran_order': False, 'shape': (2, 3)}\n",
      "big-endian data is not supported (dtype '>i8')"},
     {"{'descr': '|f4', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '|f4'"},
-    {"{'descr': '<u1', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '<u1'"},
+    {"{'descr': '<U4', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '<U4'"},
     {"{'descr': '|O', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '|O'"},
     {"{'descr': '<f4\x01', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '<f4?'"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 3)}\n",

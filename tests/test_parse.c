@@ -378,6 +378,7 @@ static const ShapeCase SHAPES[] = {
     {"div(v, x)", "[2, 3]"},
     {"pow(x, 2)", "[2, 3]"},
     {"fmod(x, v)", "[2, 3]"},
+    {"true_divide(x, v)", "[2, 3]"},
     {"maximum(x, 0)", "[2, 3]"},
     {"minimum(x, v)", "[2, 3]"},
     {"lt(x, 0)", "[2, 3]"},
@@ -466,15 +467,15 @@ TEST(parse_every_function) {
 /* Each function of the language appears in SHAPES (the table is complete). */
 TEST(parse_every_function_listed) {
     static const char *const names[] = {
-        "neg",        "abs",        "relu",      "sigmoid",   "tanh",       "exp",
-        "log",        "sqrt",       "rsqrt",     "sin",       "cos",        "erf",
-        "gelu",       "silu",       "floor",     "ceil",      "reciprocal", "logical_not",
-        "contiguous", "add",        "sub",       "mul",       "div",        "pow",
-        "fmod",       "maximum",    "minimum",   "lt",        "le",         "gt",
-        "ge",         "eq",         "ne",        "where",     "clamp",      "sum",
-        "mean",       "amax",       "amin",      "prod",      "softmax",    "log_softmax",
-        "layer_norm", "batch_norm", "transpose", "permute",   "reshape",    "expand",
-        "slice",      "matmul",     "conv2d",    "rand_like", "dropout"};
+        "neg",         "abs",         "relu",       "sigmoid",   "tanh",       "exp",
+        "log",         "sqrt",        "rsqrt",      "sin",       "cos",        "erf",
+        "gelu",        "silu",        "floor",      "ceil",      "reciprocal", "logical_not",
+        "contiguous",  "add",         "sub",        "mul",       "div",        "pow",
+        "fmod",        "true_divide", "maximum",    "minimum",   "lt",         "le",
+        "gt",          "ge",          "eq",         "ne",        "where",      "clamp",
+        "sum",         "mean",        "amax",       "amin",      "prod",       "softmax",
+        "log_softmax", "layer_norm",  "batch_norm", "transpose", "permute",    "reshape",
+        "expand",      "slice",       "matmul",     "conv2d",    "rand_like",  "dropout"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t len = strlen(names[i]);
         bool found = false;

@@ -68,6 +68,12 @@ float util_rand_normal(uint64_t seed, uint64_t i);
 
 /* Saturating product of dims; -1 when it overflows int64. */
 int64_t util_numel(int rank, const int64_t *shape);
+/* IEEE half precision and bfloat16 to and from f32 (round to nearest even;
+ * an f32 past the half range becomes infinity, NaN stays NaN). */
+float util_f16_to_f32(uint16_t h);
+uint16_t util_f32_to_f16(float f);
+float util_bf16_to_f32(uint16_t h);
+uint16_t util_f32_to_bf16(float f);
 
 /* ===== target.c: instruction-set tiers ================================= */
 /*

@@ -230,10 +230,18 @@ int64_t util_numel(int rank, const int64_t *shape) {
 size_t kiln_dtype_size(kiln_dtype dt) {
     switch (dt) {
     case KILN_F32:
-    case KILN_I32: return 4;
+    case KILN_I32:
+    case KILN_U32: return 4;
     case KILN_F64:
-    case KILN_I64: return 8;
-    case KILN_BOOL: return 1;
+    case KILN_I64:
+    case KILN_U64: return 8;
+    case KILN_BOOL:
+    case KILN_I8:
+    case KILN_U8: return 1;
+    case KILN_I16:
+    case KILN_U16:
+    case KILN_F16:
+    case KILN_BF16: return 2;
     }
     return 0;
 }
@@ -245,11 +253,64 @@ const char *kiln_dtype_name(kiln_dtype dt) {
     case KILN_I32: return "i32";
     case KILN_I64: return "i64";
     case KILN_BOOL: return "bool";
+    case KILN_I8: return "i8";
+    case KILN_U8: return "u8";
+    case KILN_I16: return "i16";
+    case KILN_U16: return "u16";
+    case KILN_U32: return "u32";
+    case KILN_U64: return "u64";
+    case KILN_F16: return "f16";
+    case KILN_BF16: return "bf16";
     }
     return "?";
 }
 
 int64_t kiln_tensor_numel(const kiln_tensor *t) { return util_numel(t->rank, t->shape); }
+
+/* IEEE half and bfloat16 from and to f32, rounding to nearest even. */
+float util_f16_to_f32(uint16_t h) {
+    uint32_t s = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 31, m = h & 1023, b;
+    float f;
+    if (e == 31) {
+        b = s | 0x7f800000u | (m << 13); /* inf, NaN */
+    } else if (e) {
+        b = s | ((e + 112) << 23) | (m << 13);
+    } else { /* zero or subnormal: m * 2^-24, exact */
+        f = (float)m * 0x1p-24f;
+        memcpy(&b, &f, 4);
+        b |= s;
+    }
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+uint16_t util_f32_to_f16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    uint16_t s = (uint16_t)((b >> 16) & 0x8000);
+    float a = fabsf(f);
+    if (a != a) return (uint16_t)(s | 0x7e00 | ((b >> 13) & 0x3ff));
+    if (a >= 65520.0f) return (uint16_t)(s | 0x7c00);
+    if (a < 0x1p-14f) return (uint16_t)(s | (uint16_t)nearbyintf(a * 0x1p24f)); /* subnormal */
+    uint32_t e = ((b >> 23) & 255) - 112, m = b & 0x7fffff;
+    uint32_t h = (e << 10) | (m >> 13), rest = m & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++; /* may carry into the exponent */
+    return (uint16_t)(s | h);
+}
+
+float util_bf16_to_f32(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+uint16_t util_f32_to_bf16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    if ((b & 0x7fffffff) > 0x7f800000u) return (uint16_t)((b >> 16) | 0x40); /* NaN stays NaN */
+    return (uint16_t)((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
 
 /* Ask for transparent huge pages on the whole pages inside [mem, mem +
  * bytes) when that is at least UTIL_HUGE_MIN; only advice, failures

@@ -444,7 +444,8 @@ static int load_inputs(const kiln_graph *g, const Options *o, const kiln_onnx_io
         } else {
             t[i] = kiln_input_desc(g, i);
             kiln_dtype ot = onnx ? io->input_type[i] : KILN_F32;
-            st = generate_input(&t[i], o->seed, i, ot == KILN_I32 || ot == KILN_I64);
+            st = generate_input(&t[i], o->seed, i,
+                                ot != KILN_F32 && ot != KILN_F64 && ot != KILN_BOOL);
             if (st)
                 util_fmt(err, sizeof err, "out of memory: %.3g bytes for input '%s'",
                          (double)kiln_tensor_numel(&t[i]) * (double)kiln_dtype_size(t[i].dtype),

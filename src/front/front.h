@@ -75,6 +75,7 @@ enum {
     OT_DOUBLE = 11,
     OT_UINT32 = 12,
     OT_UINT64 = 13,
+    OT_BFLOAT16 = 16,
 };
 
 typedef struct {
@@ -143,10 +144,10 @@ typedef struct {
 /* Each file's handlers, searched by onnx_ops.c. */
 extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[],
     ox_resize_ops[], ox_loss_ops[], ox_rnn_ops[], ox_control_ops[], ox_scatter_ops[],
-    ox_index_ops[], ox_signal_ops[], ox_sample_ops[];
+    ox_index_ops[], ox_signal_ops[], ox_sample_ops[], ox_quant_ops[];
 extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops, ox_resize_nops,
     ox_loss_nops, ox_rnn_nops, ox_control_nops, ox_scatter_nops, ox_index_nops, ox_signal_nops,
-    ox_sample_nops;
+    ox_sample_nops, ox_quant_nops;
 /* onnx_elementwise.c: the handler of a unary or binary elementwise op
  * (Add, Sqrt, ...: its tables), or NULL. */
 OxHandlerFn ox_elementwise_fn(const char *op);
@@ -170,6 +171,16 @@ int ox_get_axes(OxNode *n, int since, int k, int64_t *axes, int max);
 kiln_value ox_gin(OxNode *n, int k);
 OxVal *ox_in(const OxNode *n, int k);
 bool ox_is_int_type(int t);
+/* float16 and bfloat16: f32 in the graph, rounded where stored (Cast). */
+bool ox_is_half_type(int t);
+/* Integer arithmetic wraps (two's complement) in types of up to 32 bits:
+ * r reduced into the type's range (64-bit types and floats: r itself). */
+double ox_wrap_int(double r, int type);
+/* int8, uint8, int16, uint16: every value and every sum or product of two
+ * (after the split in onnx_elementwise.c) is exact in f32, so the graph
+ * wraps their arithmetic exactly (ox_wrap_graph; other types: v itself). */
+bool ox_is_narrow_int(int type);
+kiln_value ox_wrap_graph(Graph *g, kiln_value v, int type);
 const double *ox_known(const OxVal *v);
 kiln_value ox_materialize(OxNode *n, OxVal *v);
 kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals);
@@ -190,6 +201,9 @@ double ox_e_div(double a, double b, double c, int t);
 kiln_value ox_normalize(Graph *g, kiln_value x, int nd, const int *dims, double eps,
                         kiln_value *mean_out, kiln_value *rstd_out);
 kiln_value ox_per_channel(Graph *g, kiln_value p, int r);
+/* onnx_nn.c: Conv of n's inputs 0 to 2 (X, W, B; n->in may be replaced,
+ * as the integer convolutions do), into output 0. */
+bool ox_conv(OxNode *n);
 kiln_value ox_sc(Graph *g, double v);
 /* onnx_elementwise.c: x rounded half to even (ONNX Round, numpy's rint). */
 kiln_value ox_round_even(Graph *g, kiln_value x);

@@ -330,12 +330,14 @@ static int descr_dtype(const char *d, bool *big_endian) {
         const char *code;
         kiln_dtype dt;
     } kinds[] = {
-        {"f4", KILN_F32}, {"f8", KILN_F64}, {"i4", KILN_I32}, {"i8", KILN_I64}, {"b1", KILN_BOOL},
+        {"f4", KILN_F32},  {"f8", KILN_F64}, {"i4", KILN_I32}, {"i8", KILN_I64},
+        {"b1", KILN_BOOL}, {"i1", KILN_I8},  {"u1", KILN_U8},  {"i2", KILN_I16},
+        {"u2", KILN_U16},  {"u4", KILN_U32}, {"u8", KILN_U64}, {"f2", KILN_F16},
     };
     char order = one_of(*d, "<>=|!") ? *d++ : '=';
     for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++) {
         if (strcmp(d, kinds[i].code) != 0) continue;
-        bool one_byte = kinds[i].dt == KILN_BOOL;
+        bool one_byte = kiln_dtype_size(kinds[i].dt) == 1;
         if (order == '|' && !one_byte) return -1;
         *big_endian = (order == '>' || order == '!') && !one_byte;
         return (int)kinds[i].dt;
@@ -352,8 +354,8 @@ static bool check_dtype(Reader *r, const Header *h, kiln_dtype *dt) {
     int k = descr_dtype(h->descr, &big); /* a cut descr ends in "...": no match */
     if (k < 0)
         return rfail(r, KILN_ERR_INPUT,
-                     "unsupported dtype '%s' (kiln reads '<f4', "
-                     "'<f8', '<i4', '<i8' and '|b1')",
+                     "unsupported dtype '%s' (kiln reads '<f2', '<f4', '<f8', '|b1' and "
+                     "the integers '|i1' to '<u8')",
                      h->descr);
     if (big)
         return rfail(r, KILN_ERR_INPUT,
@@ -542,14 +544,18 @@ __attribute__((format(printf, 3, 4))) static kiln_status wfail(Writer *w, kiln_s
 }
 
 static const char *const descr_of[] = {
-    [KILN_F32] = "<f4", [KILN_F64] = "<f8",  [KILN_I32] = "<i4",
-    [KILN_I64] = "<i8", [KILN_BOOL] = "|b1",
+    [KILN_F32] = "<f4",  [KILN_F64] = "<f8", [KILN_I32] = "<i4", [KILN_I64] = "<i8",
+    [KILN_BOOL] = "|b1", [KILN_I8] = "|i1",  [KILN_U8] = "|u1",  [KILN_I16] = "<i2",
+    [KILN_U16] = "<u2",  [KILN_U32] = "<u4", [KILN_U64] = "<u8", [KILN_F16] = "<f2",
 };
 
 /* Reject a tensor that would make a file kiln itself could not read. */
 static kiln_status check_tensor(Writer *w, const kiln_tensor *t, size_t *nbytes) {
-    if ((unsigned)t->dtype > KILN_BOOL)
-        return wfail(w, KILN_ERR_INPUT, "cannot write: invalid dtype %d", (int)t->dtype);
+    if ((unsigned)t->dtype > KILN_F16)
+        return wfail(w, KILN_ERR_INPUT,
+                     t->dtype == KILN_BF16 ? "cannot write: numpy has no bfloat16 (convert to f32)"
+                                           : "cannot write: invalid dtype %d",
+                     (int)t->dtype);
     if (t->rank < 0 || t->rank > KILN_MAX_RANK)
         return wfail(w, KILN_ERR_INPUT, "cannot write: invalid rank %d", t->rank);
     int64_t n = kiln_tensor_numel(t);

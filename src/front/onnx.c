@@ -93,7 +93,9 @@ static int type_size(int type) {
     case OT_INT8:
     case OT_BOOL: return 1;
     case OT_UINT16:
-    case OT_INT16: return 2;
+    case OT_INT16:
+    case OT_FLOAT16:
+    case OT_BFLOAT16: return 2;
     }
     return 0;
 }
@@ -106,6 +108,14 @@ static int kiln_type(int type) {
     case OT_INT32: return KILN_I32;
     case OT_INT64: return KILN_I64;
     case OT_BOOL: return KILN_BOOL;
+    case OT_INT8: return KILN_I8;
+    case OT_UINT8: return KILN_U8;
+    case OT_INT16: return KILN_I16;
+    case OT_UINT16: return KILN_U16;
+    case OT_UINT32: return KILN_U32;
+    case OT_UINT64: return KILN_U64;
+    case OT_FLOAT16: return KILN_F16;
+    case OT_BFLOAT16: return KILN_BF16;
     }
     return -1;
 }
@@ -152,8 +162,33 @@ static double raw_elem(int type, const uint8_t *p) {
         memcpy(&v, p, 2);
         return v;
     }
+    case OT_FLOAT16:
+    case OT_BFLOAT16: {
+        uint16_t v;
+        memcpy(&v, p, 2);
+        return type == OT_FLOAT16 ? util_f16_to_f32(v) : util_bf16_to_f32(v);
+    }
     case OT_INT8: return (int8_t)*p;
     default: return *p; /* uint8, bool */
+    }
+}
+
+/* Element k of t set to v (an integer type's value in range). */
+static void set_elem(kiln_tensor *t, int64_t k, double v) {
+    switch (t->dtype) {
+    case KILN_F32: ((float *)t->data)[k] = (float)v; break;
+    case KILN_F64: ((double *)t->data)[k] = v; break;
+    case KILN_I32: ((int32_t *)t->data)[k] = (int32_t)v; break;
+    case KILN_I64: ((int64_t *)t->data)[k] = (int64_t)v; break;
+    case KILN_BOOL: ((uint8_t *)t->data)[k] = v != 0; break;
+    case KILN_I8: ((int8_t *)t->data)[k] = (int8_t)v; break;
+    case KILN_U8: ((uint8_t *)t->data)[k] = (uint8_t)v; break;
+    case KILN_I16: ((int16_t *)t->data)[k] = (int16_t)v; break;
+    case KILN_U16: ((uint16_t *)t->data)[k] = (uint16_t)v; break;
+    case KILN_U32: ((uint32_t *)t->data)[k] = (uint32_t)v; break;
+    case KILN_U64: ((uint64_t *)t->data)[k] = (uint64_t)v; break;
+    case KILN_F16: ((uint16_t *)t->data)[k] = util_f32_to_f16((float)v); break;
+    case KILN_BF16: ((uint16_t *)t->data)[k] = util_f32_to_bf16((float)v); break;
     }
 }
 
@@ -180,7 +215,9 @@ static const char *tensor_values(const Onnx__TensorProto *t, int64_t n, double *
                  : type == OT_DOUBLE                      ? t->double_data[k]
                  : type == OT_INT64                       ? (double)t->int64_data[k]
                  : type == OT_UINT32 || type == OT_UINT64 ? (double)t->uint64_data[k]
-                                                          : t->int32_data[k];
+                 : type == OT_FLOAT16  ? util_f16_to_f32((uint16_t)t->int32_data[k])
+                 : type == OT_BFLOAT16 ? util_bf16_to_f32((uint16_t)t->int32_data[k])
+                                       : t->int32_data[k];
     return NULL;
 }
 
@@ -375,7 +412,7 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
         !vi->type->tensor_type)
         return fail(im, "input '%s': unsupported: not a tensor%s", name, "");
     int type = vi->type->tensor_type->elem_type;
-    if (type != OT_FLOAT && type != OT_INT32 && type != OT_INT64 && type != OT_BOOL)
+    if (type != OT_FLOAT && type != OT_BOOL && !ox_is_int_type(type) && !ox_is_half_type(type))
         return fail(im, "input '%s': unsupported: element type %s (kiln computes in f32)", name,
                     ox_type_name(type));
     OxVal *v = ox_val(im, name);
@@ -686,15 +723,7 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
         out->dtype = (kiln_dtype)kt;
         if (kiln_tensor_alloc(out) != KILN_OK) why = "out of memory";
     }
-    for (int64_t k = 0; !why && k < n; k++) {
-        switch (out->dtype) {
-        case KILN_F32: ((float *)out->data)[k] = (float)vals[k]; break;
-        case KILN_F64: ((double *)out->data)[k] = vals[k]; break;
-        case KILN_I32: ((int32_t *)out->data)[k] = (int32_t)vals[k]; break;
-        case KILN_I64: ((int64_t *)out->data)[k] = (int64_t)vals[k]; break;
-        case KILN_BOOL: ((uint8_t *)out->data)[k] = vals[k] != 0; break;
-        }
-    }
+    for (int64_t k = 0; !why && k < n; k++) set_elem(out, k, vals[k]);
     if (why)
         util_fmt(err, errlen, "%s: tensor of type %s: %s", path, ox_type_name(t->data_type), why);
     if (why) kiln_tensor_free(out);
@@ -703,11 +732,12 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     return why ? (strcmp(why, "out of memory") ? KILN_ERR_INPUT : KILN_ERR_NOMEM) : KILN_OK;
 }
 
-static const int onnx_of_dtype[] = {[KILN_F32] = OT_FLOAT,
-                                    [KILN_F64] = OT_DOUBLE,
-                                    [KILN_I32] = OT_INT32,
-                                    [KILN_I64] = OT_INT64,
-                                    [KILN_BOOL] = OT_BOOL};
+static const int onnx_of_dtype[] = {
+    [KILN_F32] = OT_FLOAT,    [KILN_F64] = OT_DOUBLE, [KILN_I32] = OT_INT32,
+    [KILN_I64] = OT_INT64,    [KILN_BOOL] = OT_BOOL,  [KILN_I8] = OT_INT8,
+    [KILN_U8] = OT_UINT8,     [KILN_I16] = OT_INT16,  [KILN_U16] = OT_UINT16,
+    [KILN_U32] = OT_UINT32,   [KILN_U64] = OT_UINT64, [KILN_F16] = OT_FLOAT16,
+    [KILN_BF16] = OT_BFLOAT16};
 
 kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name, char *err,
                           size_t errlen) {
@@ -743,21 +773,34 @@ double ox_tensor_elem(const kiln_tensor *t, int64_t k) {
     case KILN_I32: return ((const int32_t *)t->data)[k];
     case KILN_I64: return (double)((const int64_t *)t->data)[k];
     case KILN_BOOL: return ((const uint8_t *)t->data)[k];
+    case KILN_I8: return ((const int8_t *)t->data)[k];
+    case KILN_U8: return ((const uint8_t *)t->data)[k];
+    case KILN_I16: return ((const int16_t *)t->data)[k];
+    case KILN_U16: return ((const uint16_t *)t->data)[k];
+    case KILN_U32: return ((const uint32_t *)t->data)[k];
+    case KILN_U64: return (double)((const uint64_t *)t->data)[k];
+    case KILN_F16: return util_f16_to_f32(((const uint16_t *)t->data)[k]);
+    case KILN_BF16: return util_bf16_to_f32(((const uint16_t *)t->data)[k]);
     }
     return 0;
 }
 
-static void set_elem(kiln_tensor *t, int64_t k, double v) {
-    switch (t->dtype) {
-    case KILN_F32: ((float *)t->data)[k] = (float)v; break;
-    case KILN_F64: ((double *)t->data)[k] = v; break;
-    case KILN_I32: ((int32_t *)t->data)[k] = (int32_t)v; break;
-    case KILN_I64: ((int64_t *)t->data)[k] = (int64_t)v; break;
-    case KILN_BOOL: ((uint8_t *)t->data)[k] = v != 0; break;
-    }
+static bool is_int(kiln_dtype d) {
+    return d == KILN_I32 || d == KILN_I64 || (d >= KILN_I8 && d <= KILN_U64);
 }
 
-static bool is_int(kiln_dtype d) { return d == KILN_I32 || d == KILN_I64; }
+/* The range of an integer dtype. */
+static void int_range(kiln_dtype d, double *lo, double *hi) {
+    static const double r[][2] = {[KILN_I32] = {-2147483648.0, 2147483647.0},
+                                  [KILN_I64] = {-9.2233720368547758e18, 9.2233720368547758e18},
+                                  [KILN_I8] = {-128, 127},
+                                  [KILN_U8] = {0, 255},
+                                  [KILN_I16] = {-32768, 32767},
+                                  [KILN_U16] = {0, 65535},
+                                  [KILN_U32] = {0, 4294967295.0},
+                                  [KILN_U64] = {0, 1.8446744073709552e19}};
+    *lo = r[d][0], *hi = r[d][1];
+}
 
 kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst, char *err,
                                 size_t errlen) {
@@ -775,6 +818,13 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
                      "element %lld is %.17g: not an integer kiln's f32 holds "
                      "exactly (|v| <= 2^24)",
                      (long long)k, v);
+            kiln_tensor_free(dst);
+            return KILN_ERR_INPUT;
+        }
+        double lo, hi;
+        if (is_int(to) && (int_range(to, &lo, &hi), !(v >= lo && v <= hi && v == floor(v)))) {
+            util_fmt(err, errlen, "element %lld is %.17g: not a value of %s", (long long)k, v,
+                     kiln_dtype_name(to));
             kiln_tensor_free(dst);
             return KILN_ERR_INPUT;
         }

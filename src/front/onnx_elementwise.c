@@ -99,6 +99,7 @@ static bool op_unary(OxNode *n, const Elementwise *e) {
     if (ox_all_const(n) && e->f) return ox_eval_const(n, 1, &x, e->f, type);
     kiln_value v = kiln_unary(n->im->g, e->kop, ox_gin(n, 0));
     if (ox_is_int_type(type) && !strcmp(e->kop, "sqrt")) v = trunc_graph(n->im->g, v);
+    if (!strcmp(e->kop, "neg") || !strcmp(e->kop, "abs")) v = ox_wrap_graph(n->im->g, v, type);
     return ox_set_graph(n, 0, v, type);
 }
 
@@ -122,7 +123,20 @@ static bool legacy_broadcast(OxNode *n) {
     return nb->v >= 0 || nb->c;
 }
 
-/* Binary ops, and the variadic Max, Min, Sum, Mean folded left to right. */
+/* a * b wrapped to a 16-bit type, exact: b = 256 bh + bl with bl in
+ * [0, 256), so a bl and a bh stay below 2^24, and 256 (a bh mod 256) + a bl
+ * too; then the sum wrapped. */
+static kiln_value mul16(Graph *g, kiln_value a, kiln_value b, int type) {
+    kiln_value bl = ox_wrap_graph(g, b, OT_UINT8);
+    kiln_value bh = kiln_binary(g, "mul", kiln_binary(g, "sub", b, bl), ox_sc(g, 1.0 / 256));
+    kiln_value hi = ox_wrap_graph(g, kiln_binary(g, "mul", a, bh), OT_UINT8);
+    kiln_value s = kiln_binary(g, "add", kiln_binary(g, "mul", hi, ox_sc(g, 256)),
+                               kiln_binary(g, "mul", a, bl));
+    return ox_wrap_graph(g, s, type);
+}
+
+/* Binary ops, and the variadic Max, Min, Sum, Mean folded left to right;
+ * Add, Sub, Mul, Pow and Sum of narrow integers wrap. */
 static bool op_binary(OxNode *n, const Elementwise *e) {
     Graph *g = n->im->g;
     if (!ox_need_in(n, 0) || !legacy_broadcast(n)) return false;
@@ -132,10 +146,22 @@ static bool op_binary(OxNode *n, const Elementwise *e) {
         return ox_eval_const(n, 2, n->in, e->f, outtype);
     kiln_value acc = ox_gin(n, 0);
     if (n->nin == 1 && !mean) acc = kiln_unary(g, "contiguous", acc);
-    for (int k = 1; k < n->nin && acc >= 0; k++) acc = kiln_binary(g, e->kop, acc, ox_gin(n, k));
+    bool wrap = ox_is_narrow_int(type) && !mean &&
+                (!strcmp(e->kop, "add") || !strcmp(e->kop, "sub") || !strcmp(e->kop, "mul") ||
+                 !strcmp(e->kop, "pow"));
+    bool wide = type == OT_INT16 || type == OT_UINT16;
+    for (int k = 1; k < n->nin && acc >= 0; k++) {
+        if (wrap && wide && !strcmp(e->kop, "mul")) {
+            acc = mul16(g, acc, ox_gin(n, k), type);
+            continue;
+        }
+        acc = kiln_binary(g, e->kop, acc, ox_gin(n, k));
+        if (wrap && strcmp(e->kop, "pow")) acc = ox_wrap_graph(g, acc, type);
+    }
     if (mean && n->nin > 1) acc = kiln_binary(g, "div", acc, kiln_scalar(g, n->nin));
     if (!strcmp(e->kop, "div") && ox_is_int_type(type)) acc = trunc_graph(g, acc);
     if (!strcmp(e->kop, "pow") && ox_is_int_type(type)) acc = trunc_graph(g, acc);
+    if (wrap && !strcmp(e->kop, "pow")) acc = ox_wrap_graph(g, acc, type);
     return ox_set_graph(n, 0, acc, outtype);
 }
 
@@ -196,11 +222,32 @@ static bool op_dropout(OxNode *n) {
 EVAL(e_cast_int, trunc(a))
 EVAL(e_cast_bool, a != 0)
 
+/* x rounded to float16 (bfloat16: bf) in the graph, to nearest even, as
+ * storing it would: Veltkamp's split t - (t - x), t = (2^s + 1) x, keeps
+ * the top 24 - s bits (s = 13: half's 11, 16: bfloat16's 8); half's
+ * subnormals (below 2^-14) are multiples of 2^-24, and from 65520 on a
+ * half is infinite. Checked against NumPy's float16 for every f32 in the
+ * half range (tests/onnx/ops: cast_float_to_half_rounding). */
+static kiln_value round_half(Graph *g, kiln_value x, bool bf) {
+    kiln_value a = kiln_unary(g, "abs", x);
+    kiln_value big = kiln_binary(g, "gt", a, ox_sc(g, 0x1p64)); /* bf16: keep t finite */
+    kiln_value xs = bf ? kiln_where(g, big, kiln_binary(g, "mul", x, ox_sc(g, 0x1p-64)), x) : x;
+    kiln_value t = kiln_binary(g, "mul", xs, ox_sc(g, bf ? 65537 : 8193));
+    kiln_value hi = kiln_binary(g, "sub", t, kiln_binary(g, "sub", t, xs));
+    if (bf) return kiln_where(g, big, kiln_binary(g, "mul", hi, ox_sc(g, 0x1p64)), hi);
+    kiln_value sub = kiln_binary(
+        g, "mul", ox_round_even(g, kiln_binary(g, "mul", x, ox_sc(g, 0x1p24))), ox_sc(g, 0x1p-24));
+    kiln_value y = kiln_where(g, kiln_binary(g, "lt", a, ox_sc(g, 0x1p-14)), sub, hi);
+    return kiln_where(g, kiln_binary(g, "ge", a, ox_sc(g, 65520)),
+                      kiln_binary(g, "mul", x, ox_sc(g, 1e38)), y); /* +-inf */
+}
+
 static bool cast_to(OxNode *n, int to) {
     Graph *g = n->im->g;
     OxVal *x = ox_in(n, 0);
     if (!x) return ox_need_in(n, 0);
-    if (to != OT_FLOAT && to != OT_BOOL && !ox_is_int_type(to) && !(to == OT_DOUBLE && x->c))
+    if (to != OT_FLOAT && to != OT_BOOL && !ox_is_int_type(to) && !ox_is_half_type(to) &&
+        !(to == OT_DOUBLE && x->c))
         return ox_nfail(n, "unsupported: cast to %s", ox_type_name(to));
     EvalFn f = to == OT_BOOL ? e_cast_bool : ox_is_int_type(to) ? e_cast_int : e_copy;
     if (x->c) return ox_eval_const(n, 1, &x, f, to);
@@ -211,6 +258,10 @@ static bool cast_to(OxNode *n, int to) {
         v = kiln_binary(g, "add", v, kiln_scalar(g, 0));
     else if (ox_is_int_type(to) && !ox_is_int_type(x->type))
         v = trunc_graph(g, v);
+    if (ox_is_int_type(to) && to != x->type) v = ox_wrap_graph(g, v, to);
+    /* bools, int8 and uint8 are exact in either half type */
+    bool exact = x->type == to || x->type == OT_BOOL || x->type == OT_INT8 || x->type == OT_UINT8;
+    if (ox_is_half_type(to) && !exact) v = round_half(g, v, to == OT_BFLOAT16);
     return ox_set_graph(n, 0, v, to);
 }
 
@@ -456,6 +507,31 @@ static bool op_mod(OxNode *n) {
     return ox_set_graph(n, 0, r, type);
 }
 
+/* BitShift (unsigned): x * 2^y wrapped (LEFT) or floor(x / 2^y) (RIGHT),
+ * exact in f32: scaling by a power of two only moves the exponent. */
+static double e_shl(double a, double b, double c, int t) {
+    return (void)c, ox_wrap_int(a * exp2(b), t);
+}
+static double e_shr(double a, double b, double c, int t) {
+    return (void)c, (void)t, floor(a / exp2(b));
+}
+
+static bool op_bitshift(OxNode *n) {
+    Graph *g = n->im->g;
+    if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
+    int type = ox_in(n, 0)->type;
+    bool left = ox_attr_is(n, "direction", "LEFT", false);
+    if (!left && !ox_attr_is(n, "direction", "RIGHT", false))
+        return ox_nfail(n, "direction must be \"LEFT\" or \"RIGHT\"");
+    if (type != OT_UINT8 && type != OT_UINT16 && type != OT_UINT32 && type != OT_UINT64)
+        return ox_nfail(n, "BitShift takes unsigned integers, not %s", ox_type_name(type));
+    if (ox_all_const(n)) return ox_eval_const(n, 2, n->in, left ? e_shl : e_shr, type);
+    kiln_value p = kiln_binary(g, "pow", ox_sc(g, 2), ox_gin(n, 1)), x = ox_gin(n, 0);
+    kiln_value y = left ? ox_wrap_graph(g, kiln_binary(g, "mul", x, p), type)
+                        : kiln_unary(g, "floor", kiln_binary(g, "true_divide", x, p));
+    return ox_set_graph(n, 0, y, type);
+}
+
 /* Round half to even: floor(x + 0.5), less 1 on a tie that lands odd. */
 kiln_value ox_round_even(Graph *g, kiln_value x) {
     kiln_value f = kiln_unary(g, "floor", kiln_binary(g, "add", x, ox_sc(g, 0.5)));
@@ -592,5 +668,6 @@ const OxHandler ox_elementwise_ops[] = {
     {"Asin", op_atrig},
     {"Acos", op_atrig},
     {"Mod", op_mod},
+    {"BitShift", op_bitshift},
 };
 const size_t ox_elementwise_nops = sizeof ox_elementwise_ops / sizeof ox_elementwise_ops[0];

@@ -195,7 +195,7 @@ static bool conv3d(OxNode *n, const Geom *gm, kiln_conv_params p) {
     return ox_set_graph(n, 0, y, OT_FLOAT);
 }
 
-static bool op_conv(OxNode *n) {
+bool ox_conv(OxNode *n) {
     Graph *g = n->im->g;
     Geom gm;
     if (!ox_need_in(n, 0) || !ox_need_in(n, 1) || !conv_geom(n, ox_in(n, 0), ox_in(n, 1), &gm))
@@ -631,7 +631,7 @@ static bool op_global_max(OxNode *n) { return op_global_pool(n, "amax"); }
 const OxHandler ox_nn_ops[] = {
     {"MatMul", op_matmul},
     {"Gemm", op_gemm},
-    {"Conv", op_conv},
+    {"Conv", ox_conv},
     {"ConvTranspose", op_conv_transpose},
     {"BatchNormalization", op_batch_norm},
     {"InstanceNormalization", op_instance_norm},

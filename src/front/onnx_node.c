@@ -124,7 +124,11 @@ bool ox_is_int_type(int t) {
            t == OT_UINT16 || t == OT_UINT32 || t == OT_UINT64;
 }
 
-static bool graph_type_ok(int t) { return t == OT_FLOAT || t == OT_BOOL || ox_is_int_type(t); }
+bool ox_is_half_type(int t) { return t == OT_FLOAT16 || t == OT_BFLOAT16; }
+
+static bool graph_type_ok(int t) {
+    return t == OT_FLOAT || t == OT_BOOL || ox_is_int_type(t) || ox_is_half_type(t);
+}
 
 const char *ox_unnamed(OxImp *im, char *buf, size_t len) {
     util_fmt(buf, len, "onnx:const:%d", im->nconst++);
@@ -271,6 +275,40 @@ void ox_next_index(int rank, const int64_t *shape, int64_t *idx) {
     }
 }
 
+/* The two's-complement span and lowest value of an integer type of at most
+ * 32 bits; false for the others (64-bit: kept as computed). */
+static bool int_span(int type, double *lo, double *span) {
+    switch (type) {
+    case OT_INT8: *lo = -128, *span = 256; return true;
+    case OT_UINT8: *lo = 0, *span = 256; return true;
+    case OT_INT16: *lo = -32768, *span = 65536; return true;
+    case OT_UINT16: *lo = 0, *span = 65536; return true;
+    case OT_INT32: *lo = -2147483648.0, *span = 4294967296.0; return true;
+    case OT_UINT32: *lo = 0, *span = 4294967296.0; return true;
+    }
+    return false;
+}
+
+double ox_wrap_int(double r, int type) {
+    double lo, span;
+    if (!int_span(type, &lo, &span) || !isfinite(r)) return r;
+    return r - floor((r - lo) / span) * span;
+}
+
+bool ox_is_narrow_int(int type) {
+    double lo, span;
+    return int_span(type, &lo, &span) && span <= 65536;
+}
+
+kiln_value ox_wrap_graph(Graph *g, kiln_value v, int type) {
+    double lo, span;
+    if (!ox_is_narrow_int(type) || !int_span(type, &lo, &span)) return v;
+    kiln_value q = kiln_unary(
+        g, "floor",
+        kiln_binary(g, "mul", kiln_binary(g, "sub", v, ox_sc(g, lo)), ox_sc(g, 1 / span)));
+    return kiln_binary(g, "sub", v, kiln_binary(g, "mul", q, ox_sc(g, span)));
+}
+
 bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
     int rank;
     int64_t shape[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
@@ -282,7 +320,10 @@ bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
         double a[3] = {0, 0, 0};
         for (int k = 0; k < nv; k++) a[k] = v[k]->c[ox_bcast_offset(v[k], rank, idx)];
         double r = f(a[0], a[1], a[2], v[0]->type);
-        o->c[i] = outtype == OT_FLOAT ? (double)(float)r : r;
+        o->c[i] = outtype == OT_FLOAT      ? (double)(float)r
+                  : outtype == OT_FLOAT16  ? util_f16_to_f32(util_f32_to_f16((float)r))
+                  : outtype == OT_BFLOAT16 ? util_bf16_to_f32(util_f32_to_bf16((float)r))
+                                           : ox_wrap_int(r, outtype);
     }
     return true;
 }

@@ -2,8 +2,8 @@
  * onnx_ops.c -- one ONNX node into kiln graph ops (or into a constant): the
  * dispatch to the handler tables of onnx_elementwise.c, onnx_nn.c,
  * onnx_shape.c, onnx_reduce.c, onnx_resize.c, onnx_loss.c, onnx_rnn.c and
- * onnx_scatter.c, onnx_index.c, onnx_signal.c and onnx_sample.c (and If in
- * onnx.c);
+ * onnx_scatter.c, onnx_index.c, onnx_signal.c, onnx_sample.c and
+ * onnx_quant.c (and If in onnx.c);
  * onnx_node.c holds what handlers share.
  *
  * Each supported op has a handler in one of those files' tables. A handler reads
@@ -50,6 +50,7 @@ static const struct {
     {ox_index_ops, &ox_index_nops},
     {ox_signal_ops, &ox_signal_nops},
     {ox_sample_ops, &ox_sample_nops},
+    {ox_quant_ops, &ox_quant_nops},
 };
 
 static const OxHandler *find_handler(const char *op) {

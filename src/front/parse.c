@@ -612,6 +612,7 @@ static const Sig sigs[] = {
     BINARY("sub"),
     BINARY("mul"),
     BINARY("div"),
+    BINARY("true_divide"),
     BINARY("pow"),
     BINARY("fmod"),
     BINARY("maximum"),

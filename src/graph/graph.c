@@ -210,7 +210,7 @@ kiln_tensor kiln_output_desc(const kiln_graph *g, int i) {
 static void type_str(char *buf, size_t len, const kiln_tensor *t) {
     char dims[160];
     graph_shape_str(dims, sizeof dims, t->rank, t->shape);
-    util_fmt(buf, len, "%s%s", (unsigned)t->dtype <= KILN_BOOL ? kiln_dtype_name(t->dtype) : "?",
+    util_fmt(buf, len, "%s%s", (unsigned)t->dtype <= KILN_BF16 ? kiln_dtype_name(t->dtype) : "?",
              dims);
 }
 

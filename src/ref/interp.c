@@ -235,6 +235,7 @@ static void pw_binary(Op op, float *o, int64_t so, const float *a, int64_t sa, c
     case OP_SUB: MAP2(x - y);
     case OP_MUL: MAP2(x * y);
     case OP_DIV: MAP2(x / y);
+    case OP_TRUE_DIV: MAP2(x / y);
     case OP_POW: MAP2((float)pow((double)x, (double)y));
     case OP_FMOD: MAP2(fmodf(x, y));
     case OP_MAXIMUM: MAP2(max_f(x, y));

@@ -419,6 +419,12 @@ case("pow_broadcast", """
     y = pow(a, e)
     output y
 """, lambda v: {"y": np.power(v.a, v.e)}, {"a": positive})
+case("true_divide_by_row_sum", """
+    input a: f32[5, 9]
+    s = sum(a, 1, keepdim=true)
+    y = true_divide(a, s)
+    output y
+""", lambda v: {"y": v.a / v.a.sum(1, keepdims=True)}, {"a": positive})
 case("fmod", """
     input a: f32[4, 6]
     input b: f32[6]

@@ -23,6 +23,17 @@ here = os.path.dirname(os.path.abspath(__file__))
 rng = np.random.default_rng(20261202)
 
 
+# int8, uint8, int16, uint16: ONNX type codes (stored in int32_data)
+NARROW = {np.dtype(np.int8): 3, np.dtype(np.uint8): 2, np.dtype(np.int16): 5,
+          np.dtype(np.uint16): 4}
+
+
+def elem_of(a):
+    d = np.asarray(a).dtype
+    return {np.dtype(np.int64): 7, np.dtype(np.int32): 6, np.dtype(np.bool_): 9,
+            np.dtype(np.float16): 10}.get(d, NARROW.get(d, 1))
+
+
 def tensor_text(name, a):
     a = np.asarray(a)
     if a.dtype == np.int64:
@@ -31,6 +42,10 @@ def tensor_text(name, a):
         dt, field, vals = 6, "int32_data", [str(int(v)) for v in a.ravel()]
     elif a.dtype == np.bool_:
         dt, field, vals = 9, "int32_data", [str(int(v)) for v in a.ravel()]
+    elif a.dtype == np.float16:
+        dt, field, vals = 10, "int32_data", [str(int(v)) for v in a.view(np.uint16).ravel()]
+    elif a.dtype in NARROW:
+        dt, field, vals = NARROW[a.dtype], "int32_data", [str(int(v)) for v in a.ravel()]
     else:
         a = a.astype(np.float32)
         dt, field, vals = 1, "float_data", [repr(float(v)) for v in a.ravel()]
@@ -40,8 +55,7 @@ def tensor_text(name, a):
 
 def vinfo(name, a, elem=None):
     if elem is None:
-        elem = {np.dtype(np.int64): 7, np.dtype(np.int32): 6,
-                np.dtype(np.bool_): 9}.get(np.asarray(a).dtype, 1)
+        elem = elem_of(a)
     dims = " ".join("dim { dim_value: %d }" % d for d in np.asarray(a).shape)
     return 'name: "%s" type { tensor_type { elem_type: %d shape { %s } } }' % (name, elem, dims)
 
@@ -79,7 +93,7 @@ def case(name, opset, nodes, inputs, consts, outputs, comment):
             op, " ".join('input: "%s"' % x for x in ins),
             " ".join('output: "%s"' % y for y in outs), i, a))
     for k, v in outputs.items():
-        elem = 7 if np.asarray(v).dtype == np.int64 else 1
+        elem = elem_of(v)
         lines.append('  output { name: "%s" type { tensor_type { elem_type: %d } } }' % (k, elem))
     lines.append("}")
     with open(os.path.join(d, "model.textproto"), "w") as f:
@@ -90,7 +104,7 @@ def case(name, opset, nodes, inputs, consts, outputs, comment):
     for i, (k, v) in enumerate(outputs.items()):
         with open(os.path.join(d, "test_data_set_0", "output_%d.textproto" % i), "w") as f:
             v = np.asarray(v)
-            if v.dtype != np.int64:
+            if v.dtype not in (np.int64, np.int32, np.float16) and v.dtype not in NARROW:
                 v = v.astype(np.float64).astype(np.float32)
             f.write(tensor_text(k, v) + "\n")
 
@@ -798,3 +812,141 @@ case("mod_int_runtime", 13,
      [("Cast", ["a"], ["ai"], {"to": 7}), ("Cast", ["b"], ["bi"], {"to": 7}),
       ("Mod", ["ai", "bi"], ["y"], {})], {"a": mfa, "b": mfb}, {},
      {"y": np.mod(ma, mb)}, "Mod, fmod 0, of integers computed at run time")
+
+
+# narrow integers wrap (two's complement), computed exactly in f32
+u8a = np.array([200, 255, 0, 17, 128, 1], np.uint8)
+u8b = np.array([100, 1, 1, 240, 128, 255], np.uint8)
+case("uint8_add_sub_wrap", 14, [("Add", ["a", "b"], ["s"], {}), ("Sub", ["a", "b"], ["d"], {})],
+     {"a": u8a, "b": u8b}, {}, {"s": u8a + u8b, "d": u8a - u8b},
+     "uint8 Add and Sub past 255 and below 0")
+i8a = np.array([-128, 127, 100, -100, 11, -1], np.int8)
+i8b = np.array([2, 2, 3, 3, -12, -128], np.int8)
+case("int8_mul_neg_wrap", 14, [("Mul", ["a", "b"], ["m"], {}), ("Neg", ["a"], ["n"], {})],
+     {"a": i8a, "b": i8b}, {}, {"m": i8a * i8b, "n": -i8a}, "int8 Mul and Neg (-(-128) = -128)")
+i16a = np.array([32767, -32768, 30001, -12345, 255, 4097], np.int16)
+i16b = np.array([32767, -32768, -29999, 321, 257, 4099], np.int16)
+u16a, u16b = i16a.astype(np.uint16), i16b.astype(np.uint16)
+case("int16_uint16_mul_wrap", 14,
+     [("Mul", ["a", "b"], ["m"], {}), ("Mul", ["ua", "ub"], ["um"], {})],
+     {"a": i16a, "b": i16b, "ua": u16a, "ub": u16b}, {}, {"m": i16a * i16b, "um": u16a * u16b},
+     "int16 and uint16 Mul, products to 2^32 (split to stay exact in f32)")
+ci = np.array([300, -129, 1000, 65535, -1, 127], np.float32)
+case("cast_int_narrowing_wrap", 13,
+     [("Cast", ["x"], ["xi"], {"to": 6}), ("Cast", ["xi"], ["y8"], {"to": 3}),
+      ("Cast", ["xi"], ["yu"], {"to": 2})], {"x": ci}, {},
+     {"y8": ci.astype(np.int32).astype(np.int8), "yu": ci.astype(np.int32).astype(np.uint8)},
+     "Cast int32 -> int8 and uint8 keeps the low bits")
+
+
+# ---- quantization (int8 / uint8), NumPy oracles after ONNX's reference ----
+def quant(x, scale, zp, dtype):
+    lo, hi = np.iinfo(dtype).min, np.iinfo(dtype).max
+    q = np.rint(np.asarray(x, np.float32) / np.asarray(scale, np.float32)) + zp
+    return np.clip(q, lo, hi).astype(dtype)
+
+
+xq = (randn(2, 3, 4) * 3).astype(np.float32)
+xq[0, 0, :3] = [0.25, -0.75, 1000.0]          # ties to even, saturation
+sq = np.array([0.5, 0.1, 0.02], np.float32)
+zq = np.array([0, -3, 5], np.int8)
+case("quantize_per_axis_int8", 13,
+     [("QuantizeLinear", ["x", "s", "z"], ["y"], {"axis": 1})], {"x": xq}, {"s": sq, "z": zq},
+     {"y": quant(xq, sq.reshape(1, 3, 1), zq.reshape(1, 3, 1).astype(np.float32), np.int8)},
+     "QuantizeLinear per channel (axis 1) to int8: ties to even, saturation")
+xi8 = rng.integers(-128, 128, (3, 5)).astype(np.int8)
+sd = np.array([0.5, 0.25, 2.0, 0.125, 1.0], np.float32)
+zd = np.array([1, -2, 0, 127, -128], np.int8)
+case("dequantize_per_axis_last", 13,
+     [("DequantizeLinear", ["x", "s", "z"], ["y"], {"axis": -1})], {"x": xi8}, {"s": sd, "z": zd},
+     {"y": (xi8.astype(np.float32) - zd) * sd}, "DequantizeLinear per column (axis -1) of int8")
+
+xdq = np.array([[-1.0, 0.0, 2.5, 7.75], [0.1, -0.4, 3.3, 1.0]], np.float32)
+mn, mx = min(0, xdq.min()), max(0, xdq.max())
+dscale = np.float32((mx - mn) / 255)
+dzp = np.clip(np.rint(np.float32(0 - mn) / dscale), 0, 255)
+case("dynamic_quantize_2d", 11,
+     [("DynamicQuantizeLinear", ["x"], ["y", "s", "z"], {})], {"x": xdq}, {},
+     {"y": quant(xdq, dscale, dzp, np.uint8), "s": np.array(dscale, np.float32),
+      "z": np.array(dzp, np.uint8)}, "DynamicQuantizeLinear of a 2-D tensor")
+
+qa = rng.integers(0, 256, (3, 7)).astype(np.uint8)
+qb = rng.integers(-128, 128, (7, 4)).astype(np.int8)
+a_s, a_z = np.float32(0.05), np.uint8(120)
+b_s = np.array([0.01, 0.02, 0.005, 0.04], np.float32)
+b_z = np.array([0, 3, -5, 1], np.int8)
+y_s, y_z = np.float32(0.3), np.uint8(100)
+acc = (qa.astype(np.int64) - int(a_z)) @ (qb.astype(np.int64) - b_z.astype(np.int64))
+case("qlinear_matmul_per_column", 10,
+     [("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"], {})],
+     {"a": qa}, {"as": np.array(a_s), "az": np.array(a_z), "b": qb, "bs": b_s, "bz": b_z,
+                 "ys": np.array(y_s), "yz": np.array(y_z)},
+     {"y": quant(acc.astype(np.float32) * a_s * b_s, y_s, float(y_z), np.uint8)},
+     "QLinearMatMul, uint8 x int8 with per-column b scales and zero points")
+case("matmul_integer_zero_points", 10,
+     [("MatMulInteger", ["a", "b", "az", "bz"], ["y"], {})], {"a": qa},
+     {"b": qb, "az": np.array(a_z), "bz": b_z}, {"y": acc.astype(np.int32)},
+     "MatMulInteger with a scalar and a per-column zero point")
+
+
+def conv2d_ref(x, w, stride, pad):
+    N, C, H, W = x.shape
+    M, _, KH, KW = w.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    OH, OW = (H + 2 * pad - KH) // stride + 1, (W + 2 * pad - KW) // stride + 1
+    y = np.zeros((N, M, OH, OW))
+    for i in range(OH):
+        for j in range(OW):
+            patch = xp[:, :, i * stride:i * stride + KH, j * stride:j * stride + KW]
+            y[:, :, i, j] = np.tensordot(patch, w, axes=([1, 2, 3], [1, 2, 3]))
+    return y
+
+
+qx = rng.integers(0, 256, (1, 3, 6, 5)).astype(np.uint8)
+qw = rng.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+x_s, x_z = np.float32(0.02), np.uint8(128)
+w_s = np.array([0.01, 0.03, 0.002, 0.05], np.float32)
+w_z = np.array([0, 0, 0, 0], np.int8)
+qbias = np.array([100, -2000, 5, 0], np.int32)
+acc = conv2d_ref(qx.astype(np.float64) - float(x_z), qw.astype(np.float64), 2, 1)
+acc += qbias.reshape(1, 4, 1, 1)
+cy_s, cy_z = np.float32(0.25), np.uint8(10)
+case("qlinear_conv_per_channel_bias", 10,
+     [("QLinearConv", ["x", "xs", "xz", "w", "ws", "wz", "ys", "yz", "b"], ["y"],
+       {"strides": [2, 2], "pads": [1, 1, 1, 1], "kernel_shape": [3, 3]})],
+     {"x": qx}, {"xs": np.array(x_s), "xz": np.array(x_z), "w": qw, "ws": w_s, "wz": w_z,
+                 "ys": np.array(cy_s), "yz": np.array(cy_z), "b": qbias},
+     {"y": quant(acc.astype(np.float32) * x_s * w_s.reshape(1, 4, 1, 1), cy_s, float(cy_z),
+                 np.uint8)},
+     "QLinearConv, stride 2 and padding 1, per-channel weight scales, an int32 bias")
+wz2 = np.array([1, -1, 2, 0], np.int8)
+acc2 = conv2d_ref(qx.astype(np.float64) - float(x_z),
+                  qw.astype(np.float64) - wz2.reshape(4, 1, 1, 1), 1, 0)
+case("conv_integer_weight_zero_points", 10,
+     [("ConvInteger", ["x", "w", "xz", "wz"], ["y"], {})], {"x": qx},
+     {"w": qw, "xz": np.array(x_z), "wz": wz2}, {"y": acc2.astype(np.int32)},
+     "ConvInteger with a per-output-channel weight zero point")
+
+bx = np.array([1, 65535, 40000, 3, 12345, 255], np.uint16)
+by = np.array([15, 1, 4, 0, 9, 8], np.uint16)
+case("bitshift_uint16_left_wrap", 11,
+     [("BitShift", ["x", "y"], ["l"], {"direction": "LEFT"}),
+      ("BitShift", ["x", "y"], ["r"], {"direction": "RIGHT"})], {"x": bx, "y": by}, {},
+     {"l": (bx << by).astype(np.uint16), "r": bx >> by},
+     "BitShift of uint16 both ways, left shifts past 16 bits")
+
+
+# half precision: stored as such, computed in f32, rounded where stored
+hx = np.concatenate([rng.standard_normal(40) * 100, [65504, 65519, 65520, 70000, -65520, 1e-5,
+                     -3e-6, 6.1e-5, 2.0 ** -24, 2.0 ** -25, 3 * 2.0 ** -26, 1 + 2.0 ** -11,
+                     1 + 3 * 2.0 ** -11, 2049, 2051, 0.1, np.inf, -np.inf]]).astype(np.float32)
+case("cast_float_to_half_rounding", 13,
+     [("Cast", ["x"], ["h"], {"to": 10}), ("Cast", ["h"], ["y"], {"to": 1})], {"x": hx}, {},
+     {"y": np.where(np.abs(hx) >= 65520, hx * np.inf, hx).astype(np.float16).astype(np.float32)},
+     "Cast f32 -> f16 -> f32 in the graph: ties to even, subnormals, overflow to infinity")
+hw = (randn(6, 5) * 0.5).astype(np.float16)
+hin = randn(3, 6).astype(np.float16)
+case("half_weights_matmul_half_io", 13,
+     [("MatMul", ["x", "w"], ["y"], {})], {"x": hin}, {"w": hw},
+     {"y": (hin.astype(np.float64) @ hw.astype(np.float64)).astype(np.float16)},
+     "MatMul of a float16 input and float16 weights, a float16 output (computed in f32)")
