@@ -191,6 +191,9 @@ expect atan_one_kernel 0 "^== kernels: 1$" -- \
     "$kiln" explain tests/onnx/ops/atan_wide/model.onnx
 expect topk_two_kernels 0 "^== kernels: 2$" -- \
     "$kiln" explain tests/onnx/ops/topk_axis0_3d/model.onnx
+# an output named "out/put:0" is written as out_put_0.npy
+expect output_name_sanitized 0 "out_put_0.npy" -- sh -c "mkdir -p $t/sl && \"$kiln\" run \
+    tests/onnx/slash_output.onnx -o $t/sl >/dev/null && ls $t/sl"
 # a quantized model's uint8 output is written as numpy's '|u1'
 qc=tests/onnx/ops/qlinear_conv_per_channel_bias
 expect quant_output_u1 0 "'descr': '|u1'" -- sh -c "\"$kiln\" run $qc/model.onnx \

@@ -303,6 +303,10 @@ mkdir -p "$t/o1/z.npy"
 run_check out_partial 3 "cannot write $t/o1/z.npy: Is a directory" -- \
     "$kiln" run "$t/p.kiln" -o "$t/o1"
 outdir_files out_partial "$t/o1" "z.npy "
+mkdir -p "$t/clash"
+run_check out_name_clash 1 "outputs 'a/b' and 'a_b' would both be written to $t/clash/a_b.npy" -- \
+    "$kiln" run tests/onnx/output_clash.onnx -o "$t/clash"
+outdir_files out_name_clash "$t/clash" ""
 check out_report_dir_missing 3 "cannot write $t/nodir/r.json: No such file or directory" -- \
     "$kiln" run "$t/p.kiln" --report "$t/nodir/r.json"
 

@@ -12,6 +12,7 @@
  */
 #include "cli/cli.h"
 #include <time.h>
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -482,12 +483,24 @@ typedef struct {
     char path[4096], tmp[4200];
 } OutFile;
 
+/* An output's file name: its name with every character outside
+ * [A-Za-z0-9._-] as '_' (ONNX names such as 'save_infer_model/scale_0'
+ * hold slashes), and ".npy". */
+static void output_file(char *buf, size_t len, const char *dir, const char *name) {
+    char safe[512];
+    size_t k = 0;
+    for (; name[k] && k + 1 < sizeof safe; k++)
+        safe[k] = isalnum((unsigned char)name[k]) || strchr("._-", name[k]) ? name[k] : '_';
+    safe[k] = 0;
+    util_fmt(buf, len, "%s/%s.npy", dir, safe);
+}
+
 /* Write output i to its temporary name; 0 or an exit status. A message
  * from the writer names the target, not the temporary. */
 static int stage_output(const kiln_graph *g, const Options *o, const kiln_onnx_io *io,
                         const kiln_tensor *t, int i, OutFile *f) {
     char err[1024];
-    util_fmt(f->path, sizeof f->path, "%s/%s.npy", o->outdir, kiln_output_name(g, i));
+    output_file(f->path, sizeof f->path, o->outdir, kiln_output_name(g, i));
     util_fmt(f->tmp, sizeof f->tmp, "%s.tmp.%d.all", f->path, (int)getpid());
     kiln_tensor c = *t;
     kiln_status s = KILN_OK;
@@ -545,6 +558,16 @@ static int write_outputs(const kiln_graph *g, const Options *o, const kiln_onnx_
     }
     OutFile *f = kcalloc((size_t)(n ? n : 1), sizeof *f);
     if (!f) return EXIT_NOMEM;
+    for (int i = 0; i < n; i++) { /* two names may map to one file name */
+        output_file(f[i].path, sizeof f[i].path, o->outdir, kiln_output_name(g, i));
+        for (int j = 0; j < i; j++)
+            if (!strcmp(f[i].path, f[j].path)) {
+                fprintf(stderr, "kiln: outputs '%s' and '%s' would both be written to %s\n",
+                        kiln_output_name(g, j), kiln_output_name(g, i), f[i].path);
+                kfree(f);
+                return EXIT_INPUT;
+            }
+    }
     int rc = 0, staged = 0;
     while (!rc && staged < n) {
         rc = stage_output(g, o, io, &outs[staged], staged, &f[staged]);
