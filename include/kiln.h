@@ -399,7 +399,12 @@ typedef struct {
 } kiln_onnx_io;
 kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
                              const kiln_onnx_input *shapes, kiln_onnx_io *io);
-/* The same from memory; filename is used in messages only. */
+/* The same from memory; filename is used in messages, and its folder is
+ * where external data (TensorProto external_data, for weights past 2 GB)
+ * is read from: a location must be relative, without "..", and lead to a
+ * regular file inside that folder (links resolved); offset and length are
+ * checked against the file, which is memory-mapped while its values are
+ * read. */
 kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
                                     const char *filename, int nshapes,
                                     const kiln_onnx_input *shapes, kiln_onnx_io *io);

@@ -332,6 +332,17 @@ check onnx_size_from_values 1 "$ox/nonzero_runtime.onnx: node 1 ('nz', NonZero):
     "$kiln" run $ox/nonzero_runtime.onnx
 check onnx_quant_block 1 "$ox/quant_block.onnx: node 0 ('q', QuantizeLinear): unsupported: blocked quantization (block_size)" -- \
     "$kiln" run $ox/quant_block.onnx
+# external data that would read outside the model's folder, or past its file
+check onnx_external_absolute 1 "$ox/ext/ext_absolute.onnx: initializer: tensor 'W' (float): external data '/etc/hostname': an absolute location (a model's data must be in its folder)" -- \
+    "$kiln" run $ox/ext/ext_absolute.onnx
+check onnx_external_dotdot 1 "external data '../ext/data.bin': a location with '..' (outside the model's folder)" -- \
+    "$kiln" run $ox/ext/ext_dotdot.onnx
+check onnx_external_link 1 "external data 'outside.bin': a location that leads out of the model's folder (through a link)" -- \
+    "$kiln" run $ox/ext/ext_link.onnx
+check onnx_external_range 1 "external data 'data.bin': 48 bytes at offset 40, but the tensor needs 48 and the file has 76" -- \
+    "$kiln" run $ox/ext/ext_range.onnx
+check onnx_external_missing 1 "external data 'nothere.bin': cannot open: No such file or directory" -- \
+    "$kiln" run $ox/ext/ext_missing.onnx
 check onnx_gathernd_range 1 "$ox/gathernd.onnx: gather: index 6 out of range for dim 0 of size 6" -- \
     "$kiln" run $ox/gathernd.onnx -i x=$ox/x23.pb -i i=$ox/gathernd_bad.pb
 check onnx_opset 1 "$ox/opset22.onnx: unsupported opset 22 (kiln reads opsets 1 to 21)" -- \

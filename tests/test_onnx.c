@@ -643,6 +643,31 @@ TEST(onnx_truncated_models) {
     blocks_free(&pool);
 }
 
+/* External data from memory: read from the folder of the filename given
+ * (tests/onnx/ops/external_data_gemm holds weights.bin); under a name in
+ * another folder the file is not found, and nothing else is read. */
+TEST(onnx_external_data_from_buffer) {
+    const char *dir = "tests/onnx/ops/external_data_gemm";
+    char path[300];
+    snprintf(path, sizeof path, "%s/model.onnx", dir);
+    FILE *f = fopen(path, "rb");
+    CHECK(f);
+    static unsigned char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    kiln_onnx_input sh = {"x", 2, {3, 5}, NULL};
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_onnx_import_buffer(g, buf, len, path, 1, &sh, NULL) == KILN_OK, "%s",
+           kiln_error(g));
+    kiln_graph_free(g);
+    g = kiln_graph_new();
+    snprintf(path, sizeof path, "%s/model.onnx", test_tmpdir());
+    EXPECT(kiln_onnx_import_buffer(g, buf, len, path, 1, &sh, NULL) == KILN_ERR_INPUT &&
+               has_text(g, "external data 'weights.bin': cannot open"),
+           "elsewhere: %s", kiln_error(g));
+    kiln_graph_free(g);
+}
+
 /* .pb tensors: written and read back; a truncated file is an error. */
 TEST(onnx_pb_roundtrip) {
     char path[600], err[512];

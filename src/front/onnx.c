@@ -18,8 +18,14 @@
  */
 #include "front/front.h"
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- protobuf-c through kiln's allocator ---------------------------------- */
 
@@ -192,12 +198,104 @@ static void set_elem(kiln_tensor *t, int64_t k, double v) {
     }
 }
 
-/* The n values of t as doubles; NULL (message in err) when t cannot be read. */
-static const char *tensor_values(const Onnx__TensorProto *t, int64_t n, double *out) {
+/* Whether location names a file inside dir: relative, no ".." component,
+ * and its real path (links resolved) under dir's. Sets full. */
+static const char *inside(const char *dir, const char *location, char *full, size_t len) {
+    if (!location[0]) return "an empty location";
+    if (location[0] == '/') return "an absolute location (a model's data must be in its folder)";
+    for (const char *p = location; *p;) {
+        const char *e = strchr(p, '/');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        if (l == 2 && p[0] == '.' && p[1] == '.')
+            return "a location with '..' (outside the model's folder)";
+        p += l + (e ? 1 : 0);
+    }
+    char rdir[PATH_MAX], rfile[PATH_MAX];
+    util_fmt(full, len, "%s/%s", dir, location);
+    if (!realpath(dir, rdir) || !realpath(full, rfile)) return NULL; /* open() says why */
+    size_t k = strlen(rdir);
+    if (strncmp(rfile, rdir, k) || (rfile[k] != '/' && strcmp(rdir, "/")))
+        return "a location that leads out of the model's folder (through a link)";
+    return NULL;
+}
+
+/* The n values of an external tensor (data_location EXTERNAL): the
+ * entries location, offset and length; the file is memory-mapped and
+ * read in place. base is the model's path (its folder holds the data);
+ * NULL for a lone .pb file, which cannot have any. */
+static const char *external_values(const char *base, const Onnx__TensorProto *t, int64_t n, int es,
+                                   double *out) {
+    static _Thread_local char why[700];
+    const char *loc = NULL;
+    int64_t off = 0, len = -1;
+    for (size_t i = 0; i < t->n_external_data; i++) {
+        const char *k = t->external_data[i]->key ? t->external_data[i]->key : "";
+        const char *v = t->external_data[i]->value ? t->external_data[i]->value : "";
+        char *end = NULL;
+        if (!strcmp(k, "location")) {
+            loc = v;
+        } else if (!strcmp(k, "offset") || !strcmp(k, "length")) {
+            errno = 0;
+            long long x = strtoll(v, &end, 10);
+            if (!*v || *end || errno || x < 0)
+                return util_fmt(why, sizeof why, "external data %s '%.100s' is not a byte count", k,
+                                v),
+                       why;
+            *(k[0] == 'o' ? &off : &len) = x;
+        }
+    }
+    if (!base) return "external data in a tensor file (only a model's tensors can have it)";
+    if (!loc) return "external data without a location";
+    char dir[PATH_MAX], full[PATH_MAX + 512];
+    util_fmt(dir, sizeof dir, "%s", base);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = 0;
+    else
+        util_fmt(dir, sizeof dir, ".");
+    if (slash == dir) util_fmt(dir, sizeof dir, "/");
+    const char *bad = inside(dir, loc, full, sizeof full);
+    if (bad) return util_fmt(why, sizeof why, "external data '%.200s': %s", loc, bad), why;
+    int fd = open(full, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int e = fd < 0 ? errno : EINVAL;
+        if (fd >= 0) close(fd);
+        return util_fmt(why, sizeof why, "external data '%.200s': cannot open: %s", loc,
+                        e == EINVAL ? "not a regular file" : strerror(e)),
+               why;
+    }
+    int64_t need = n * es, size = (int64_t)st.st_size;
+    if (len < 0) len = need;
+    if (len != need || off > size || len > size - off) {
+        close(fd);
+        return util_fmt(why, sizeof why,
+                        "external data '%.200s': %lld bytes at offset %lld, but the tensor needs "
+                        "%lld and the file has %lld",
+                        loc, (long long)len, (long long)off, (long long)need, (long long)size),
+               why;
+    }
+    if (!need) return close(fd), NULL;
+    void *m = mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED)
+        return util_fmt(why, sizeof why, "external data '%.200s': cannot map: %s", loc,
+                        strerror(errno)),
+               why;
+    const uint8_t *p = (const uint8_t *)m + off;
+    for (int64_t k = 0; k < n; k++) out[k] = raw_elem(t->data_type, p + k * es);
+    munmap(m, (size_t)size);
+    return NULL;
+}
+
+/* The n values of t as doubles; NULL (message in err) when t cannot be read.
+ * base: the model's path, for external data (NULL for a .pb file). */
+static const char *tensor_values(const char *base, const Onnx__TensorProto *t, int64_t n,
+                                 double *out) {
     int type = t->data_type, es = type_size(type);
-    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
-        return "unsupported: external tensor data";
     if (!es) return "unsupported element type";
+    if (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL)
+        return external_values(base, t, n, es, out);
     if (t->has_raw_data && t->raw_data.len) {
         if (t->raw_data.len != (size_t)n * (size_t)es)
             return "raw data size does not match the dims";
@@ -242,7 +340,7 @@ bool ox_tensor_const(OxImp *im, const Onnx__TensorProto *t, OxVal *out) {
     out->type = t->has_data_type ? t->data_type : 0;
     out->c = why ? NULL : arena_alloc(&im->arena, sizeof(double) * (size_t)(n ? n : 1));
     if (!why && !out->c) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
-    if (!why) why = tensor_values(t, n, out->c);
+    if (!why) why = tensor_values(im->path, t, n, out->c);
     if (why)
         graph_fail(im->g, KILN_ERR_INPUT, "tensor '%s' (%s): %s", t->name ? t->name : "",
                    ox_type_name(out->type), why);
@@ -718,7 +816,7 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     if (!why && kt < 0) why = "unsupported element type";
     double *vals = why ? NULL : kmalloc(sizeof(double) * (size_t)(n ? n : 1));
     if (!why && !vals) why = "out of memory";
-    if (!why) why = tensor_values(t, n, vals);
+    if (!why) why = tensor_values(NULL, t, n, vals);
     if (!why) {
         out->dtype = (kiln_dtype)kt;
         if (kiln_tensor_alloc(out) != KILN_OK) why = "out of memory";

@@ -17,6 +17,7 @@ enc string onnx.TensorProto pb
 enc x23 onnx.TensorProto pb
 enc nll_target_bad onnx.TensorProto pb
 enc gathernd_bad onnx.TensorProto pb
+for m in ext_absolute ext_dotdot ext_link ext_range ext_missing; do enc ext/$m onnx.ModelProto onnx; done
 for f in mlp/test_data_set_0/*.textproto; do enc "${f%.textproto}" onnx.TensorProto pb; done
 # tests/onnx/ops: what opsets 18 to 21 changed, expected outputs from NumPy
 /usr/bin/python3 ops/gen.py

@@ -76,8 +76,21 @@ def attr_text(k, v):
     return 'attribute { name: "%s" i: %d type: INT }' % (k, v)
 
 
-def case(name, opset, nodes, inputs, consts, outputs, comment):
-    """nodes: (op, [inputs], [outputs], {attrs}); inputs/outputs: {name: array}."""
+def external_text(name, a, f):
+    """An f32 initializer whose data is appended to the open file f
+    (external data, ONNX's data_location EXTERNAL)."""
+    a = np.asarray(a, np.float32)
+    off = f.tell()
+    f.write(a.tobytes())
+    dims = " ".join("dims: %d" % d for d in a.shape)
+    return ('%s data_type: 1 name: "%s" data_location: EXTERNAL external_data { key: "location" '
+            'value: "weights.bin" } external_data { key: "offset" value: "%d" } external_data '
+            '{ key: "length" value: "%d" }' % (dims, name, off, a.nbytes))
+
+
+def case(name, opset, nodes, inputs, consts, outputs, comment, external=False):
+    """nodes: (op, [inputs], [outputs], {attrs}); inputs/outputs: {name: array};
+    external: the constants (f32) go to weights.bin beside the model."""
     d = os.path.join(here, name)
     shutil.rmtree(d, ignore_errors=True)
     os.makedirs(os.path.join(d, "test_data_set_0"))
@@ -85,8 +98,14 @@ def case(name, opset, nodes, inputs, consts, outputs, comment):
              'opset_import { domain: "" version: %d }' % opset, "graph {", '  name: "%s"' % name]
     for k, v in inputs.items():
         lines.append("  input { %s }" % vinfo(k, v))
+    if external:
+        with open(os.path.join(d, "weights.bin"), "wb") as f:
+            f.write(b"\0" * 64)  # data need not start at 0
+            for k, v in consts.items():
+                lines.append("  initializer { %s }" % external_text(k, v, f))
     for k, v in consts.items():
-        lines.append("  initializer { %s }" % tensor_text(k, v))
+        if not external:
+            lines.append("  initializer { %s }" % tensor_text(k, v))
     for i, (op, ins, outs, attrs) in enumerate(nodes):
         a = " ".join(attr_text(k, v) for k, v in attrs.items())
         lines.append('  node { op_type: "%s" %s %s name: "n%d" %s }' % (
@@ -950,3 +969,11 @@ case("half_weights_matmul_half_io", 13,
      [("MatMul", ["x", "w"], ["y"], {})], {"x": hin}, {"w": hw},
      {"y": (hin.astype(np.float64) @ hw.astype(np.float64)).astype(np.float16)},
      "MatMul of a float16 input and float16 weights, a float16 output (computed in f32)")
+
+
+# weights in an external data file (ONNX's external_data, for models past 2 GB)
+xe = randn(3, 5)
+we, be = randn(5, 4), randn(4)
+case("external_data_gemm", 13, [("MatMul", ["x", "w"], ["xw"], {}), ("Add", ["xw", "b"], ["y"], {})],
+     {"x": xe}, {"w": we, "b": be}, {"y": xe.astype(np.float64) @ we + be},
+     "MatMul and Add with their weights in weights.bin (external data)", external=True)
