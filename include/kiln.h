@@ -51,7 +51,7 @@
 extern "C" {
 #endif
 
-#define KILN_MAX_RANK 6
+#define KILN_MAX_RANK 8
 #define KILN_NONE (-1)
 
 typedef struct kiln_graph kiln_graph;

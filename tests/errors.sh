@@ -111,8 +111,8 @@ prog prog_unsupported_dtype 'input x: i32[4]\noutput x\n' \
     "1:10: error: dtype 'i32' is not supported: programs compute in f32 and bool"
 prog prog_bad_shape 'input x: f32[a]\noutput x\n' \
     "1:14: error: expected a positive dim"
-prog prog_rank_too_high 'input x: f32[1, 1, 1, 1, 1, 1, 1]\noutput x\n' \
-    "1:32: error: too many dims: rank is at most 6"
+prog prog_rank_too_high 'input x: f32[1, 1, 1, 1, 1, 1, 1, 1, 1]\noutput x\n' \
+    "1:38: error: too many dims: rank is at most 8"
 prog prog_shape_overflow 'input x: f32[4294967296, 4294967296]\noutput x\n' \
     "1:13: error: shape [4294967296, 4294967296] has too many elements"
 prog prog_integer_too_large 'input x: f32[99999999999999999999]\noutput x\n' \

@@ -86,7 +86,8 @@ TEST(gather_builder_shapes) {
 /* One failing builder call per graph: the message must say what is wrong. */
 static void expect_gather_error(int drank, int irank, kiln_dtype idt, int axis, const char *msg) {
     kiln_graph *g = kiln_graph_new();
-    int64_t s[KILN_MAX_RANK] = {2, 2, 2, 2, 2, 2};
+    int64_t s[KILN_MAX_RANK];
+    for (int k = 0; k < KILN_MAX_RANK; k++) s[k] = 2;
     kiln_value x = kiln_input(g, "x", KILN_F32, drank, s);
     kiln_value i = kiln_input(g, "i", idt, irank, s);
     EXPECT(kiln_gather(g, x, i, axis) == KILN_NONE, "gather accepted (%s)", msg);

@@ -27,7 +27,7 @@
 
 /* The highest rank of a view (kiln.h's KILN_MAX_RANK; base.h asserts they
  * are equal). */
-#define KILN_RT_MAX_RANK 6
+#define KILN_RT_MAX_RANK 8
 
 /* A strided view: element (i0..ik) at data[offset + sum i_d*stride_d]. A
  * broadcast dim has stride 0. */

@@ -322,7 +322,7 @@ static const char *tensor_values(const char *base, const Onnx__TensorProto *t, i
 /* Dims of t into rank/shape (zero-sized dims allowed for constants). */
 static const char *tensor_dims(const Onnx__TensorProto *t, int *rank, int64_t *shape,
                                int64_t *numel) {
-    if (t->n_dims > KILN_MAX_RANK) return "unsupported: rank above 6";
+    if (t->n_dims > KILN_MAX_RANK) return "unsupported: rank above 8";
     *rank = (int)t->n_dims;
     *numel = 1;
     for (size_t i = 0; i < t->n_dims; i++) {
@@ -474,7 +474,7 @@ static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_on
     }
     if (!sp) return fail(im, "input '%s' has no declared shape%s", vi->name, hint);
     if (sp->n_dim > KILN_MAX_RANK)
-        return fail(im, "input '%s': unsupported: rank above 6%s", vi->name, "");
+        return fail(im, "input '%s': unsupported: rank above 8%s", vi->name, "");
     v->rank = (int)sp->n_dim;
     for (int i = 0; i < v->rank; i++) {
         const Onnx__TensorShapeProto__Dimension *d = sp->dim[i];

@@ -90,7 +90,7 @@ static bool op_unsqueeze(OxNode *n) {
     int na = ox_get_axes(n, 13, 1, axes, KILN_MAX_RANK);
     if (na < 0) return na == -1 ? ox_nfail(n, "axes are required") : false;
     int r = x->rank + na;
-    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank %d above 6", r);
+    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank %d above 8", r);
     bool add[KILN_MAX_RANK] = {false};
     for (int i = 0; i < na; i++) {
         if (!ox_norm_axis(n, &axes[i], r)) return false;
@@ -401,7 +401,7 @@ static bool gather_const(OxNode *n, int64_t axis) {
     OxVal *x = ox_in(n, 0), *idx = ox_in(n, 1);
     int r = x->rank - 1 + idx->rank;
     int64_t s[KILN_MAX_RANK], outer = 1, inner = 1, m = ox_numel(idx), d = x->shape[axis];
-    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 6");
+    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8");
     for (int i = 0; i < axis; i++) s[i] = x->shape[i], outer *= x->shape[i];
     for (int i = 0; i < idx->rank; i++) s[axis + i] = idx->shape[i];
     for (int i = (int)axis + 1; i < x->rank; i++)
@@ -518,7 +518,7 @@ static bool op_gather_nd(OxNode *n) {
     for (int i = xv->rank - 1, s = 1; i >= 0; s *= (int)xv->shape[i], i--) stride[i] = s;
     for (int i = (int)(b + k); i < xv->rank; i++) slice *= xv->shape[i];
     int r1 = iv->rank - 1, orank = r1 + xv->rank - (int)(b + k);
-    if (orank + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 6");
+    if (orank + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8");
     /* base: the batch part of each tuple's offset; shape indices.shape[:-1] + [1] */
     int64_t bshape[KILN_MAX_RANK], m = 1, pos[KILN_MAX_RANK] = {0};
     for (int i = 0; i < r1; i++) bshape[i] = iv->shape[i], m *= iv->shape[i];
@@ -567,7 +567,7 @@ static bool op_one_hot(OxNode *n) {
     int64_t depth = (int64_t)dk[0], axis = ox_attr_i(n, "axis", -1);
     int r = iv->rank + 1;
     if (depth < 1 || depth > (1 << 24)) return ox_nfail(n, "depth %g is out of range", dk[0]);
-    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 6");
+    if (r > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8");
     if (!ox_norm_axis(n, &axis, r)) return false;
     int64_t ishape[KILN_MAX_RANK], jshape[KILN_MAX_RANK];
     for (int i = 0, k = 0; i < r; i++) {

@@ -49,8 +49,8 @@ int op_lookup(const char *name);
 
 /* ===== graph.c ========================================================== */
 
-#define MAX_IN 5 /* most operands of any op (batch_norm) */
-#define MAX_ATTR 16
+#define MAX_IN 5                         /* most operands of any op (batch_norm) */
+#define MAX_ATTR (2 * KILN_MAX_RANK + 1) /* PAD: mode, before[rank], after[rank] */
 
 /* Node flags. */
 enum {

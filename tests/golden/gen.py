@@ -425,6 +425,13 @@ case("true_divide_by_row_sum", """
     y = true_divide(a, s)
     output y
 """, lambda v: {"y": v.a / v.a.sum(1, keepdims=True)}, {"a": positive})
+case("rank8_permute_sum", """
+    input a: f32[2, 1, 3, 1, 2, 2, 1, 3]
+    p = permute(a, [7, 0, 6, 1, 5, 2, 4, 3])
+    y = sum(relu(p) + 1, [1, 3]) * 2
+    output y
+""", lambda v: {"y": (np.maximum(np.transpose(v.a, [7, 0, 6, 1, 5, 2, 4, 3]), 0) + 1).sum(
+    axis=(1, 3)) * 2})
 case("fmod", """
     input a: f32[4, 6]
     input b: f32[6]
