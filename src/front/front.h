@@ -96,8 +96,10 @@ typedef struct {
     Arena arena;      /* values and constants; freed after import */
     OxVal **tab;      /* open-addressing hash table by name */
     int cap, count;
-    int nconst;      /* numbering of unnamed constants */
-    char given[256]; /* the inputs whose symbolic dims took a given shape,
+    int nconst;        /* numbering of unnamed constants */
+    int pass, npasses; /* an unrolled Loop or Scan body's pass (0: none): its
+                        * constants' weights are named "name#pass" */
+    char given[256];   /* the inputs whose symbolic dims took a given shape,
                       * "x [1,3,225,224]": named in a node's error */
 } OxImp;
 

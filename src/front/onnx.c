@@ -637,9 +637,280 @@ static bool op_if(OxNode *n) {
     return true;
 }
 
+/* ---- Loop and Scan: the body unrolled ------------------------------------------ */
+
+/* kiln's shapes are static and its programs have no loops of their own,
+ * so a Loop whose trip count and condition are known at import, and a
+ * Scan (its length is a shape), run their body once per iteration, each
+ * iteration's nodes converted again with the body's inputs bound to the
+ * state so far: the state lives in buffers the planner places like any
+ * other, and each iteration's pointwise work fuses as the body allows.
+ * Bounded by CF_MAX_ITERS, as the recurrences are. */
+enum { CF_MAX_ITERS = 1024 };
+
+/* Bind body input k to v (a copy under the body's name). */
+static bool bind_input(OxImp *im, const Onnx__GraphProto *b, int k, const OxVal *v) {
+    const char *name = b->input[k]->name ? b->input[k]->name : "";
+    OxVal *slot = ox_val(im, name);
+    if (!slot) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+    *slot = *v;
+    slot->name = name;
+    return true;
+}
+
+/* One pass of the body: its nodes converted again (the first pass checks
+ * that its names do not repeat outer ones; later passes overwrite the
+ * last pass's values). */
+static bool body_pass(OxImp *im, const Onnx__GraphProto *b, bool first) {
+    if (first) {
+        for (size_t i = 0; i < b->n_node; i++)
+            for (size_t k = 0; k < b->node[i]->n_output; k++) {
+                const char *o = b->node[i]->output[k];
+                if (*o && ox_find(im, o))
+                    return fail(im, "unsupported: the body value '%s' repeats an outer name%s", o,
+                                "");
+            }
+        if (!add_initializers(im, b)) return false;
+    }
+    int outer = im->pass;
+    im->pass = ++im->npasses;
+    for (size_t i = 0; i < b->n_node; i++)
+        if ((first && !unsupported_nodes(im, b, i)) || !convert_node(im, b->node[i], (int)i))
+            return im->pass = outer, false;
+    im->pass = outer;
+    return true;
+}
+
+/* Body output k, copied out (the next pass overwrites it). */
+static bool body_output(OxNode *n, const Onnx__GraphProto *b, int k, OxVal *out) {
+    OxVal *v = ox_find(n->im, b->output[k]->name ? b->output[k]->name : "");
+    if (!v) return ox_nfail(n, "the body does not compute its output %d", k);
+    *out = *v;
+    return true;
+}
+
+/* The per-iteration values of one scan output stacked along axis (0 for
+ * Loop): each gets a dim of 1 there, then one concat. */
+static bool stack_output(OxNode *n, int k, OxVal *parts, int count, int axis, bool reverse) {
+    Graph *g = n->im->g;
+    if (count < 1)
+        return ox_nfail(n, "unsupported: no iteration runs, and the scan output is empty (kiln "
+                           "tensors are non-empty)");
+    kiln_value *vs = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)count);
+    if (!vs) return ox_nomem(n);
+    int r = parts[0].rank;
+    if (axis < 0) axis += r + 1;
+    if (axis < 0 || axis > r) return ox_nfail(n, "scan output axis %d is out of range", axis);
+    for (int i = 0; i < count; i++) {
+        const OxVal *p = &parts[reverse ? count - 1 - i : i];
+        if (p->rank != r || memcmp(p->shape, parts[0].shape, sizeof(int64_t) * (size_t)r))
+            return ox_nfail(n, "unsupported: scan output %d changes shape between iterations", k);
+        int64_t s[KILN_MAX_RANK];
+        for (int d = 0, j = 0; d <= r; d++) s[d] = d == axis ? 1 : p->shape[j++];
+        if (r + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8");
+        OxVal tmp = *p;
+        vs[i] = kiln_reshape(g, ox_graph(n, &tmp), r + 1, s);
+    }
+    kiln_value y = count == 1 ? vs[0] : kiln_concat(g, count, vs, axis);
+    return ox_set_graph(n, k, y, parts[0].type);
+}
+
+/* Loop: M (trip count) and cond, both optional, then the carried values;
+ * the body takes (iteration, cond, carried...) and gives (cond, carried...,
+ * scan outputs...). The condition must be known at import after every
+ * iteration (a constant, or folded from constants and known inputs). */
+static bool op_loop(OxNode *n) {
+    OxImp *im = n->im;
+    const Onnx__GraphProto *b = branch_attr(n, "body");
+    if (!b) return ox_nfail(n, "the body is missing");
+    OxVal *mv = ox_in(n, 0), *cv = n->nin > 1 ? ox_in(n, 1) : NULL;
+    int ncar = n->nin - 2, nscan = (int)n->n->n_output - ncar;
+    if (ncar < 0 || nscan < 0 || (int)b->n_input != ncar + 2 ||
+        (int)b->n_output != ncar + 1 + nscan)
+        return ox_nfail(n, "the body's inputs and outputs do not match the node's");
+    int64_t trips = CF_MAX_ITERS + 1;
+    if (mv) {
+        if (!ox_known(mv) || ox_numel(mv) != 1)
+            return ox_nfail(n,
+                            "unsupported: the trip count '%s' is computed at run time (kiln "
+                            "unrolls a loop: give its value, kiln run -i %s=FILE)",
+                            mv->name, mv->name);
+        trips = ox_to_i64(ox_known(mv)[0]);
+    }
+    bool go = true;
+    if (cv) {
+        if (!ox_known(cv) || ox_numel(cv) != 1)
+            return ox_nfail(n,
+                            "unsupported: the loop condition '%s' is computed at run time "
+                            "(kiln unrolls a loop whose condition is known at import: give its "
+                            "value, kiln run -i %s=FILE)",
+                            cv->name, cv->name);
+        go = ox_known(cv)[0] != 0;
+    }
+    if (!mv && !cv)
+        return ox_nfail(n, "unsupported: a loop with neither a trip count nor a condition");
+    OxVal *car = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(ncar + 1));
+    OxVal *scan = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(nscan * CF_MAX_ITERS + 1));
+    if (!car || !scan) return ox_nomem(n);
+    for (int k = 0; k < ncar; k++) car[k] = *ox_in(n, 2 + k);
+    int it = 0;
+    for (; go && it < trips; it++) {
+        if (it == CF_MAX_ITERS)
+            return ox_nfail(n, "unsupported: more than %d iterations (kiln unrolls loops)",
+                            CF_MAX_ITERS);
+        OxVal iv = {.type = OT_INT64, .rank = 0, .v = KILN_NONE};
+        iv.c = arena_alloc(&im->arena, sizeof(double));
+        OxVal cin = {.type = OT_BOOL, .rank = 0, .v = KILN_NONE};
+        cin.c = arena_alloc(&im->arena, sizeof(double));
+        if (!iv.c || !cin.c) return ox_nomem(n);
+        iv.c[0] = (double)it, cin.c[0] = 1;
+        if (!bind_input(im, b, 0, &iv) || !bind_input(im, b, 1, &cin)) return false;
+        for (int k = 0; k < ncar; k++)
+            if (!bind_input(im, b, 2 + k, &car[k])) return false;
+        if (!body_pass(im, b, it == 0)) return false;
+        OxVal cout;
+        if (!body_output(n, b, 0, &cout)) return false;
+        for (int k = 0; k < ncar; k++)
+            if (!body_output(n, b, 1 + k, &car[k])) return false;
+        for (int k = 0; k < nscan; k++)
+            if (!body_output(n, b, 1 + ncar + k, &scan[k * CF_MAX_ITERS + it])) return false;
+        /* the body's condition must fold; an Identity of cond_in does (it
+         * was bound as the constant true) */
+        if (!ox_known(&cout) || ox_numel(&cout) != 1)
+            return ox_nfail(n, "unsupported: the body's condition is computed at run time "
+                               "(kiln unrolls a loop whose condition folds at import)");
+        go = ox_known(&cout)[0] != 0;
+    }
+    for (int k = 0; k < ncar; k++) {
+        OxVal *dst = ox_out_slot(n, k);
+        if (dst) {
+            const char *name = dst->name;
+            *dst = car[k];
+            dst->name = name;
+        }
+    }
+    for (int k = 0; k < nscan; k++)
+        if (ox_out_slot(n, ncar + k) &&
+            !stack_output(n, ncar + k, scan + k * CF_MAX_ITERS, it, 0, false))
+            return false;
+    return true;
+}
+
+/* Scan (8 to 21): N state values and M scan inputs; the body runs once per
+ * position along each scan input's axis (its scan_input_axes, reversed by
+ * scan_input_directions), taking the states and the inputs' slices there
+ * and giving the new states and K slices, stacked along
+ * scan_output_axes (reversed by scan_output_directions). Opset 8's
+ * form, with a batch dim first and sequence_lens, runs batches of one. */
+static bool op_scan(OxNode *n) {
+    OxImp *im = n->im;
+    Graph *g = im->g;
+    const Onnx__GraphProto *b = branch_attr(n, "body");
+    if (!b) return ox_nfail(n, "the body is missing");
+    bool v8 = im->opset < 9;
+    int first = v8 ? 1 : 0, nin = n->nin - first;
+    int M = (int)ox_attr_i(n, "num_scan_inputs", -1), N = nin - M;
+    int K = (int)n->n->n_output - N;
+    if (M < 1 || N < 0 || K < 0 || (int)b->n_input != N + M || (int)b->n_output != N + K)
+        return ox_nfail(n, "num_scan_inputs, the inputs and the body do not match");
+    if (v8) {
+        if (ox_in(n, 0)) return ox_nfail(n, "unsupported: Scan-8 with sequence_lens");
+        for (int k = 0; k < nin; k++)
+            if (ox_in(n, first + k)->rank < 1 || ox_in(n, first + k)->shape[0] != 1)
+                return ox_nfail(n, "unsupported: Scan-8 with a batch other than 1");
+    }
+    int64_t in_axes[64] = {0}, in_dirs[64] = {0}, out_axes[64] = {0}, out_dirs[64] = {0};
+    if (M > 64 || K > 64) return ox_nfail(n, "unsupported: more than 64 scan inputs or outputs");
+    if (ox_attr_ints(n, "scan_input_axes", in_axes, 64) == -2 ||
+        ox_attr_ints(n, v8 ? "directions" : "scan_input_directions", in_dirs, 64) == -2 ||
+        ox_attr_ints(n, "scan_output_axes", out_axes, 64) == -2 ||
+        ox_attr_ints(n, "scan_output_directions", out_dirs, 64) == -2)
+        return false;
+    /* the scan inputs' slices: (the batch dim of one dropped for Scan-8) */
+    int64_t T = -1;
+    OxVal *xs = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)M);
+    OxVal *st = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(N + 1));
+    OxVal *outs = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(K * CF_MAX_ITERS + 1));
+    if (!xs || !st || !outs) return ox_nomem(n);
+    for (int k = 0; k < N + M; k++) {
+        OxVal v = *ox_in(n, first + k);
+        if (v8) { /* drop the batch dim */
+            int64_t s[KILN_MAX_RANK];
+            for (int d = 1; d < v.rank; d++) s[d - 1] = v.shape[d];
+            v.v = kiln_reshape(g, ox_graph(n, &v), v.rank - 1, s);
+            v.c = NULL;
+            v.rank--;
+            memcpy(v.shape, s, sizeof(int64_t) * (size_t)v.rank);
+        }
+        if (k < N) {
+            st[k] = v;
+            continue;
+        }
+        int64_t ax = v8 ? 0 : in_axes[k - N];
+        if (!ox_norm_axis(n, &ax, v.rank)) return false;
+        in_axes[k - N] = ax;
+        if (T >= 0 && v.shape[ax] != T)
+            return ox_nfail(n, "the scan inputs have lengths %lld and %lld", (long long)T,
+                            (long long)v.shape[ax]);
+        T = v.shape[ax];
+        xs[k - N] = v;
+    }
+    if (T > CF_MAX_ITERS)
+        return ox_nfail(n, "unsupported: %lld steps (kiln unrolls Scan, up to %d)", (long long)T,
+                        CF_MAX_ITERS);
+    for (int64_t t = 0; t < T; t++) {
+        for (int k = 0; k < N; k++)
+            if (!bind_input(im, b, k, &st[k])) return false;
+        for (int m = 0; m < M; m++) {
+            OxVal *x = &xs[m];
+            int ax = (int)in_axes[m];
+            int64_t at = in_dirs[m] ? T - 1 - t : t, s[KILN_MAX_RANK];
+            int r = 0;
+            for (int d = 0; d < x->rank; d++)
+                if (d != ax) s[r++] = x->shape[d];
+            OxVal sl = {.name = x->name, .type = x->type, .rank = r, .v = KILN_NONE};
+            memcpy(sl.shape, s, sizeof(int64_t) * (size_t)r);
+            sl.v = kiln_reshape(g, kiln_slice(g, ox_graph(n, x), ax, at, at + 1, 1), r, s);
+            if (sl.v < 0 || !bind_input(im, b, N + m, &sl)) return false;
+        }
+        if (!body_pass(im, b, t == 0)) return false;
+        for (int k = 0; k < N; k++)
+            if (!body_output(n, b, k, &st[k])) return false;
+        for (int k = 0; k < K; k++)
+            if (!body_output(n, b, N + k, &outs[k * CF_MAX_ITERS + t])) return false;
+    }
+    for (int k = 0; k < N; k++) {
+        kiln_value v = ox_graph(n, &st[k]);
+        if (v8) {
+            int64_t s[KILN_MAX_RANK];
+            s[0] = 1;
+            memcpy(s + 1, st[k].shape, sizeof(int64_t) * (size_t)st[k].rank);
+            v = kiln_reshape(g, v, st[k].rank + 1, s);
+        }
+        if (ox_out_slot(n, k) && !ox_set_graph(n, k, v, st[k].type)) return false;
+    }
+    for (int k = 0; k < K; k++) {
+        if (!ox_out_slot(n, N + k)) continue;
+        if (!stack_output(n, N + k, outs + k * CF_MAX_ITERS, (int)T, v8 ? 0 : (int)out_axes[k],
+                          out_dirs[k] != 0))
+            return false;
+        if (v8) { /* the batch dim of one back in front */
+            OxVal *o = ox_out_slot(n, N + k);
+            int64_t s[KILN_MAX_RANK];
+            s[0] = 1;
+            memcpy(s + 1, o->shape, sizeof(int64_t) * (size_t)o->rank);
+            if (!ox_set_graph(n, N + k, kiln_reshape(g, o->v, o->rank + 1, s), o->type))
+                return false;
+        }
+    }
+    return true;
+}
+
 /* Control flow's handlers (onnx_ops.c looks ops up here too). */
 const OxHandler ox_control_ops[] = {
     {"If", op_if},
+    {"Loop", op_loop},
+    {"Scan", op_scan},
 };
 const size_t ox_control_nops = sizeof ox_control_ops / sizeof ox_control_ops[0];
 

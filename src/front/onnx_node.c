@@ -169,8 +169,12 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
     float *f = kmalloc(sizeof(float) * (size_t)numel);
     if (!f) return ox_nomem(n), KILN_NONE;
     for (int64_t k = 0; k < numel; k++) f[k] = (float)v->c[k];
-    char buf[64];
+    char buf[64], pbuf[300];
     const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
+    if (n->im->pass) { /* one body's names in every pass */
+        util_fmt(pbuf, sizeof pbuf, "%s#%d", name, n->im->pass);
+        name = pbuf;
+    }
     kiln_value w = kiln_weight(g, name, v->rank, v->shape, f);
     kfree(f);
     if (v->type == OT_BOOL) w = kiln_binary(g, "ne", w, kiln_scalar(g, 0));

@@ -76,6 +76,9 @@ bool ox_convert(OxNode *n) {
                         n->index);
     if (!elementwise && !h)
         return ox_nfail(n, "unsupported op %s (opset %d) at node %d", op, n->im->opset, n->index);
-    if (strcmp(op, "Constant") && !ox_in(n, 0)) return ox_nfail(n, "input 0 is required");
+    /* Constant has no inputs; Loop's trip count and Scan-8's sequence_lens
+     * may be absent */
+    bool optional0 = !strcmp(op, "Constant") || !strcmp(op, "Loop") || !strcmp(op, "Scan");
+    if (!optional0 && !ox_in(n, 0)) return ox_nfail(n, "input 0 is required");
     return elementwise ? elementwise(n) : h->fn(n);
 }

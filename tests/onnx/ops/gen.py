@@ -553,8 +553,10 @@ case("pads_from_shape_chain", 13,
 
 # ---- If: a branch is a GraphProto attribute
 class Branch:
-    def __init__(self, nodes, outputs):
-        self.nodes, self.outputs = nodes, outputs
+    """A subgraph attribute: If's branches (no inputs), Loop's and Scan's
+    bodies (inputs by name, their types left out as ONNX allows)."""
+    def __init__(self, nodes, outputs, inputs=()):
+        self.nodes, self.outputs, self.inputs = nodes, outputs, list(inputs)
 
 
 def branch_text(name, b):
@@ -564,7 +566,9 @@ def branch_text(name, b):
         for i, (op, ins, outs, attrs) in enumerate(b.nodes))
     outs = " ".join('output { name: "%s" type { tensor_type { elem_type: 1 } } }' % o
                     for o in b.outputs)
-    return 'attribute { name: "%s" type: GRAPH g { name: "%s" %s %s } }' % (name, name, nodes, outs)
+    ins = " ".join('input { name: "%s" }' % i for i in b.inputs)
+    return 'attribute { name: "%s" type: GRAPH g { name: "%s" %s %s %s } }' % (
+        name, name, nodes, ins, outs)
 
 
 _attr_text = attr_text
@@ -977,3 +981,42 @@ we, be = randn(5, 4), randn(4)
 case("external_data_gemm", 13, [("MatMul", ["x", "w"], ["xw"], {}), ("Add", ["xw", "b"], ["y"], {})],
      {"x": xe}, {"w": we, "b": be}, {"y": xe.astype(np.float64) @ we + be},
      "MatMul and Add with their weights in weights.bin (external data)", external=True)
+
+
+# Loop and Scan, unrolled at import: carried state, scan outputs, an early
+# exit on a condition computed from the iteration number, outer values
+xl = randn(2, 3)
+body = Branch([("Add", ["acc_in", "xo"], ["acc_out"], {}),
+               ("Cast", ["i"], ["fi"], {"to": 1}),
+               ("Mul", ["acc_out", "fi"], ["scan_o"], {}),
+               ("Less", ["i", "three"], ["c_out"], {})],
+              ["c_out", "acc_out", "scan_o"], ["i", "c_in", "acc_in"])
+acc, scans = np.zeros((2, 3)), []
+for it in range(10):          # trip count 10; the condition stops it after i = 3
+    acc = acc + xl
+    scans.append(acc * it)
+    if not it < 3:
+        break
+case("loop_carried_early_exit", 13,
+     [("Loop", ["m", "c0", "z"], ["acc", "stack"], {"body": body})],
+     {"xo": xl}, {"m": np.array(10, np.int64), "c0": np.array(True), "z": np.zeros((2, 3), np.float32),
+                  "three": np.array(3, np.int64)},
+     {"acc": acc, "stack": np.stack(scans)},
+     "Loop: trip count 10, a state, a scan output, exit when i < 3 fails, an outer value")
+
+xs1, xs2 = randn(2, 4, 3), randn(4, 3)
+sbody = Branch([("Add", ["s_in", "a"], ["t"], {}), ("Mul", ["t", "b"], ["s_out"], {}),
+                ("Relu", ["s_out"], ["o"], {})], ["s_out", "o"], ["s_in", "a", "b"])
+s = np.ones((2, 4))
+outs = []
+for t in range(3):            # x1 along axis 2, x2 along axis 1 reversed
+    s = (s + xs1[:, :, t]) * xs2[:, 2 - t]
+    outs.append(np.maximum(s, 0))
+case("scan_axes_directions", 16,
+     [("Scan", ["s0", "x1", "x2"], ["sf", "ys"],
+       {"body": sbody, "num_scan_inputs": 2, "scan_input_axes": [2, 1],
+        "scan_input_directions": [0, 1], "scan_output_axes": [1],
+        "scan_output_directions": [1]})],
+     {"x1": xs1, "x2": xs2}, {"s0": np.ones((2, 4), np.float32)},
+     {"sf": s, "ys": np.stack(outs[::-1], axis=1)},
+     "Scan: inputs along axes 2 and 1, the second reversed; the output along axis 1, reversed")
