@@ -919,6 +919,9 @@ static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *type
         const char *name = gp->output[i]->name ? gp->output[i]->name : "";
         OxVal *v = ox_find(im, name);
         if (!v) return fail(im, "output '%s' is not computed by any node%s", name, "");
+        if (v->is_seq)
+            return fail(im, "output '%s': unsupported: a sequence (kiln's outputs are tensors)%s",
+                        name, "");
         int kt = kiln_type(v->type);
         if (kt < 0 || kt == KILN_F64)
             return fail(im, "output '%s': unsupported: element type %s", name,

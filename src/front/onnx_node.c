@@ -182,6 +182,10 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
 }
 
 kiln_value ox_graph(OxNode *n, OxVal *v) {
+    if (v->is_seq)
+        return ox_nfail(n, "'%s' is a sequence, where this op takes a tensor",
+                        v->name ? v->name : ""),
+               KILN_NONE;
     if (v->v >= 0 || !v->c) return v->v;
     return v->v = ox_materialize(n, v);
 }

@@ -2,8 +2,9 @@
  * onnx_ops.c -- one ONNX node into kiln graph ops (or into a constant): the
  * dispatch to the handler tables of onnx_elementwise.c, onnx_nn.c,
  * onnx_shape.c, onnx_reduce.c, onnx_resize.c, onnx_loss.c, onnx_rnn.c and
- * onnx_scatter.c, onnx_index.c, onnx_signal.c, onnx_sample.c and
- * onnx_quant.c (and If in onnx.c);
+ * onnx_scatter.c, onnx_index.c, onnx_signal.c, onnx_sample.c,
+ * onnx_quant.c, onnx_seq.c and onnx_text.c (and If, Loop and Scan in
+ * onnx.c);
  * onnx_node.c holds what handlers share.
  *
  * Each supported op has a handler in one of those files' tables. A handler reads
@@ -51,6 +52,8 @@ static const struct {
     {ox_signal_ops, &ox_signal_nops},
     {ox_sample_ops, &ox_sample_nops},
     {ox_quant_ops, &ox_quant_nops},
+    {ox_seq_ops, &ox_seq_nops},
+    {ox_text_ops, &ox_text_nops},
 };
 
 static const OxHandler *find_handler(const char *op) {
@@ -76,9 +79,10 @@ bool ox_convert(OxNode *n) {
                         n->index);
     if (!elementwise && !h)
         return ox_nfail(n, "unsupported op %s (opset %d) at node %d", op, n->im->opset, n->index);
-    /* Constant has no inputs; Loop's trip count and Scan-8's sequence_lens
+    /* Constant and SequenceEmpty have no inputs; Loop's trip count and Scan-8's sequence_lens
      * may be absent */
-    bool optional0 = !strcmp(op, "Constant") || !strcmp(op, "Loop") || !strcmp(op, "Scan");
+    bool optional0 = !strcmp(op, "Constant") || !strcmp(op, "Loop") || !strcmp(op, "Scan") ||
+                     !strcmp(op, "SequenceEmpty");
     if (!optional0 && !ox_in(n, 0)) return ox_nfail(n, "input 0 is required");
     return elementwise ? elementwise(n) : h->fn(n);
 }

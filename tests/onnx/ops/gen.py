@@ -1020,3 +1020,76 @@ case("scan_axes_directions", 16,
      {"x1": xs1, "x2": xs2}, {"s0": np.ones((2, 4), np.float32)},
      {"sf": s, "ys": np.stack(outs[::-1], axis=1)},
      "Scan: inputs along axes 2 and 1, the second reversed; the output along axis 1, reversed")
+
+# sequences held at import: split into chunks (the last smaller), insert,
+# erase, pick, stack along a new axis
+xq = randn(5, 2)
+chunks = [xq[0:2], xq[2:4], xq[4:5]]
+seq = [chunks[0], chunks[2]]        # erase position 1
+seq.insert(-1, xq[1:3] * 2)         # insert before the last
+case("sequence_split_insert_erase_stack", 13,
+     [("SplitToSequence", ["x", "two"], ["s"], {"axis": 0}),
+      ("SequenceErase", ["s", "one"], ["s2"], {}),
+      ("Slice", ["x", "st", "en"], ["xs"], {}), ("Mul", ["xs", "f2"], ["xs2"], {}),
+      ("SequenceInsert", ["s2", "xs2", "mone"], ["s3"], {}),
+      ("SequenceLength", ["s3"], ["len"], {}),
+      ("SequenceAt", ["s3", "zero"], ["first"], {}),
+      ("ConcatFromSequence", ["s3"], ["cat"], {"axis": 0}),
+      ("SplitToSequence", ["x"], ["rows"], {"axis": 1, "keepdims": 0}),
+      ("ConcatFromSequence", ["rows"], ["stk"], {"axis": -1, "new_axis": 1})],
+     {"x": xq}, {"two": np.array(2, np.int64), "one": np.array(1, np.int64),
+                 "mone": np.array(-1, np.int64), "zero": np.array(0, np.int64),
+                 "st": np.array([1], np.int64), "en": np.array([3], np.int64),
+                 "f2": np.array(2.0, np.float32)},
+     {"len": np.array(3, np.int64), "first": seq[0], "cat": np.concatenate(seq, 0),
+      "stk": np.stack([xq[:, 0], xq[:, 1]], -1)},
+     "Sequences: SplitToSequence (chunks, pieces), Erase, Insert at -1, Length, At, "
+     "ConcatFromSequence (concat, stack)")
+
+
+# TfIdfVectorizer: counts after ONNX's reference rule (each skip distance
+# 1 .. max_skip + 1 for n >= 2, unigrams once), then IDF / TFIDF weights
+def tfidf_ref(X, pool, counts, indexes, minn, maxn, skips, mode, weights):
+    X = np.atleast_2d(X)
+    cols = max(indexes) + 1
+    grams, gid = [], 0
+    for si, st in enumerate(counts):
+        size = si + 1
+        en = counts[si + 1] if si + 1 < len(counts) else len(pool)
+        for j in range((en - st) // size):
+            if minn <= size <= maxn:
+                g = tuple(pool[st + j * size: st + (j + 1) * size])
+                grams = [(h, c) for h, c in grams if h != g]   # a repeat: the later id
+                grams.append((g, indexes[gid]))
+            gid += 1
+    Y = np.zeros((X.shape[0], cols))
+    for b, row in enumerate(X):
+        for g, col in grams:
+            n = len(g)
+            for d in ([1] if n == 1 else range(1, skips + 2)):
+                for s in range(len(row) - (n - 1) * d):
+                    if all(row[s + k * d] == g[k] for k in range(n)):
+                        Y[b, col] += 1
+    w = np.asarray(weights) if weights else np.ones(cols)
+    if mode == "IDF":
+        Y = np.where(Y > 0, w, 0)
+    elif mode == "TFIDF":
+        Y = Y * w
+    return Y
+
+
+tok = np.array([[2, 3, 5, 4, 5, 6, 7, 8], [4, 5, 6, 5, 2, 3, 5, 7]], np.float32)
+pool = [2, 3, 5, 4, 1, 6, 7, 5, 6, 7, 4, 5, 5, 6, 3, 5]   # 8 unigrams (5 twice), 4 bigrams
+counts, indexes = [0, 8], [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+wts = [0.5, 1, 1.5, 2, 0.25, 1, 1, 3, 2, 0.5, 1, 4]
+for mode, w in (("TFIDF", wts), ("IDF", None)):
+    attrs = {"mode": mode, "min_gram_length": 1, "max_gram_length": 2, "max_skip_count": 2,
+             "ngram_counts": counts, "ngram_indexes": indexes, "pool_int64s": pool}
+    if w:
+        attrs["weights"] = [float(v) for v in w]
+    case("tfidf_%s_runtime_tokens" % mode.lower(), 9,
+         [("Cast", ["xf"], ["x"], {"to": 7}), ("TfIdfVectorizer", ["x"], ["y"], attrs)],
+         {"xf": tok}, {}, {"y": tfidf_ref(tok.astype(np.int64), pool, counts, indexes, 1, 2, 2,
+                                         mode, w)},
+         "TfIdfVectorizer %s, uni- and bigrams with skips up to 2, tokens computed at run time"
+         % mode)
