@@ -63,7 +63,17 @@ static const OxHandler *find_handler(const char *op) {
     return NULL;
 }
 
+/* The training domain's ops (onnx_train.c), found only in that domain. */
+static const char TRAINING[] = "ai.onnx.preview.training";
+
+static const OxHandler *find_training(const char *op) {
+    for (size_t i = 0; i < ox_train_nops; i++)
+        if (!strcmp(ox_train_ops[i].name, op)) return &ox_train_ops[i];
+    return NULL;
+}
+
 bool ox_supported(const char *domain, const char *op) {
+    if (op && domain && !strcmp(domain, TRAINING)) return find_training(op) != NULL;
     if (domain && *domain && strcmp(domain, "ai.onnx")) return false;
     return op && (ox_elementwise_fn(op) || find_handler(op));
 }
@@ -72,6 +82,7 @@ bool ox_supported(const char *domain, const char *op) {
 bool ox_convert(OxNode *n) {
     const char *op = ox_opname(n) ? ox_opname(n) : "";
     const char *dom = n->n->domain ? n->n->domain : "";
+    if (!strcmp(dom, TRAINING) && find_training(op)) return find_training(op)->fn(n);
     bool (*elementwise)(OxNode *) = ox_elementwise_fn(op);
     const OxHandler *h = elementwise ? NULL : find_handler(op);
     if (*dom && strcmp(dom, "ai.onnx"))
