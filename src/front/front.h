@@ -173,6 +173,7 @@ int64_t ox_bcast_offset(const OxVal *v, int rank, const int64_t *idx);
 bool ox_bcast_shape(OxNode *n, int nv, OxVal **v, int *rank, int64_t *shape);
 int ox_const_ints(OxNode *n, int k, int64_t *out, int max, const char *what);
 bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype);
+void ox_spec_eval(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype);
 int ox_get_axes(OxNode *n, int since, int k, int64_t *axes, int max);
 kiln_value ox_gin(OxNode *n, int k);
 OxVal *ox_in(const OxNode *n, int k);

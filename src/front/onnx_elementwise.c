@@ -100,7 +100,9 @@ static bool op_unary(OxNode *n, const Elementwise *e) {
     kiln_value v = kiln_unary(n->im->g, e->kop, ox_gin(n, 0));
     if (ox_is_int_type(type) && !strcmp(e->kop, "sqrt")) v = trunc_graph(n->im->g, v);
     if (!strcmp(e->kop, "neg") || !strcmp(e->kop, "abs")) v = ox_wrap_graph(n->im->g, v, type);
-    return ox_set_graph(n, 0, v, type);
+    if (!ox_set_graph(n, 0, v, type)) return false;
+    ox_spec_eval(n, 1, &x, e->f, type);
+    return true;
 }
 
 /* Before opset 7, B of a binary op with attribute axis lines up with A's
@@ -162,7 +164,9 @@ static bool op_binary(OxNode *n, const Elementwise *e) {
     if (!strcmp(e->kop, "div") && ox_is_int_type(type)) acc = trunc_graph(g, acc);
     if (!strcmp(e->kop, "pow") && ox_is_int_type(type)) acc = trunc_graph(g, acc);
     if (wrap && !strcmp(e->kop, "pow")) acc = ox_wrap_graph(g, acc, type);
-    return ox_set_graph(n, 0, acc, outtype);
+    if (!ox_set_graph(n, 0, acc, outtype)) return false;
+    if (n->nin == 2 && !mean) ox_spec_eval(n, 2, n->in, e->f, outtype);
+    return true;
 }
 
 static bool op_where(OxNode *n) {
@@ -262,7 +266,9 @@ static bool cast_to(OxNode *n, int to) {
     /* bools, int8 and uint8 are exact in either half type */
     bool exact = x->type == to || x->type == OT_BOOL || x->type == OT_INT8 || x->type == OT_UINT8;
     if (ox_is_half_type(to) && !exact) v = round_half(g, v, to == OT_BFLOAT16);
-    return ox_set_graph(n, 0, v, to);
+    if (!ox_set_graph(n, 0, v, to)) return false;
+    ox_spec_eval(n, 1, &x, f, to);
+    return true;
 }
 
 static bool op_cast(OxNode *n) { return cast_to(n, (int)ox_attr_i(n, "to", OT_FLOAT)); }

@@ -1,6 +1,6 @@
 /*
  * onnx_index.c -- ONNX ops that are index arithmetic over their input:
- * EyeLike, CumSum, ReverseSequence, TopK, Compress and NonZero.
+ * EyeLike, CumSum, ReverseSequence, TopK, Compress, NonZero and Det.
  *
  * CumSum and TopK are reductions over a broadcast pair of positions along
  * the axis (j <= i; "j ranks before i"), masked by comparisons of index
@@ -240,8 +240,51 @@ static bool op_nonzero(OxNode *n) {
     return true;
 }
 
+/* Det of the matrix of elements el[rows][cols] (each a graph value of the
+ * batch shape), by cofactors along the first of rows: n! products. */
+static kiln_value cofactor_det(Graph *g, kiln_value el[4][4], const int *rows, const int *cols,
+                               int m) {
+    if (m == 1) return el[rows[0]][cols[0]];
+    kiln_value sum = KILN_NONE;
+    for (int j = 0; j < m; j++) {
+        int sub[4], k = 0;
+        for (int c = 0; c < m; c++)
+            if (c != j) sub[k++] = cols[c];
+        kiln_value t =
+            kiln_binary(g, "mul", el[rows[0]][cols[j]], cofactor_det(g, el, rows + 1, sub, m - 1));
+        sum = sum < 0 ? t : kiln_binary(g, j % 2 ? "sub" : "add", sum, t);
+    }
+    return sum;
+}
+
+/* Det: the determinant of each [n, n] matrix of the last two dims, n up to
+ * 4, by cofactor expansion (pointwise over the batch: one fused loop). */
+static bool op_det(OxNode *n) {
+    if (!ox_need_in(n, 0)) return false;
+    Graph *g = n->im->g;
+    OxVal *x = ox_in(n, 0);
+    int r = x->rank;
+    if (r < 2 || x->shape[r - 1] != x->shape[r - 2])
+        return ox_nfail(n, "the input must end in a square matrix");
+    int m = (int)x->shape[r - 1];
+    if (m > 4)
+        return ox_nfail(n, "unsupported: Det of %dx%d matrices (kiln expands up to 4x4)", m, m);
+    kiln_value el[4][4];
+    int64_t bs[KILN_MAX_RANK];
+    for (int i = 0; i < r - 2; i++) bs[i] = x->shape[i];
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < m; j++) {
+            kiln_value v = kiln_slice(g, ox_gin(n, 0), r - 2, i, i + 1, 1);
+            el[i][j] = kiln_reshape(g, kiln_slice(g, v, r - 1, j, j + 1, 1), r - 2, bs);
+        }
+    int idx[4] = {0, 1, 2, 3};
+    return ox_set_graph(n, 0, cofactor_det(g, el, idx, idx, m), x->type);
+}
+
 const OxHandler ox_index_ops[] = {
-    {"EyeLike", op_eye_like}, {"CumSum", op_cumsum},     {"ReverseSequence", op_reverse_sequence},
-    {"TopK", op_topk},        {"Compress", op_compress}, {"NonZero", op_nonzero},
+    {"Det", op_det},         {"EyeLike", op_eye_like},
+    {"CumSum", op_cumsum},   {"ReverseSequence", op_reverse_sequence},
+    {"TopK", op_topk},       {"Compress", op_compress},
+    {"NonZero", op_nonzero},
 };
 const size_t ox_index_nops = sizeof ox_index_ops / sizeof ox_index_ops[0];

@@ -92,6 +92,8 @@ bool ox_set_graph(OxNode *n, int k, kiln_value v, int type) {
     o->type = type;
     o->v = v;
     o->c = NULL;
+    o->spec = NULL; /* a slot reused (a Loop's next pass) keeps nothing */
+    o->is_seq = false;
     o->rank = kiln_value_rank(n->im->g, v);
     memcpy(o->shape, kiln_value_shape(n->im->g, v), sizeof(int64_t) * (size_t)o->rank);
     return true;
@@ -109,6 +111,8 @@ OxVal *ox_set_const(OxNode *n, int k, int type, int rank, const int64_t *shape) 
     o->rank = rank;
     if (rank) memmove(o->shape, shape, sizeof(int64_t) * (size_t)rank);
     o->v = KILN_NONE;
+    o->spec = NULL;
+    o->is_seq = false;
     o->c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(numel ? numel : 1));
     return o->c ? o : NULL;
 }
@@ -317,21 +321,51 @@ kiln_value ox_wrap_graph(Graph *g, kiln_value v, int type) {
     return kiln_binary(g, "sub", v, kiln_binary(g, "mul", q, ox_sc(g, span)));
 }
 
+/* f over the broadcast known values of v[0..nv) into out (m elements). */
+static void eval_into(int nv, OxVal **v, EvalFn f, int outtype, int rank, const int64_t *shape,
+                      int64_t m, double *out) {
+    int64_t idx[KILN_MAX_RANK] = {0};
+    for (int64_t i = 0; i < m; i++, ox_next_index(rank, shape, idx)) {
+        double a[3] = {0, 0, 0};
+        for (int k = 0; k < nv; k++) a[k] = ox_known(v[k])[ox_bcast_offset(v[k], rank, idx)];
+        double r = f(a[0], a[1], a[2], v[0]->type);
+        out[i] = outtype == OT_FLOAT      ? (double)(float)r
+                 : outtype == OT_FLOAT16  ? util_f16_to_f32(util_f32_to_f16((float)r))
+                 : outtype == OT_BFLOAT16 ? util_bf16_to_f32(util_f32_to_bf16((float)r))
+                                          : ox_wrap_int(r, outtype);
+    }
+}
+
+/* Output 0, a graph value, also gets its values where every input's are
+ * known at import without all being constants (inputs given with -i): the
+ * import reads them where it needs a constant (a Loop's trip count
+ * computed from float inputs), as it reads a specialized input's. Only for
+ * small values (shape arithmetic), so no image is evaluated on the host. */
+void ox_spec_eval(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
+    OxVal *o = ox_out_slot(n, 0);
+    int rank;
+    int64_t shape[KILN_MAX_RANK];
+    if (!o || o->c || !f) return;
+    for (int k = 0; k < nv; k++)
+        if (!v[k] || v[k]->is_seq || !ox_known(v[k])) return;
+    if (!ox_bcast_shape(n, nv, v, &rank, shape)) {
+        graph_clear_error(n->im->g);
+        return;
+    }
+    int64_t m = util_numel(rank, shape);
+    if (m < 1 || m > 64 || rank != o->rank ||
+        memcmp(shape, o->shape, sizeof(int64_t) * (size_t)rank))
+        return;
+    if (!(o->spec = arena_alloc(&n->im->arena, sizeof(double) * (size_t)m))) return;
+    eval_into(nv, v, f, outtype, rank, shape, m, o->spec);
+}
+
 bool ox_eval_const(OxNode *n, int nv, OxVal **v, EvalFn f, int outtype) {
     int rank;
-    int64_t shape[KILN_MAX_RANK], idx[KILN_MAX_RANK] = {0};
+    int64_t shape[KILN_MAX_RANK];
     if (!ox_bcast_shape(n, nv, v, &rank, shape)) return false;
     OxVal *o = ox_set_const(n, 0, outtype, rank, shape);
     if (!o) return ox_nomem(n);
-    int64_t m = ox_numel(o);
-    for (int64_t i = 0; i < m; i++, ox_next_index(rank, shape, idx)) {
-        double a[3] = {0, 0, 0};
-        for (int k = 0; k < nv; k++) a[k] = v[k]->c[ox_bcast_offset(v[k], rank, idx)];
-        double r = f(a[0], a[1], a[2], v[0]->type);
-        o->c[i] = outtype == OT_FLOAT      ? (double)(float)r
-                  : outtype == OT_FLOAT16  ? util_f16_to_f32(util_f32_to_f16((float)r))
-                  : outtype == OT_BFLOAT16 ? util_bf16_to_f32(util_f32_to_bf16((float)r))
-                                           : ox_wrap_int(r, outtype);
-    }
+    eval_into(nv, v, f, outtype, rank, shape, ox_numel(o), o->c);
     return true;
 }

@@ -1,6 +1,6 @@
 /*
  * onnx_signal.c -- ONNX's signal ops (opset 17): HannWindow, HammingWindow,
- * BlackmanWindow, DFT and STFT.
+ * BlackmanWindow, DFT, STFT and MelWeightMatrix (a constant).
  *
  * A window depends only on its size, so it is a constant (the size known
  * at import: a constant, or an int input given with -i). A DFT of length
@@ -186,7 +186,55 @@ static bool op_stft(OxNode *n) {
     return ox_set_graph(n, 0, dft_last(n, re, im, L, L, K, false), OT_FLOAT);
 }
 
+/* MelWeightMatrix: the (dft_length / 2 + 1, num_mel_bins) triangular
+ * filters between lower and upper edge (Hz) on the mel scale, after ONNX's
+ * reference; a constant, all five inputs known at import (the edges are
+ * floats: constants or inputs given with -i). */
+static bool op_mel_weight_matrix(OxNode *n) {
+    double v[5];
+    static const char *const what[5] = {"num_mel_bins", "dft_length", "sample_rate",
+                                        "lower_edge_hertz", "upper_edge_hertz"};
+    for (int k = 0; k < 5; k++) {
+        OxVal *x = ox_in(n, k);
+        if (!x) return ox_nfail(n, "the %s input is required", what[k]);
+        if (!ox_known(x) || ox_numel(x) != 1)
+            return ox_nfail(n,
+                            "unsupported: the %s input '%s' is computed at run time (give its "
+                            "value, kiln run -i %s=FILE)",
+                            what[k], x->name, x->name);
+        v[k] = ox_known(x)[0];
+    }
+    int64_t mels = (int64_t)v[0], dft = (int64_t)v[1], sr = (int64_t)v[2];
+    if (mels < 1 || dft < 1 || sr < 1 || mels > 4096 || dft > (1 << 20))
+        return ox_nfail(n, "num_mel_bins, dft_length and sample_rate must be positive");
+    int64_t bins = dft / 2 + 1, shape[2] = {bins, mels};
+    int64_t *f = arena_alloc(&n->im->arena, sizeof(int64_t) * (size_t)(mels + 2));
+    if (!f) return ox_nomem(n);
+    double lo = 2595 * log10(1 + (double)(float)v[3] / 700),
+           hi = 2595 * log10(1 + (double)(float)v[4] / 700), step = (hi - lo) / (double)(mels + 2);
+    for (int64_t i = 0; i < mels + 2; i++) {
+        double hz = 700 * (pow(10, ((double)i * step + lo) / 2595) - 1);
+        f[i] = (int64_t)floor((double)(dft + 1) * hz / (double)sr);
+        if (f[i] < 0 || f[i] >= bins + (i == mels + 1))
+            return ox_nfail(n, "the edges put a filter outside the %lld frequency bins",
+                            (long long)bins);
+    }
+    OxVal *o = ox_set_const(n, 0, (int)ox_attr_i(n, "output_datatype", OT_FLOAT), 2, shape);
+    if (!o) return ox_nomem(n);
+    memset(o->c, 0, sizeof(double) * (size_t)(bins * mels));
+    for (int64_t i = 0; i < mels; i++) {
+        int64_t l = f[i], c = f[i + 1], h = f[i + 2];
+        if (c == l)
+            o->c[c * mels + i] = 1;
+        else
+            for (int64_t j = l; j <= c; j++) o->c[j * mels + i] = (double)(j - l) / (double)(c - l);
+        for (int64_t j = c; j < h; j++) o->c[j * mels + i] = (double)(h - j) / (double)(h - c);
+    }
+    return true;
+}
+
 const OxHandler ox_signal_ops[] = {
+    {"MelWeightMatrix", op_mel_weight_matrix},
     {"HannWindow", op_window},
     {"HammingWindow", op_window},
     {"BlackmanWindow", op_window},

@@ -1093,3 +1093,9 @@ for mode, w in (("TFIDF", wts), ("IDF", None)):
                                          mode, w)},
          "TfIdfVectorizer %s, uni- and bigrams with skips up to 2, tokens computed at run time"
          % mode)
+
+for m in (3, 4):
+    xdet = randn(2, 3, m, m)
+    case("det_%dx%d_batched" % (m, m), 11, [("Det", ["x"], ["y"], {})], {"x": xdet}, {},
+         {"y": np.linalg.det(xdet.astype(np.float64))},
+         "Det of a 2 x 3 batch of %dx%d matrices (cofactor expansion)" % (m, m))
