@@ -378,10 +378,14 @@ void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
  * shapes[] (by input name); a shape given must keep the rank and every dim
  * the model fixes (KILN_ERR_INPUT naming both shapes otherwise), as ONNX
  * Runtime requires. An entry with a value specializes the model
- * to it: that input becomes a constant, as a Reshape's shape or Pad's pads
- * given as inputs must be (kiln's shapes are static); the graph keeps the
- * input, unread. Graphs compute in f32 and bool: int32/int64
- * inputs and outputs are f32 in the graph (exact below 2^24), and io, when
+ * to it: an int32/int64 input becomes a constant, as a Reshape's shape or
+ * Pad's pads given as inputs must be (kiln's shapes are static), and the
+ * graph keeps the input, unread; another input stays a run-time input
+ * whose value is read where the import needs a constant (Range's bounds, a
+ * Loop's trip count, NonZero's and Compress's sizes), so the program must
+ * be run with that same value (nothing checks it at run time). Graphs
+ * compute in f32 and bool: integer inputs and outputs are f32 in the graph
+ * (exact below 2^24), and io, when
  * not NULL, receives each one's ONNX type for kiln_tensor_convert at the
  * boundary. Messages name the file and the node (index, name, op); an op
  * kiln lacks is "unsupported op NAME (opset N) at node M ('name')", and

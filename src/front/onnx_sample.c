@@ -95,6 +95,16 @@ static void tap_weights(Graph *g, int mode, kiln_value t, kiln_value *w) {
     }
 }
 
+/* 0, 1, ..., len - 1 along dim of a rank-4 constant (1 elsewhere). */
+static kiln_value iota4(OxNode *n, int dim, int64_t len) {
+    int64_t s[4] = {1, 1, 1, 1};
+    s[dim] = len;
+    double *v = arena_alloc(&n->im->arena, sizeof(double) * (size_t)len);
+    if (!v) return ox_nomem(n), KILN_NONE;
+    for (int64_t i = 0; i < len; i++) v[i] = (double)i;
+    return ox_const_tensor(n, 4, s, v);
+}
+
 static bool op_grid_sample(OxNode *n) {
     if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
     Graph *g = n->im->g;
@@ -195,7 +205,106 @@ static bool op_grid_sample(OxNode *n) {
     return ox_set_graph(n, 0, kiln_permute(g, y, r, perm), OT_FLOAT);
 }
 
+/* RoiAlign (10, 16): for each region (x1, y1, x2, y2 of rois, scaled by
+ * spatial_scale, shifted by half a pixel in half_pixel mode, at least 1 x 1
+ * in output_half_pixel mode) an output_height x output_width grid of bins,
+ * each the average (mode avg) or the largest weighted corner (mode max, as
+ * ONNX Runtime) of sampling_ratio^2 bilinear samples, computed as
+ * Detectron's RoIAlign does: a sample beyond a pixel outside the image
+ * reads 0, one inside is clamped to it. The regions are run-time values,
+ * so each sample's four corners are gathers at computed indices from X
+ * laid out (N H W, C); sampling_ratio 0 (a number of samples that depends
+ * on each region's size) needs the regions known at import. */
+static bool op_roi_align(OxNode *n) {
+    for (int k = 0; k < 3; k++)
+        if (!ox_need_in(n, k)) return false;
+    Graph *g = n->im->g;
+    OxVal *x = ox_in(n, 0), *rv = ox_in(n, 1), *bv = ox_in(n, 2);
+    if (x->rank != 4) return ox_nfail(n, "X must be (N, C, H, W)");
+    if (rv->rank != 2 || rv->shape[1] != 4 || bv->rank != 1 || bv->shape[0] != rv->shape[0])
+        return ox_nfail(n, "rois must be (R, 4) and batch_indices (R)");
+    int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], R = rv->shape[0];
+    int64_t oh = ox_attr_i(n, "output_height", 1), ow = ox_attr_i(n, "output_width", 1);
+    int64_t sr = ox_attr_i(n, "sampling_ratio", 0);
+    double scale = ox_attr_f(n, "spatial_scale", 1);
+    bool half =
+        n->im->opset >= 16 && ox_attr_is(n, "coordinate_transformation_mode", "half_pixel", true);
+    bool maxmode = ox_attr_is(n, "mode", "max", false);
+    if (!maxmode && !ox_attr_is(n, "mode", "avg", true))
+        return ox_nfail(n, "mode must be avg or max");
+    if (oh < 1 || ow < 1 || oh * ow > 4096)
+        return ox_nfail(n, "output_height and output_width out of range");
+    if (sr < 1)
+        return ox_nfail(n, "unsupported: sampling_ratio 0 (the number of samples depends on each "
+                           "region's size, known only at run time)");
+    if (sr > 8) return ox_nfail(n, "unsupported: sampling_ratio above 8");
+    /* X as (N H W, C); the regions' coordinates as (R, 1, 1, 1) */
+    int perm[4] = {0, 2, 3, 1};
+    int64_t flat[2] = {N * H * W, C}, col[4] = {R, 1, 1, 1};
+    kiln_value data = kiln_reshape(g, kiln_permute(g, ox_gin(n, 0), 4, perm), 2, flat);
+    kiln_value c[4];
+    for (int k = 0; k < 4; k++) {
+        c[k] = kiln_reshape(g, kiln_slice(g, ox_gin(n, 1), 1, k, k + 1, 1), 4, col);
+        c[k] = bin(g, "sub", bin(g, "mul", c[k], ox_sc(g, scale)), ox_sc(g, half ? 0.5 : 0));
+    }
+    kiln_value rw = bin(g, "sub", c[2], c[0]), rh = bin(g, "sub", c[3], c[1]);
+    if (!half) rw = kiln_clamp(g, rw, 1, 1, 0, 0), rh = kiln_clamp(g, rh, 1, 1, 0, 0);
+    kiln_value bw = bin(g, "mul", rw, ox_sc(g, 1.0 / (double)ow));
+    kiln_value bh = bin(g, "mul", rh, ox_sc(g, 1.0 / (double)oh));
+    int64_t bs[4] = {R, 1, 1, 1};
+    kiln_value base =
+        bin(g, "mul", kiln_reshape(g, ox_gin(n, 2), 4, bs), ox_sc(g, (double)(H * W)));
+    kiln_value ph = iota4(n, 1, oh), pw = iota4(n, 2, ow);
+    if (ph < 0 || pw < 0) return false;
+    kiln_value y = KILN_NONE;
+    int64_t is[3] = {R, oh, ow};
+    for (int64_t iy = 0; iy < sr; iy++)
+        for (int64_t ix = 0; ix < sr; ix++) {
+            /* the sample's point: (R, oh, 1, 1) and (R, 1, ow, 1) */
+            kiln_value sy = bin(
+                g, "add", c[1],
+                bin(g, "mul", bh, bin(g, "add", ph, ox_sc(g, ((double)iy + 0.5) / (double)sr))));
+            kiln_value sx = bin(
+                g, "add", c[0],
+                bin(g, "mul", bw, bin(g, "add", pw, ox_sc(g, ((double)ix + 0.5) / (double)sr))));
+            kiln_value out =
+                kiln_where(g, bin(g, "lt", sy, ox_sc(g, -1)), bin(g, "lt", sy, ox_sc(g, -1)),
+                           bin(g, "gt", sy, ox_sc(g, (double)H)));
+            kiln_value outx =
+                kiln_where(g, bin(g, "lt", sx, ox_sc(g, -1)), bin(g, "lt", sx, ox_sc(g, -1)),
+                           bin(g, "gt", sx, ox_sc(g, (double)W)));
+            out = kiln_where(g, out, out, outx); /* (R, oh, ow, 1) */
+            kiln_value yy = kiln_clamp(g, sy, 1, 0, 0, 0), xx = kiln_clamp(g, sx, 1, 0, 0, 0);
+            kiln_value yl = kiln_clamp(g, kiln_unary(g, "floor", yy), 0, 0, 1, (double)(H - 1));
+            kiln_value xl = kiln_clamp(g, kiln_unary(g, "floor", xx), 0, 0, 1, (double)(W - 1));
+            yy = kiln_where(g, bin(g, "ge", yl, ox_sc(g, (double)(H - 1))), yl, yy);
+            xx = kiln_where(g, bin(g, "ge", xl, ox_sc(g, (double)(W - 1))), xl, xx);
+            kiln_value yh = kiln_clamp(g, bin(g, "add", yl, ox_sc(g, 1)), 0, 0, 1, (double)(H - 1));
+            kiln_value xh = kiln_clamp(g, bin(g, "add", xl, ox_sc(g, 1)), 0, 0, 1, (double)(W - 1));
+            kiln_value ly = bin(g, "sub", yy, yl), lx = bin(g, "sub", xx, xl);
+            kiln_value hy = bin(g, "sub", ox_sc(g, 1), ly), hx = bin(g, "sub", ox_sc(g, 1), lx);
+            kiln_value ys[2] = {yl, yh}, xs[2] = {xl, xh}, wy[2] = {hy, ly}, wx[2] = {hx, lx};
+            kiln_value acc = KILN_NONE;
+            for (int a = 0; a < 2; a++)
+                for (int b = 0; b < 2; b++) {
+                    kiln_value at =
+                        bin(g, "add", base,
+                            bin(g, "add", bin(g, "mul", ys[a], ox_sc(g, (double)W)), xs[b]));
+                    kiln_value v =
+                        kiln_gather(g, data, kiln_reshape(g, at, 3, is), 0); /* (R, oh, ow, C) */
+                    kiln_value w = kiln_where(g, out, ox_sc(g, 0), bin(g, "mul", wy[a], wx[b]));
+                    kiln_value t = bin(g, "mul", v, w);
+                    acc = acc < 0 ? t : bin(g, maxmode ? "maximum" : "add", acc, t);
+                }
+            y = y < 0 ? acc : bin(g, maxmode ? "maximum" : "add", y, acc);
+        }
+    if (!maxmode) y = bin(g, "mul", y, ox_sc(g, 1.0 / (double)(sr * sr)));
+    int back[4] = {0, 3, 1, 2}; /* (R, oh, ow, C) -> (R, C, oh, ow) */
+    return ox_set_graph(n, 0, kiln_permute(g, y, 4, back), OT_FLOAT);
+}
+
 const OxHandler ox_sample_ops[] = {
     {"GridSample", op_grid_sample},
+    {"RoiAlign", op_roi_align},
 };
 const size_t ox_sample_nops = sizeof ox_sample_ops / sizeof ox_sample_ops[0];

@@ -1099,3 +1099,59 @@ for m in (3, 4):
     case("det_%dx%d_batched" % (m, m), 11, [("Det", ["x"], ["y"], {})], {"x": xdet}, {},
          {"y": np.linalg.det(xdet.astype(np.float64))},
          "Det of a 2 x 3 batch of %dx%d matrices (cofactor expansion)" % (m, m))
+
+
+def roi_align_ref(X, rois, bidx, oh, ow, sr, scale, half, mode):
+    N, C, H, W = X.shape
+    Y = np.zeros((len(rois), C, oh, ow))
+    off = 0.5 if half else 0.0
+    for r, (x1, y1, x2, y2) in enumerate(rois.astype(np.float64)):
+        sw, sh = x1 * scale - off, y1 * scale - off
+        rw, rh = x2 * scale - off - sw, y2 * scale - off - sh
+        if not half:
+            rw, rh = max(rw, 1.0), max(rh, 1.0)
+        bw, bh = rw / ow, rh / oh
+        img = X[bidx[r]].astype(np.float64)
+        for p in range(oh):
+            for q in range(ow):
+                vals = []
+                for iy in range(sr):
+                    for ix in range(sr):
+                        y = sh + p * bh + (iy + 0.5) * bh / sr
+                        x = sw + q * bw + (ix + 0.5) * bw / sr
+                        if y < -1 or y > H or x < -1 or x > W:
+                            vals.append(np.zeros((4, C)))
+                            continue
+                        y, x = max(y, 0.0), max(x, 0.0)
+                        yl, xl = int(y), int(x)
+                        if yl >= H - 1:
+                            yl = yh = H - 1
+                            y = float(yl)
+                        else:
+                            yh = yl + 1
+                        if xl >= W - 1:
+                            xl = xh = W - 1
+                            x = float(xl)
+                        else:
+                            xh = xl + 1
+                        ly, lx = y - yl, x - xl
+                        hy, hx = 1 - ly, 1 - lx
+                        vals.append(np.stack([hy * hx * img[:, yl, xl], hy * lx * img[:, yl, xh],
+                                              ly * hx * img[:, yh, xl], ly * lx * img[:, yh, xh]]))
+                vals = np.stack(vals)            # (samples, 4, C)
+                Y[r, :, p, q] = vals.max(axis=(0, 1)) if mode == "max" else vals.sum(axis=(0, 1)) / (sr * sr)
+    return Y
+
+
+Xr = randn(2, 3, 6, 7)
+rois = np.array([[0.5, 1.0, 4.5, 5.0], [-2.0, -1.5, 3.0, 2.0], [5.0, 4.0, 9.0, 8.0]], np.float32)
+bidx = np.array([1, 0, 1], np.int64)
+for mode, half in (("max", 1), ("avg", 0)):
+    case("roialign_%s_half%d" % (mode, half), 16,
+         [("RoiAlign", ["x", "rois", "b"], ["y"],
+           {"mode": mode, "output_height": 3, "output_width": 2, "sampling_ratio": 2,
+            "spatial_scale": 0.75,
+            "coordinate_transformation_mode": "half_pixel" if half else "output_half_pixel"})],
+         {"x": Xr, "rois": rois}, {"b": bidx},
+         {"y": roi_align_ref(Xr, rois, bidx, 3, 2, 2, 0.75, half, mode)},
+         "RoiAlign %s, two images, regions partly outside the image" % mode)
