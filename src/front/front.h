@@ -99,10 +99,11 @@ typedef struct {
     Arena arena;      /* values and constants; freed after import */
     OxVal **tab;      /* open-addressing hash table by name */
     int cap, count;
-    int nconst;        /* numbering of unnamed constants */
-    int pass, npasses; /* an unrolled Loop or Scan body's pass (0: none): its
+    int nconst;                    /* numbering of unnamed constants */
+    const Onnx__GraphProto *graph; /* the model's main graph (Gradient reads it) */
+    int pass, npasses;             /* an unrolled Loop or Scan body's pass (0: none): its
                         * constants' weights are named "name#pass" */
-    char given[256];   /* the inputs whose symbolic dims took a given shape,
+    char given[256];               /* the inputs whose symbolic dims took a given shape,
                       * "x [1,3,225,224]": named in a node's error */
 } OxImp;
 

@@ -984,6 +984,7 @@ static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
     const Onnx__GraphProto *gp = m->graph;
     char ver[32];
     if (!gp) return fail(im, "the model has no graph%s%s", "", "");
+    im->graph = gp;
     im->opset = find_opset(im, m);
     util_fmt(ver, sizeof ver, "%d", im->opset);
     if (im->opset < 1 || im->opset > 21)

@@ -96,6 +96,9 @@ def case(name, opset, nodes, inputs, consts, outputs, comment, external=False):
     os.makedirs(os.path.join(d, "test_data_set_0"))
     lines = ["# %s (tests/onnx/ops/gen.py)" % comment, "ir_version: 8",
              'opset_import { domain: "" version: %d }' % opset, "graph {", '  name: "%s"' % name]
+    if any("::" in nd[0] for nd in nodes):  # an op of another domain: "domain::Op"
+        lines.insert(3, 'opset_import { domain: "%s" version: 1 }'
+                     % [nd[0] for nd in nodes if "::" in nd[0]][0].split("::")[0])
     for k, v in inputs.items():
         lines.append("  input { %s }" % vinfo(k, v))
     if external:
@@ -108,9 +111,13 @@ def case(name, opset, nodes, inputs, consts, outputs, comment, external=False):
             lines.append("  initializer { %s }" % tensor_text(k, v))
     for i, (op, ins, outs, attrs) in enumerate(nodes):
         a = " ".join(attr_text(k, v) for k, v in attrs.items())
-        lines.append('  node { op_type: "%s" %s %s name: "n%d" %s }' % (
+        dom = ""
+        if "::" in op:
+            dom, op = op.split("::")
+            dom = 'domain: "%s"' % dom
+        lines.append('  node { op_type: "%s" %s %s name: "n%d" %s %s }' % (
             op, " ".join('input: "%s"' % x for x in ins),
-            " ".join('output: "%s"' % y for y in outs), i, a))
+            " ".join('output: "%s"' % y for y in outs), i, a, dom))
     for k, v in outputs.items():
         elem = elem_of(v)
         lines.append('  output { name: "%s" type { tensor_type { elem_type: %d } } }' % (k, elem))
@@ -1155,3 +1162,20 @@ for mode, half in (("max", 1), ("avg", 0)):
          {"x": Xr, "rois": rois}, {"b": bidx},
          {"y": roi_align_ref(Xr, rois, bidx, 3, 2, 2, 0.75, half, mode)},
          "RoiAlign %s, two images, regions partly outside the image" % mode)
+
+
+# Gradient (ai.onnx.preview.training): d = tanh(a * b + a) / b, b
+# broadcast over a's rows; its adjoints against the derivatives by hand
+ga, gb = randn(3, 4), randn(4) + 3
+a64, b64 = ga.astype(np.float64), gb.astype(np.float64)
+c = a64 * b64 + a64
+t = np.tanh(c)
+dt = 1 - t * t
+dd_da = dt * (b64 + 1) / b64
+dd_db = (dt * a64 / b64 - t / (b64 * b64)).sum(axis=0)
+case("gradient_broadcast_chain", 12,
+     [("Mul", ["a", "b"], ["ab"], {}), ("Add", ["ab", "a"], ["c"], {}), ("Tanh", ["c"], ["t"], {}),
+      ("Div", ["t", "b"], ["d"], {}),
+      ("ai.onnx.preview.training::Gradient", ["a", "b"], ["da", "db"], {"xs": ["a", "b"], "y": "d"})],
+     {"a": ga, "b": gb}, {}, {"d": t / b64, "da": dd_da, "db": dd_db},
+     "Gradient through Mul, Add, Tanh and Div, b broadcast (its adjoint summed over rows)")
