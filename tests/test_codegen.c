@@ -372,6 +372,13 @@ TEST(codegen_parallel_only_when_big) {
 }
 
 /* Transcendentals go to vecmath.h; pow by a small integer is multiplication. */
+/* The kernels' part of p's generated source (out freed by the caller). */
+static const char *kernel_text(Plan *p, CgOutput *out) {
+    char err[512];
+    if (cg_generate(p->sched, out, err, sizeof err) != KILN_OK) return NULL;
+    return strstr(out->source, "/* ===== kernels");
+}
+
 /* div by a row value is a reciprocal multiply (computed once per row);
  * true_divide is a division in the inner loop. */
 TEST(codegen_true_divide_divides) {
@@ -383,9 +390,7 @@ TEST(codegen_true_divide_divides) {
                           NULL);
         CHECK(p);
         CgOutput out;
-        char err[512];
-        CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
-        const char *k = strstr(out.source, "/* ===== kernels");
+        const char *k = kernel_text(p, &out);
         CHECK(k);
         EXPECT(!strstr(k, "kiln_rcp_scale(") == (t == 1), "%s: reciprocal %s:\n%s",
                t ? "true_divide" : "div", t ? "used" : "missing", k);
@@ -400,9 +405,7 @@ TEST(codegen_math_forms) {
                       NULL);
     CHECK(p);
     CgOutput out;
-    char err[512];
-    CHECK(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK);
-    const char *k = strstr(out.source, "/* ===== kernels");
+    const char *k = kernel_text(p, &out);
     CHECK(k);
     static const char *want[] = {"kiln_expf_v(",       "kiln_logf_v(",        "kiln_sinf_v(",
                                  "kiln_cosf_v(",       "kiln_tanhf_v(",       "kiln_erff_v(",

@@ -255,8 +255,6 @@ static OxTestVerdict build(kiln_graph **g, kiln_program **p, const char *dir, Da
     return OXT_FAIL;
 }
 
-/* Every data set. The model is built for each (the JIT cache makes that
- * cheap when nothing changed), as its inputs' values specialize it. */
 /* Tests whose expected data disagrees with the op's spec (docs/conformance.md
  * lists them): by the test folder's name, the reason. */
 static const struct {
@@ -271,21 +269,18 @@ static const struct {
      "1e-2)"},
 };
 
+/* Every data set. The model is built for each (the JIT cache makes that
+ * cheap when nothing changed), as its inputs' values specialize it. */
 OxTestVerdict ox_run_test(const char *dir, const kiln_options *opt, bool also_interp, char *why,
                           size_t whylen) {
-    const char *base = strrchr(dir, '/');
-    base = base ? base + 1 : dir;
-    char trimmed[512];
-    util_fmt(trimmed, sizeof trimmed, "%s", base[0] ? base : dir);
-    if (!base[0]) { /* "DIR/" */
-        size_t l = strlen(dir);
-        while (l > 1 && dir[l - 1] == '/') l--;
-        const char *s = dir + l;
-        while (s > dir && s[-1] != '/') s--;
-        util_fmt(trimmed, sizeof trimmed, "%.*s", (int)(dir + l - s), s);
-    }
+    /* the test's folder name: dir's last component, trailing '/' dropped */
+    size_t end = strlen(dir), start;
+    while (end > 1 && dir[end - 1] == '/') end--;
+    for (start = end; start > 0 && dir[start - 1] != '/'; start--) continue;
+    char test[512];
+    util_fmt(test, sizeof test, "%.*s", (int)(end - start), dir + start);
     for (size_t i = 0; i < sizeof errata / sizeof errata[0]; i++)
-        if (!strcmp(trimmed, errata[i].test))
+        if (!strcmp(test, errata[i].test))
             return util_fmt(why, whylen, "unsupported: test data errata: %s", errata[i].why),
                    OXT_UNSUPPORTED;
     char *sets[64], path[4200];

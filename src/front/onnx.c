@@ -569,16 +569,25 @@ static bool unsupported_nodes(OxImp *im, const Onnx__GraphProto *gp, size_t from
 /* The nodes of a branch, converted into the importer's names (a branch
  * reads outer values by name; its own names must not repeat outer ones,
  * as ONNX requires). */
-static bool convert_branch(OxImp *im, const Onnx__GraphProto *b, const char *which) {
-    if (!b) return fail(im, "the %s is missing%s", which, "");
+/* A subgraph's node outputs must be new names (kind: "branch", "body"),
+ * then its initializers join the table. */
+static bool fresh_names(OxImp *im, const Onnx__GraphProto *b, const char *kind) {
     for (size_t i = 0; i < b->n_node; i++)
         for (size_t k = 0; k < b->node[i]->n_output; k++) {
             const char *o = b->node[i]->output[k];
-            if (*o && ox_find(im, o))
-                return fail(im, "unsupported: the branch value '%s' repeats an outer name%s", o,
-                            "");
+            if (*o && ox_find(im, o)) {
+                char msg[400];
+                util_fmt(msg, sizeof msg, "unsupported: the %s value '%s' repeats an outer name",
+                         kind, o);
+                return fail(im, "%s%s", msg, "");
+            }
         }
-    if (!add_initializers(im, b)) return false;
+    return add_initializers(im, b);
+}
+
+static bool convert_branch(OxImp *im, const Onnx__GraphProto *b, const char *which) {
+    if (!b) return fail(im, "the %s is missing%s", which, "");
+    if (!fresh_names(im, b, "branch")) return false;
     for (size_t i = 0; i < b->n_node; i++)
         if (!unsupported_nodes(im, b, i) || !convert_node(im, b->node[i], (int)i)) return false;
     return true;
@@ -662,16 +671,7 @@ static bool bind_input(OxImp *im, const Onnx__GraphProto *b, int k, const OxVal 
  * that its names do not repeat outer ones; later passes overwrite the
  * last pass's values). */
 static bool body_pass(OxImp *im, const Onnx__GraphProto *b, bool first) {
-    if (first) {
-        for (size_t i = 0; i < b->n_node; i++)
-            for (size_t k = 0; k < b->node[i]->n_output; k++) {
-                const char *o = b->node[i]->output[k];
-                if (*o && ox_find(im, o))
-                    return fail(im, "unsupported: the body value '%s' repeats an outer name%s", o,
-                                "");
-            }
-        if (!add_initializers(im, b)) return false;
-    }
+    if (first && !fresh_names(im, b, "body")) return false;
     int outer = im->pass;
     im->pass = ++im->npasses;
     for (size_t i = 0; i < b->n_node; i++)

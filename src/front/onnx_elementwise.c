@@ -486,7 +486,7 @@ static bool op_atrig(OxNode *n) {
  * divisor where the two signs differ. Integers are exact in f32 up to
  * 2^24, as everywhere in kiln. */
 static double e_fmod(double a, double b, double c, int t) {
-    (void)c, (void)t;
+    (void)c;
     return ox_is_int_type(t) && b == 0 ? 0 : fmod(a, b);
 }
 static double e_mod(double a, double b, double c, int t) {
