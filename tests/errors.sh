@@ -318,9 +318,9 @@ check onnx_truncated 1 "$t/onnx_truncated.onnx: not a valid ONNX model (the prot
 echo 'input x: f32[2]' >"$t/onnx_not_protobuf.onnx"
 check onnx_not_protobuf 1 "onnx_not_protobuf.onnx: not a valid ONNX model" -- \
     "$kiln" run "$t/onnx_not_protobuf.onnx"
-check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op Unique (opset 13) at node 1 ('uniq')" -- \
+check onnx_unsupported_op 1 "$ox/unsupported.onnx: unsupported op Bernoulli (opset 13) at node 1 ('coin')" -- \
     "$kiln" run $ox/unsupported.onnx
-check onnx_unsupported_ops 1 "$ox/unsupported_many.onnx: unsupported ops (opset 13) at 3 nodes: NonMaxSuppression at node 1 ('nms'), Unique at node 2 ('uniq'), com.microsoft.FusedGemm at node 3 ('fg')" -- \
+check onnx_unsupported_ops 1 "$ox/unsupported_many.onnx: unsupported ops (opset 13) at 3 nodes: NonMaxSuppression at node 1 ('nms'), Bernoulli at node 2 ('coin'), com.microsoft.FusedGemm at node 3 ('fg')" -- \
     "$kiln" run $ox/unsupported_many.onnx
 check onnx_loss_target 1 "$ox/nll.onnx: gather: index 3 out of range for dim 0 of size 3" -- \
     "$kiln" run $ox/nll.onnx -i x=$ox/x23.pb -i t=$ox/nll_target_bad.pb

@@ -151,10 +151,10 @@ typedef struct {
 extern const OxHandler ox_elementwise_ops[], ox_nn_ops[], ox_shape_ops[], ox_reduce_ops[],
     ox_resize_ops[], ox_loss_ops[], ox_rnn_ops[], ox_control_ops[], ox_scatter_ops[],
     ox_index_ops[], ox_signal_ops[], ox_sample_ops[], ox_quant_ops[], ox_seq_ops[], ox_text_ops[],
-    ox_train_ops[];
+    ox_train_ops[], ox_einsum_ops[];
 extern const size_t ox_elementwise_nops, ox_nn_nops, ox_shape_nops, ox_reduce_nops, ox_resize_nops,
     ox_loss_nops, ox_rnn_nops, ox_control_nops, ox_scatter_nops, ox_index_nops, ox_signal_nops,
-    ox_sample_nops, ox_quant_nops, ox_seq_nops, ox_text_nops, ox_train_nops;
+    ox_sample_nops, ox_quant_nops, ox_seq_nops, ox_text_nops, ox_train_nops, ox_einsum_nops;
 /* onnx_elementwise.c: the handler of a unary or binary elementwise op
  * (Add, Sqrt, ...: its tables), or NULL. */
 OxHandlerFn ox_elementwise_fn(const char *op);

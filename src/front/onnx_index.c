@@ -1,6 +1,7 @@
 /*
  * onnx_index.c -- ONNX ops that are index arithmetic over their input:
- * EyeLike, CumSum, ReverseSequence, TopK, Compress, NonZero and Det.
+ * EyeLike, CumSum, ReverseSequence, TopK, Compress, NonZero, Unique and
+ * Det.
  *
  * CumSum and TopK are reductions over a broadcast pair of positions along
  * the axis (j <= i; "j ranks before i"), masked by comparisons of index
@@ -240,6 +241,85 @@ static bool op_nonzero(OxNode *n) {
     return true;
 }
 
+/* Unique over slices along an axis (the flattened input without one): a
+ * slice is the axis' position k's elements, compared lexicographically. */
+typedef struct {
+    const double *c;
+    int64_t outer, len, inner;
+} Slices;
+
+static int slice_cmp(const Slices *s, int64_t a, int64_t b) {
+    for (int64_t o = 0; o < s->outer; o++)
+        for (int64_t i = 0; i < s->inner; i++) {
+            double x = s->c[(o * s->len + a) * s->inner + i],
+                   y = s->c[(o * s->len + b) * s->inner + i];
+            if (x != y) return x < y ? -1 : 1;
+        }
+    return 0;
+}
+
+/* Unique: computed at import from a constant (or an int input given with
+ * -i): Y (the distinct slices, sorted or in first-seen order), indices
+ * (each one's first position), inverse_indices (each position's entry in
+ * Y) and counts. Otherwise refused: the output's size depends on values. */
+static bool op_unique(OxNode *n) {
+    if (!ox_need_in(n, 0)) return false;
+    OxVal *x = ox_in(n, 0);
+    if (!x->c) return size_from_values(n, x, "input");
+    const Onnx__AttributeProto *ax = ox_attr(n, "axis");
+    bool sorted = ox_attr_i(n, "sorted", 1) != 0;
+    int64_t axis = ax ? ax->i : 0;
+    if (ax && !ox_norm_axis(n, &axis, x->rank)) return false;
+    Slices s = {x->c, 1, ox_numel(x), 1};
+    if (ax) {
+        s.len = x->shape[axis];
+        for (int i = 0; i < x->rank; i++)
+            if (i != axis) *(i < axis ? &s.outer : &s.inner) *= x->shape[i];
+    }
+    int64_t L = s.len, *first = kmalloc(sizeof(int64_t) * (size_t)(2 * L + 1));
+    if (!first) return ox_nomem(n);
+    int64_t *inv = first + L, m = 0;
+    for (int64_t k = 0; k < L; k++) { /* first-seen order: O(L^2) comparisons */
+        int64_t u = 0;
+        while (u < m && slice_cmp(&s, first[u], k)) u++;
+        if (u == m) first[m++] = k;
+        inv[k] = u;
+    }
+    int64_t *ord = kmalloc(sizeof(int64_t) * (size_t)(m + 1)),
+            *rank = kmalloc(sizeof(int64_t) * (size_t)(m + 1));
+    if (!ord || !rank) return kfree(first), kfree(ord), kfree(rank), ox_nomem(n);
+    for (int64_t u = 0; u < m; u++) ord[u] = u;
+    if (sorted) /* insertion sort of the distinct slices (m is small where this is used) */
+        for (int64_t i = 1; i < m; i++)
+            for (int64_t j = i; j > 0 && slice_cmp(&s, first[ord[j - 1]], first[ord[j]]) > 0; j--) {
+                int64_t t = ord[j];
+                ord[j] = ord[j - 1], ord[j - 1] = t;
+            }
+    for (int64_t u = 0; u < m; u++) rank[ord[u]] = u;
+    int64_t ys[KILN_MAX_RANK];
+    int yr = ax ? x->rank : 1;
+    for (int i = 0; i < yr; i++) ys[i] = ax ? (i == axis ? m : x->shape[i]) : m;
+    OxVal *y = ox_set_const(n, 0, x->type, yr, ys);
+    bool ok = y != NULL;
+    for (int64_t o = 0; ok && o < s.outer; o++)
+        for (int64_t u = 0; u < m; u++)
+            for (int64_t i = 0; i < s.inner; i++)
+                y->c[(o * m + u) * s.inner + i] = s.c[(o * L + first[ord[u]]) * s.inner + i];
+    OxVal *oi = ok && ox_out_slot(n, 1) ? ox_set_const(n, 1, OT_INT64, 1, &m) : NULL;
+    OxVal *ov = ok && ox_out_slot(n, 2) ? ox_set_const(n, 2, OT_INT64, 1, &L) : NULL;
+    OxVal *oc = ok && ox_out_slot(n, 3) ? ox_set_const(n, 3, OT_INT64, 1, &m) : NULL;
+    for (int64_t u = 0; u < m; u++) {
+        if (oi) oi->c[u] = (double)first[ord[u]];
+        if (oc) oc->c[u] = 0;
+    }
+    for (int64_t k = 0; k < L; k++) {
+        if (ov) ov->c[k] = (double)rank[inv[k]];
+        if (oc) oc->c[rank[inv[k]]] += 1;
+    }
+    kfree(first), kfree(ord), kfree(rank);
+    return ok || ox_nomem(n);
+}
+
 /* Det of the matrix of elements el[rows][cols] (each a graph value of the
  * batch shape), by cofactors along the first of rows: n! products. */
 static kiln_value cofactor_det(Graph *g, kiln_value el[4][4], const int *rows, const int *cols,
@@ -282,9 +362,13 @@ static bool op_det(OxNode *n) {
 }
 
 const OxHandler ox_index_ops[] = {
-    {"Det", op_det},         {"EyeLike", op_eye_like},
-    {"CumSum", op_cumsum},   {"ReverseSequence", op_reverse_sequence},
-    {"TopK", op_topk},       {"Compress", op_compress},
+    {"Det", op_det},
+    {"Unique", op_unique},
+    {"EyeLike", op_eye_like},
+    {"CumSum", op_cumsum},
+    {"ReverseSequence", op_reverse_sequence},
+    {"TopK", op_topk},
+    {"Compress", op_compress},
     {"NonZero", op_nonzero},
 };
 const size_t ox_index_nops = sizeof ox_index_ops / sizeof ox_index_ops[0];

@@ -1,11 +1,10 @@
 /*
  * onnx_ops.c -- one ONNX node into kiln graph ops (or into a constant): the
  * dispatch to the handler tables of onnx_elementwise.c, onnx_nn.c,
- * onnx_shape.c, onnx_reduce.c, onnx_resize.c, onnx_loss.c, onnx_rnn.c and
+ * onnx_shape.c, onnx_reduce.c, onnx_resize.c, onnx_loss.c, onnx_rnn.c,
  * onnx_scatter.c, onnx_index.c, onnx_signal.c, onnx_sample.c,
- * onnx_quant.c, onnx_seq.c and onnx_text.c (and If, Loop and Scan in
- * onnx.c);
- * onnx_node.c holds what handlers share.
+ * onnx_quant.c, onnx_seq.c, onnx_text.c, onnx_train.c and onnx_einsum.c
+ * (and If, Loop and Scan in onnx.c); onnx_node.c holds what handlers share.
  *
  * Each supported op has a handler in one of those files' tables. A handler reads
  * its inputs (OxVal: constant or graph value) and attributes, and sets its
@@ -54,6 +53,7 @@ static const struct {
     {ox_quant_ops, &ox_quant_nops},
     {ox_seq_ops, &ox_seq_nops},
     {ox_text_ops, &ox_text_nops},
+    {ox_einsum_ops, &ox_einsum_nops},
 };
 
 static const OxHandler *find_handler(const char *op) {

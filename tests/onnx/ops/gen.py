@@ -1179,3 +1179,40 @@ case("gradient_broadcast_chain", 12,
       ("ai.onnx.preview.training::Gradient", ["a", "b"], ["da", "db"], {"xs": ["a", "b"], "y": "d"})],
      {"a": ga, "b": gb}, {}, {"d": t / b64, "da": dd_da, "db": dd_db},
      "Gradient through Mul, Add, Tanh and Div, b broadcast (its adjoint summed over rows)")
+
+# Einsum: the backend tests' equations (theirs are f64) and more: a
+# diagonal, a broadcast ellipsis, the implicit output, three operands
+e1, e2 = randn(5, 2, 3), randn(5, 3, 4)
+e3, e4 = randn(3, 5, 5), randn(2, 1, 4, 3)
+e5, e6 = randn(4, 3), randn(3)
+for name, eq, ops in (("batch_matmul", "bij,bjk->bik", [e1, e2]),
+                      ("batch_diagonal", "...ii->...i", [e3]),
+                      ("transpose_implicit", "ji", [e5]),
+                      ("ellipsis_broadcast", "...ij,j->...i", [e4, e6]),
+                      ("three_operands", "ij,jk,k->i", [e5, randn(3, 2), randn(2)]),
+                      ("sum_all", "ij->", [e5]),
+                      ("outer_permuted", "i,j->ji", [e6, randn(4)])):
+    names = ["x%d" % i for i in range(len(ops))]
+    case("einsum_" + name, 12, [("Einsum", names, ["y"], {"equation": eq})],
+         dict(zip(names, ops)), {},
+         {"y": np.einsum(eq, *[o.astype(np.float64) for o in ops])},
+         "Einsum '%s' against numpy.einsum" % eq)
+
+# Unique of a constant (computed at import): sorted, first-seen order, an axis
+uq = np.array([2.0, 1.0, 1.0, 3.0, 4.0, 3.0, 2.5], np.float32)
+vals, idx, inv, cnt = np.unique(uq, return_index=True, return_inverse=True, return_counts=True)
+case("unique_const_sorted", 11, [("Unique", ["u"], ["y", "i", "v", "c"], {})], {}, {"u": uq},
+     {"y": vals, "i": idx.astype(np.int64), "v": inv.astype(np.int64), "c": cnt.astype(np.int64)},
+     "Unique of a constant, sorted, with indices, inverse indices and counts")
+order = np.argsort(idx, kind="stable")          # first-seen order
+rank = np.empty_like(order)
+rank[order] = np.arange(len(order))
+case("unique_const_unsorted", 11, [("Unique", ["u"], ["y", "i", "v", "c"], {"sorted": 0})], {},
+     {"u": uq}, {"y": vals[order], "i": idx[order].astype(np.int64),
+                 "v": rank[inv].astype(np.int64), "c": cnt[order].astype(np.int64)},
+     "Unique of a constant in first-seen order")
+um = np.array([[1, 0, 1], [2, 0, 2], [1, 0, 1], [0, 5, 0]], np.float32)
+uv, ui, uinv, uc = np.unique(um, axis=0, return_index=True, return_inverse=True, return_counts=True)
+case("unique_const_axis0", 11, [("Unique", ["u"], ["y", "i", "v", "c"], {"axis": 0})], {}, {"u": um},
+     {"y": uv, "i": ui.astype(np.int64), "v": uinv.reshape(-1).astype(np.int64),
+      "c": uc.astype(np.int64)}, "Unique rows of a constant (axis 0), sorted")
