@@ -194,6 +194,11 @@ expect topk_two_kernels 0 "^== kernels: 2$" -- \
 # an output named "out/put:0" is written as out_put_0.npy
 expect output_name_sanitized 0 "out_put_0.npy" -- sh -c "mkdir -p $t/sl && \"$kiln\" run \
     tests/onnx/slash_output.onnx -o $t/sl >/dev/null && ls $t/sl"
+# explain says how the control flow was imported
+expect explain_loop_unrolled 0 "onnx: Loop 'n0' (node 0): unrolled at import, 4 passes of its 4-node body" -- \
+    "$kiln" explain tests/onnx/ops/loop_carried_early_exit/model.onnx
+expect explain_if_where 0 "both branches (2 and 1 nodes) are imported and each output is a where" -- \
+    "$kiln" explain tests/onnx/ops/if_runtime_then/model.onnx
 # a quantized model's uint8 output is written as numpy's '|u1'
 qc=tests/onnx/ops/qlinear_conv_per_channel_bias
 expect quant_output_u1 0 "'descr': '|u1'" -- sh -c "\"$kiln\" run $qc/model.onnx \

@@ -609,10 +609,15 @@ static bool op_if(OxNode *n) {
     if (!cv || ox_numel(cv) != 1) return ox_nfail(n, "the condition needs one element");
     const Onnx__GraphProto *tb = branch_attr(n, "then_branch"), *eb = branch_attr(n, "else_branch");
     int nout = (int)n->n->n_output;
+    const char *nm = n->n->name ? n->n->name : "";
     if (cv->c) {
         const Onnx__GraphProto *b = cv->c[0] != 0 ? tb : eb;
         const char *which = cv->c[0] != 0 ? "then_branch" : "else_branch";
         if (!convert_branch(im, b, which)) return false;
+        graph_note(im->g,
+                   "onnx: If '%s' (node %d): the condition is known at import, only its %s "
+                   "(%d nodes) is imported",
+                   nm, n->index, which, (int)b->n_node);
         if ((int)b->n_output != nout)
             return ox_nfail(n, "the %s has %d outputs for %d", which, (int)b->n_output, nout);
         for (int k = 0; k < nout; k++) {
@@ -629,6 +634,10 @@ static bool op_if(OxNode *n) {
     }
     if (!convert_branch(im, tb, "then_branch") || !convert_branch(im, eb, "else_branch"))
         return false;
+    graph_note(im->g,
+               "onnx: If '%s' (node %d): the condition is computed at run time; both branches "
+               "(%d and %d nodes) are imported and each output is a where between them",
+               nm, n->index, (int)tb->n_node, (int)eb->n_node);
     if ((int)tb->n_output != nout || (int)eb->n_output != nout)
         return ox_nfail(n, "the branches have %d and %d outputs for %d", (int)tb->n_output,
                         (int)eb->n_output, nout);
@@ -781,6 +790,9 @@ static bool op_loop(OxNode *n) {
                                "(kiln unrolls a loop whose condition folds at import)");
         go = ox_known(&cout)[0] != 0;
     }
+    graph_note(im->g,
+               "onnx: Loop '%s' (node %d): unrolled at import, %d passes of its %d-node body",
+               n->n->name ? n->n->name : "", n->index, it, (int)b->n_node);
     for (int k = 0; k < ncar; k++) {
         OxVal *dst = ox_out_slot(n, k);
         if (dst) {
@@ -879,6 +891,8 @@ static bool op_scan(OxNode *n) {
         for (int k = 0; k < K; k++)
             if (!body_output(n, b, N + k, &outs[k * CF_MAX_ITERS + t])) return false;
     }
+    graph_note(g, "onnx: Scan '%s' (node %d): unrolled at import, %lld passes of its %d-node body",
+               n->n->name ? n->n->name : "", n->index, (long long)T, (int)b->n_node);
     for (int k = 0; k < N; k++) {
         kiln_value v = ox_graph(n, &st[k]);
         if (v8) {

@@ -16,7 +16,11 @@ kiln_status plan_build(const Graph *g, const KilnConfig *cfg, Plan **out, char *
         if (errlen) snprintf(err, errlen, "out of memory");
         return KILN_ERR_NOMEM;
     }
-    kiln_status st = dec_run(g, p->dec);
+    /* the front end's notes (an ONNX If folded, a Loop unrolled) first */
+    kiln_status st = KILN_OK;
+    for (const GraphNote *n = g->notes; n && st == KILN_OK; n = n->next)
+        if (!graph_note(p->dec, "%s", n->text)) st = KILN_ERR_NOMEM;
+    if (st == KILN_OK) st = dec_run(g, p->dec);
     if (st != KILN_OK && errlen) snprintf(err, errlen, "%s", kiln_error(p->dec));
     for (const GraphNote *n = p->dec->notes; st == KILN_OK && n; n = n->next)
         loop_log(cfg, LOG_REWRITE, "rewrite: %s\n", n->text);
