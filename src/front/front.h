@@ -181,6 +181,9 @@ OxVal *ox_in(const OxNode *n, int k);
 bool ox_is_int_type(int t);
 /* float16 and bfloat16: f32 in the graph, rounded where stored (Cast). */
 bool ox_is_half_type(int t);
+/* Indices computed in the graph are f32: an index space of count elements
+ * fits below 2^24, else the node is refused (what names the space). */
+bool ox_index_fits(OxNode *n, int64_t count, const char *what);
 /* Integer arithmetic wraps (two's complement) in types of up to 32 bits:
  * r reduced into the type's range (64-bit types and floats: r itself). */
 double ox_wrap_int(double r, int type);

@@ -83,6 +83,7 @@ static bool op_cumsum(OxNode *n) {
     bool excl = ox_attr_i(n, "exclusive", 0) != 0, rev = ox_attr_i(n, "reverse", 0) != 0;
     int a = (int)axis;
     int64_t len = x->shape[a], inner = 1, outer = 1;
+    if (!x->c && !ox_index_fits(n, len, "an axis")) return false;
     for (int i = 0; i < x->rank; i++)
         if (i != a) *(i < a ? &outer : &inner) *= x->shape[i];
     if (x->c) {
@@ -125,6 +126,7 @@ static bool op_reverse_sequence(OxNode *n) {
     if (!((ta == 0 && ba == 1) || (ta == 1 && ba == 0)))
         return ox_nfail(n, "time_axis and batch_axis must be 0 and 1 (either way round)");
     int64_t T = x->shape[ta], B = x->shape[ba];
+    if (!ox_index_fits(n, T * B, "a time-by-batch plane")) return false;
     if (lv->rank != 1 || lv->shape[0] != B)
         return ox_nfail(n, "sequence_lens must be 1-D of the batch size %lld", (long long)B);
     int perm[KILN_MAX_RANK], r = x->rank;
@@ -164,6 +166,7 @@ static bool op_topk(OxNode *n) {
     if (!ox_norm_axis(n, &axis, x->rank)) return false;
     int a = (int)axis, r = x->rank + 1;
     int64_t len = x->shape[a];
+    if (!ox_index_fits(n, len, "an axis")) return false;
     if (K < 1 || K > len)
         return ox_nfail(n, "K is %lld, outside 1 to the axis' %lld%s", (long long)K, (long long)len,
                         K == 0 ? " (an empty output: kiln tensors are non-empty)" : "");
@@ -203,6 +206,7 @@ static bool op_compress(OxNode *n) {
     } else if (!ox_norm_axis(n, &axis, x->rank))
         return false;
     int64_t dim = ax ? x->shape[axis] : ox_numel(x);
+    if (!ox_index_fits(n, dim, "an axis")) return false;
     if (cv->rank != 1 || m > dim)
         return ox_nfail(n, "condition must be 1-D, at most %lld long", (long long)dim);
     double *keep = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m ? m : 1));

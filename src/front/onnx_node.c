@@ -128,6 +128,14 @@ bool ox_is_int_type(int t) {
            t == OT_UINT16 || t == OT_UINT32 || t == OT_UINT64;
 }
 
+bool ox_index_fits(OxNode *n, int64_t count, const char *what) {
+    return count < ((int64_t)1 << 24) ||
+           ox_nfail(n,
+                    "unsupported: %s of %lld elements (kiln computes indices in f32, exact below "
+                    "2^24)",
+                    what, (long long)count);
+}
+
 bool ox_is_half_type(int t) { return t == OT_FLOAT16 || t == OT_BFLOAT16; }
 
 static bool graph_type_ok(int t) {

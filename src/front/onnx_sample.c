@@ -129,6 +129,7 @@ static bool op_grid_sample(OxNode *n) {
     bool align = ox_attr_i(n, "align_corners", 0) != 0;
     int64_t N = x->shape[0], C = x->shape[1], P = 1, os[KILN_MAX_RANK];
     for (int i = 0; i < nd; i++) P *= x->shape[2 + i];
+    if (!ox_index_fits(n, N * P, "an image batch")) return false;
     /* X as (N * P, C) */
     int perm[KILN_MAX_RANK];
     perm[0] = 0;
@@ -224,6 +225,7 @@ static bool op_roi_align(OxNode *n) {
     if (rv->rank != 2 || rv->shape[1] != 4 || bv->rank != 1 || bv->shape[0] != rv->shape[0])
         return ox_nfail(n, "rois must be (R, 4) and batch_indices (R)");
     int64_t N = x->shape[0], C = x->shape[1], H = x->shape[2], W = x->shape[3], R = rv->shape[0];
+    if (!ox_index_fits(n, N * H * W, "an image batch")) return false;
     int64_t oh = ox_attr_i(n, "output_height", 1), ow = ox_attr_i(n, "output_width", 1);
     int64_t sr = ox_attr_i(n, "sampling_ratio", 0);
     double scale = ox_attr_f(n, "spatial_scale", 1);

@@ -199,6 +199,7 @@ static bool op_max_unpool(OxNode *n) {
     if (ox_in(n, 2) && ox_const_ints(n, 2, out, KILN_MAX_RANK, "output_shape") != r)
         return ox_known(ox_in(n, 2)) ? ox_nfail(n, "output_shape must have %d values", r) : false;
     int64_t total = util_numel(r, out), dtotal = util_numel(r, def), m = ox_numel(xv);
+    if (!ox_index_fits(n, total, "an output") || !ox_index_fits(n, m + 1, "an input")) return false;
     for (int i = 0; i < r; i++)
         if (out[i] < 1 || def[i] < 1 || out[i] < def[i] || (i < 2 && out[i] != def[i]))
             return ox_nfail(n, "the output's dim %d is %lld, for an unpooled %lld", i,

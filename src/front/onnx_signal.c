@@ -161,6 +161,7 @@ static bool op_stft(OxNode *n) {
     if (wv) L = wv->shape[0];
     if (L < 1) return ox_nfail(n, "a window or a frame_length is required");
     int64_t len = x->shape[1];
+    if (!ox_index_fits(n, len, "a signal")) return false;
     if (step < 1 || L > len)
         return ox_nfail(n, "frame_step %lld and frame length %lld do not fit a signal of %lld",
                         (long long)step, (long long)L, (long long)len);
