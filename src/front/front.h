@@ -195,6 +195,10 @@ kiln_value ox_wrap_graph(Graph *g, kiln_value v, int type);
 const double *ox_known(const OxVal *v);
 kiln_value ox_materialize(OxNode *n, OxVal *v);
 kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals);
+/* A constant of rank dims, 1 in each but dim, which holds 0 .. len - 1. */
+kiln_value ox_iota(OxNode *n, int rank, int dim, int64_t len);
+/* x's graph value with a dim of 1 inserted at position at (0 .. rank). */
+kiln_value ox_insert_dim(OxNode *n, OxVal *x, int at);
 bool ox_need_in(OxNode *n, int k);
 void ox_next_index(int rank, const int64_t *shape, int64_t *idx);
 bool ox_nfail(OxNode *n, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -714,11 +714,8 @@ static bool stack_output(OxNode *n, int k, OxVal *parts, int count, int axis, bo
         const OxVal *p = &parts[reverse ? count - 1 - i : i];
         if (p->rank != r || memcmp(p->shape, parts[0].shape, sizeof(int64_t) * (size_t)r))
             return ox_nfail(n, "unsupported: scan output %d changes shape between iterations", k);
-        int64_t s[KILN_MAX_RANK];
-        for (int d = 0, j = 0; d <= r; d++) s[d] = d == axis ? 1 : p->shape[j++];
-        if (r + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8");
         OxVal tmp = *p;
-        vs[i] = kiln_reshape(g, ox_graph(n, &tmp), r + 1, s);
+        if ((vs[i] = ox_insert_dim(n, &tmp, axis)) < 0) return false;
     }
     kiln_value y = count == 1 ? vs[0] : kiln_concat(g, count, vs, axis);
     return ox_set_graph(n, k, y, parts[0].type);

@@ -18,28 +18,6 @@
 #include <stdio.h>
 #include <string.h>
 
-/* A constant of the given rank, 1 in every dim but dim, where it holds
- * 0, 1, ..., len - 1 (the coordinate along dim, broadcast elsewhere). */
-static kiln_value iota(OxNode *n, int rank, int dim, int64_t len) {
-    int64_t s[KILN_MAX_RANK];
-    for (int i = 0; i < rank; i++) s[i] = i == dim ? len : 1;
-    double *v = arena_alloc(&n->im->arena, sizeof(double) * (size_t)len);
-    if (!v) return ox_nomem(n), KILN_NONE;
-    for (int64_t i = 0; i < len; i++) v[i] = (double)i;
-    return ox_const_tensor(n, rank, s, v);
-}
-
-/* x's shape with a dim of 1 inserted before position at. */
-static kiln_value insert_dim(Graph *g, const OxVal *x, kiln_value v, int at) {
-    int64_t s[KILN_MAX_RANK];
-    int r = 0;
-    for (int i = 0; i <= x->rank; i++) {
-        if (i == at) s[r++] = 1;
-        if (i < x->rank) s[r++] = x->shape[i];
-    }
-    return kiln_reshape(g, v, r, s);
-}
-
 /* Refuse a node whose output size depends on the values of v, which only
  * the run knows; a model input gets the hint to give its value. */
 static bool size_from_values(OxNode *n, const OxVal *v, const char *what) {
@@ -103,10 +81,10 @@ static bool op_cumsum(OxNode *n) {
     }
     Graph *g = n->im->g;
     int r = x->rank + 1;
-    kiln_value jj = iota(n, r, a, len), ii = iota(n, r, a + 1, len);
+    kiln_value jj = ox_iota(n, r, a, len), ii = ox_iota(n, r, a + 1, len);
     if (jj < 0 || ii < 0) return false;
     const char *cmp = rev ? (excl ? "gt" : "ge") : (excl ? "lt" : "le");
-    kiln_value xj = insert_dim(g, x, ox_gin(n, 0), a + 1);
+    kiln_value xj = ox_insert_dim(n, x, a + 1);
     kiln_value terms = kiln_where(g, kiln_binary(g, cmp, jj, ii), xj, ox_sc(g, 0));
     int dims[1] = {a};
     return ox_set_graph(n, 0, kiln_reduce(g, "sum", terms, 1, dims, 0), x->type);
@@ -139,7 +117,7 @@ static bool op_reverse_sequence(OxNode *n) {
     xv = kiln_reshape(g, xv, r - 1, s);
     int64_t ls[2] = {1, B};
     kiln_value L = kiln_reshape(g, ox_gin(n, 1), 2, ls);
-    kiln_value tt = iota(n, 2, 0, T), bb = iota(n, 2, 1, B);
+    kiln_value tt = ox_iota(n, 2, 0, T), bb = ox_iota(n, 2, 1, B);
     if (tt < 0 || bb < 0) return false;
     kiln_value rev = kiln_binary(g, "sub", kiln_binary(g, "sub", L, ox_sc(g, 1)), tt);
     kiln_value src = kiln_where(g, kiln_binary(g, "lt", tt, L), rev, tt);
@@ -171,9 +149,9 @@ static bool op_topk(OxNode *n) {
         return ox_nfail(n, "K is %lld, outside 1 to the axis' %lld%s", (long long)K, (long long)len,
                         K == 0 ? " (an empty output: kiln tensors are non-empty)" : "");
     bool largest = ox_attr_i(n, "largest", 1) != 0;
-    kiln_value xv = ox_gin(n, 0);
-    kiln_value xi = insert_dim(g, x, xv, a + 1), xj = insert_dim(g, x, xv, a);
-    kiln_value ii = iota(n, r, a, len), jj = iota(n, r, a + 1, len), kk = iota(n, r, a + 1, K);
+    kiln_value xi = ox_insert_dim(n, x, a + 1), xj = ox_insert_dim(n, x, a);
+    kiln_value ii = ox_iota(n, r, a, len), jj = ox_iota(n, r, a + 1, len),
+               kk = ox_iota(n, r, a + 1, K);
     if (ii < 0 || jj < 0 || kk < 0) return false;
     kiln_value before = kiln_binary(g, largest ? "gt" : "lt", xj, xi);
     kiln_value eq = kiln_binary(g, "eq", xj, xi);

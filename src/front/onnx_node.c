@@ -160,6 +160,22 @@ kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const doub
     return ox_materialize(n, &t);
 }
 
+kiln_value ox_iota(OxNode *n, int rank, int dim, int64_t len) {
+    OxVal iota = {.type = OT_FLOAT, .rank = rank, .v = KILN_NONE};
+    for (int i = 0; i < rank; i++) iota.shape[i] = i == dim ? len : 1;
+    if (!(iota.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(len ? len : 1))))
+        return ox_nomem(n), KILN_NONE;
+    for (int64_t i = 0; i < len; i++) iota.c[i] = (double)i;
+    return ox_materialize(n, &iota);
+}
+
+kiln_value ox_insert_dim(OxNode *n, OxVal *x, int at) {
+    int64_t s[KILN_MAX_RANK];
+    if (x->rank + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8"), KILN_NONE;
+    for (int i = 0, j = 0; i <= x->rank; i++) s[i] = i == at ? 1 : x->shape[j++];
+    return kiln_reshape(n->im->g, ox_graph(n, x), x->rank + 1, s);
+}
+
 kiln_value ox_materialize(OxNode *n, OxVal *v) {
     Graph *g = n->im->g;
     int64_t numel = ox_numel(v);

@@ -153,21 +153,11 @@ static bool op_reduce(OxNode *n) {
 
 /* ArgMax/ArgMin = the first (or last) index where x equals its extreme:
  * amin (amax) over where(x == m, iota, BIG (-1)), iota a constant. */
-/* 0, 1, ..., d-1 along dim ax of a rank-r value (size 1 elsewhere): a
- * constant weight. */
-static kiln_value iota_along(OxNode *n, int r, int ax, int64_t d) {
-    OxVal iota = {.type = OT_FLOAT, .rank = r, .v = KILN_NONE};
-    for (int i = 0; i < r; i++) iota.shape[i] = i == ax ? d : 1;
-    if (!(iota.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)d))) return ox_nomem(n), -1;
-    for (int64_t i = 0; i < d; i++) iota.c[i] = (double)i;
-    return ox_materialize(n, &iota);
-}
-
 /* The index of the first (or last) extreme of x along ax, dims kept. */
 static kiln_value arg_extreme(OxNode *n, kiln_value x, int ax, bool max, bool last, bool keep) {
     Graph *g = n->im->g;
     int r = kiln_value_rank(g, x);
-    kiln_value iota = iota_along(n, r, ax, kiln_value_shape(g, x)[ax]);
+    kiln_value iota = ox_iota(n, r, ax, kiln_value_shape(g, x)[ax]);
     kiln_value m = kiln_reduce(g, max ? "amax" : "amin", x, 1, &ax, 1);
     kiln_value hit = kiln_binary(g, "eq", x, m);
     kiln_value idx = kiln_where(g, hit, iota, kiln_scalar(g, last ? -1 : 1e9));
@@ -203,7 +193,7 @@ static bool op_hardmax(OxNode *n) {
     }
     int rr = old ? 2 : r;
     kiln_value first = arg_extreme(n, x, ax, true, false, true);
-    kiln_value at = kiln_binary(g, "eq", iota_along(n, rr, ax, kiln_value_shape(g, x)[ax]), first);
+    kiln_value at = kiln_binary(g, "eq", ox_iota(n, rr, ax, kiln_value_shape(g, x)[ax]), first);
     kiln_value y = kiln_where(g, at, kiln_scalar(g, 1), kiln_scalar(g, 0));
     if (old) y = kiln_reshape(g, y, r, keep);
     return ox_set_graph(n, 0, y, OT_FLOAT);

@@ -95,16 +95,6 @@ static void tap_weights(Graph *g, int mode, kiln_value t, kiln_value *w) {
     }
 }
 
-/* 0, 1, ..., len - 1 along dim of a rank-4 constant (1 elsewhere). */
-static kiln_value iota4(OxNode *n, int dim, int64_t len) {
-    int64_t s[4] = {1, 1, 1, 1};
-    s[dim] = len;
-    double *v = arena_alloc(&n->im->arena, sizeof(double) * (size_t)len);
-    if (!v) return ox_nomem(n), KILN_NONE;
-    for (int64_t i = 0; i < len; i++) v[i] = (double)i;
-    return ox_const_tensor(n, 4, s, v);
-}
-
 static bool op_grid_sample(OxNode *n) {
     if (!ox_need_in(n, 0) || !ox_need_in(n, 1)) return false;
     Graph *g = n->im->g;
@@ -256,7 +246,7 @@ static bool op_roi_align(OxNode *n) {
     int64_t bs[4] = {R, 1, 1, 1};
     kiln_value base =
         bin(g, "mul", kiln_reshape(g, ox_gin(n, 2), 4, bs), ox_sc(g, (double)(H * W)));
-    kiln_value ph = iota4(n, 1, oh), pw = iota4(n, 2, ow);
+    kiln_value ph = ox_iota(n, 4, 1, oh), pw = ox_iota(n, 4, 2, ow);
     if (ph < 0 || pw < 0) return false;
     kiln_value y = KILN_NONE;
     int64_t is[3] = {R, oh, ow};

@@ -201,13 +201,7 @@ static bool op_concat_from_sequence(OxNode *n) {
     for (int i = 0; i < s->nseq; i++) {
         OxVal *e = s->seq[i];
         if (e->rank != r) return ox_nfail(n, "the elements have ranks %d and %d", r, e->rank);
-        vs[i] = ox_graph(n, e);
-        if (stack) {
-            int64_t sh[KILN_MAX_RANK];
-            if (r + 1 > KILN_MAX_RANK) return ox_nfail(n, "unsupported: rank above 8");
-            for (int d = 0, j = 0; d <= r; d++) sh[d] = d == axis ? 1 : e->shape[j++];
-            vs[i] = kiln_reshape(g, vs[i], r + 1, sh);
-        }
+        if ((vs[i] = stack ? ox_insert_dim(n, e, (int)axis) : ox_graph(n, e)) < 0) return false;
     }
     kiln_value y = s->nseq == 1 ? vs[0] : kiln_concat(g, s->nseq, vs, (int)axis);
     return ox_set_graph(n, 0, y, s->type);
