@@ -495,12 +495,11 @@ static void output_file(char *buf, size_t len, const char *dir, const char *name
     util_fmt(buf, len, "%s/%s.npy", dir, safe);
 }
 
-/* Write output i to its temporary name; 0 or an exit status. A message
- * from the writer names the target, not the temporary. */
-static int stage_output(const kiln_graph *g, const Options *o, const kiln_onnx_io *io,
-                        const kiln_tensor *t, int i, OutFile *f) {
+/* Write output i to its temporary name beside f->path (set by the
+ * caller); 0 or an exit status. A message from the writer names the
+ * target, not the temporary. */
+static int stage_output(const kiln_onnx_io *io, const kiln_tensor *t, int i, OutFile *f) {
     char err[1024];
-    output_file(f->path, sizeof f->path, o->outdir, kiln_output_name(g, i));
     util_fmt(f->tmp, sizeof f->tmp, "%s.tmp.%d.all", f->path, (int)getpid());
     kiln_tensor c = *t;
     kiln_status s = KILN_OK;
@@ -570,7 +569,7 @@ static int write_outputs(const kiln_graph *g, const Options *o, const kiln_onnx_
     }
     int rc = 0, staged = 0;
     while (!rc && staged < n) {
-        rc = stage_output(g, o, io, &outs[staged], staged, &f[staged]);
+        rc = stage_output(io, &outs[staged], staged, &f[staged]);
         if (!rc) staged++;
     }
     if (rc) {
