@@ -294,7 +294,18 @@ kiln_options kiln_default_options(void);
 
 /* Compile g. On failure the message is kiln_error(g), and the graph stays
  * usable (the interpreter can still run it). kiln_compile(g, threads, out)
- * is kiln_compile_with default options and that thread count. */
+ * is kiln_compile_with default options and that thread count.
+ *
+ * Profiling: with KILN_PROFILE=1 in the environment every run of the
+ * program is profiled, and kiln_program_free prints on stderr where the
+ * time went: each kernel and library call (time per run, share, bytes
+ * moved, GB/s, GFLOP/s for matmul and conv, threads busy, what ran it and
+ * in which layout) and a summary by kind. KILN_TRACE=FILE.json profiles
+ * too and writes a Chrome trace there (one track per OpenMP thread; open
+ * it in Perfetto or chrome://tracing). Profiled runs of a program take
+ * turns; the profiler adds two clock reads per call and per thread of a
+ * parallel kernel (kiln bench --profile measures it). Another value of
+ * KILN_PROFILE is KILN_ERR_INPUT. */
 kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out);
 kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out);
 /* Same contract as kiln_interpret: inputs in declaration order, checked;

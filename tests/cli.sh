@@ -142,6 +142,38 @@ if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b
 then pass bench_report; else fail bench_report "$(head -c 400 "$t/b.json")"; fi
 expect bench_no_epilogue 0 "speedup" -- "$kiln" bench examples/extern.kiln --repeat 2 --no-extern-epilogue
 
+# --profile: every call, a summary by kind, the overhead line; --trace a
+# Chrome trace whose every span is a call on the entry thread's track or a
+# thread's share nested inside a call of the same number, one track per
+# thread of the fixed team of 2
+expect bench_profile 0 "^== by kind" -- "$kiln" bench examples/layernorm.kiln --repeat 3 \
+    --threads 2 --fixed-threads --trace "$t/trace.json"
+if grep -q "^profiled: median" "$t/out" && grep -q "cpp_fused" "$t/out"
+then pass bench_profile_rows; else fail bench_profile_rows "$(head -30 "$t/out")"; fi
+if python3 - "$t/trace.json" >"$t/why" 2>&1 <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+spans = [e for e in d["traceEvents"] if e["ph"] == "X"]
+calls = [e for e in spans if e["cat"] == "call"]
+threads = [e for e in spans if e["cat"] == "thread"]
+names = {e["tid"] for e in d["traceEvents"] if e.get("name") == "thread_name"}
+assert d["otherData"]["runs"] == 3 and len(calls) % 3 == 0 and calls, d["otherData"]
+assert all(e["tid"] == 0 for e in calls), "a call off the entry thread"
+assert {e["tid"] for e in threads} == {0, 1} == names, (names, {e["tid"] for e in threads})
+for th in threads:
+    assert any(c["args"]["call"] == th["args"]["call"] and c["ts"] <= th["ts"] + 1e-3 and
+               th["ts"] + th["dur"] <= c["ts"] + c["dur"] + 1e-3 for c in calls), th
+calls.sort(key=lambda e: e["ts"])
+for a, b in zip(calls, calls[1:]):
+    assert a["ts"] + a["dur"] <= b["ts"] + 1e-3, (a, b)
+PY
+then pass bench_trace_json; else fail bench_trace_json "$(tail -3 "$t/why")"; fi
+expect bench_trace_unwritable 3 "cannot write" -- "$kiln" bench examples/chain.kiln --repeat 2 \
+    --trace "$t/no/such/dir/t.json"
+# KILN_PROFILE=1: kiln run's program prints its profile on stderr when freed
+expect run_env_profile 0 "== profile: 1 call, 1 run" -- env KILN_PROFILE=1 "$kiln" run \
+    examples/chain.kiln
+
 # `$CC --version` is asked once per compiler (jit.c keeps the answer in the
 # cache directory): a second process, its program cached, runs no compiler
 # at all; the same compiler with a new modification time is asked again,

@@ -386,6 +386,8 @@ check use_unknown_target 2 "unknown target 'v9' (valid: v2, v3, v4, native)" -- 
     "$kiln" run "$t/p.kiln" --target v9
 check use_unknown_target_env 2 "KILN_TARGET: unknown target 'avx9' (valid: v2, v3, v4, native)" -- \
     env KILN_TARGET=avx9 "$kiln" run "$t/p.kiln"
+check use_bad_profile_env 2 "KILN_PROFILE=yes: expected 1 (profile every run) or 0" -- \
+    env KILN_PROFILE=yes "$kiln" run "$t/p.kiln"
 
 # ---- environment ------------------------------------------------------------------
 # A tier this CPU cannot run: refused before the compiler is even looked

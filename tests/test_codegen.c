@@ -282,12 +282,16 @@ TEST(codegen_hoists_row_values) {
     const char *sq = strstr(fn, "sqrtf(");
     CHECK(sq);
     /* the line holding sqrtf is indented like the statements of the row loop
-     * (8 spaces inside `for (x0)` at 4), not like an inner loop's body */
-    const char *bol = sq;
+     * (4 more than `for (x0)`), not like an inner loop's body */
+    const char *bol = sq, *row = strstr(fn, "for (int64_t x0 ");
+    CHECK(row);
     while (bol > fn && bol[-1] != '\n') bol--;
-    int indent = 0;
+    while (row > fn && row[-1] != '\n') row--;
+    int indent = 0, row_indent = 0;
     while (bol[indent] == ' ') indent++;
-    EXPECT(indent == 8, "sqrtf at indent %d:\n%s", indent, fn);
+    while (row[row_indent] == ' ') row_indent++;
+    EXPECT(indent == row_indent + 4, "sqrtf at indent %d, the row loop at %d:\n%s", indent,
+           row_indent, fn);
     EXPECT(count(fn, "sqrtf(") == 1, "%s", fn);
     free(fn);
     cg_free(&out);

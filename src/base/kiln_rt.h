@@ -14,6 +14,7 @@
  *   KilnEpilogue  the pointwise ops fused into an extern call (ExtEpilogue)
  *   KilnRT        the extern kernels, passed to the generated entry point
  *                 as function pointers
+ *   KilnProf      the profiler's hook (NULL in KilnRT when not profiling)
  *   kiln_philox4x32, kiln_rand
  *                 the random stream: element i of rand(seed) is a function
  *                 of (seed, i) alone, so fused and interpreted random agree
@@ -44,6 +45,18 @@ typedef struct {
  * several on disjoint ranges; it must not start threads itself. */
 typedef void (*KilnEpilogue)(void *ctx, float *c, int64_t start, int64_t count);
 
+/* The profiler (runtime/profile.c): when KilnRT.prof is set, kiln_entry
+ * calls prof->hook(prof, k, KILN_PROF_BEGIN) and (..., KILN_PROF_END)
+ * around call k on the thread that runs it, and every thread of a
+ * generated kernel's parallel region calls it with KILN_PROF_THREAD_BEGIN
+ * and KILN_PROF_THREAD_END around its share of the loop. The hook may be
+ * called from several threads at once. */
+typedef struct KilnProf KilnProf;
+struct KilnProf {
+    void (*hook)(KilnProf *self, int call, int event);
+};
+enum { KILN_PROF_BEGIN, KILN_PROF_END, KILN_PROF_THREAD_BEGIN, KILN_PROF_THREAD_END };
+
 /* Extern kernels, passed in by the runtime. An extern call with fused
  * pointwise consumers passes its epilogue (`epi_<k>_cb`, with kiln_entry's
  * bufs as ctx) and the library calls it on each output block it
@@ -68,6 +81,7 @@ typedef struct {
     int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                         const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                         KilnEpilogue epi, void *ctx);
+    KilnProf *prof; /* NULL: not profiling */
 } KilnRT;
 
 /* What the generated entry point returns when an extern kernel found bad

@@ -52,6 +52,9 @@ static const char *usage_main =
     "KILN_LOGS=rewrite,fusion,schedule,inline,loop_ir,team (or all) logs each stage on stderr.\n"
     "KILN_TARGET=v2|v3|v4|native (or --target on any command) picks the instruction\n"
     "set kernels are compiled for; default: the highest tier this CPU runs.\n"
+    "KILN_PROFILE=1 prints where each run's time went (every kernel and library\n"
+    "call) on stderr; KILN_TRACE=FILE.json also writes a Chrome trace. See\n"
+    "'kiln help bench' (--profile, --trace).\n"
     "\n"
     "Run 'kiln help run' for the options of a command.\n";
 
@@ -111,6 +114,7 @@ static const char *usage_bench =
     "usage: kiln bench PROG [-i NAME=FILE.npy]... [--seed N] [--threads N]\n"
     "                       [--fixed-threads] [--repeat N] [--report FILE.json]\n"
     "                       [--no-extern-epilogue] [--shape NAME=D0,D1,...]... [--target T]\n"
+    "                       [--profile] [--trace FILE.json] [--fused-only]\n"
     "\n"
     "Time PROG three ways: the reference interpreter (one thread, every op by\n"
     "itself), unfused compiled kernels (one kernel per op, every intermediate\n"
@@ -126,7 +130,19 @@ static const char *usage_bench =
     "run on --threads threads. --report writes fused_ms, unfused_ms (the\n"
     "unfused kernels), interp_ms, compile_ms, bytes_fused, bytes_unfused and\n"
     "threads. --no-extern-epilogue compiles the fused program with library\n"
-    "calls as walls (as 'run').\n";
+    "calls as walls (as 'run').\n"
+    "\n"
+    "  --fused-only       time the fused kernels alone (no interpreter, no\n"
+    "                     unfused kernels; --report has them as 0)\n"
+    "  --profile          then --repeat more fused runs, profiled: every kernel\n"
+    "                     and library call, slowest first, with its time, share,\n"
+    "                     bytes moved, GB/s, GFLOP/s (matmul and conv), threads\n"
+    "                     busy and what ran it; a summary by kind; the profiled\n"
+    "                     median beside the plain one (the profiler's overhead)\n"
+    "  --trace FILE.json  --profile, and every span of those runs as a Chrome\n"
+    "                     trace, a track per thread (Perfetto, chrome://tracing)\n"
+    "KILN_PROFILE=1 (and KILN_TRACE=FILE.json) profile any command's runs, and\n"
+    "any program of the C API, printed when the program is freed.\n";
 
 static const char *usage_explain =
     "usage: kiln explain PROG [--report FILE.json] [--no-extern-epilogue]\n"
@@ -181,6 +197,9 @@ enum {
     OPT_SHAPE = 1 << 10,
     OPT_TARGET = 1 << 11,
     OPT_FIXED = 1 << 12,
+    OPT_PROFILE = 1 << 13,
+    OPT_TRACE = 1 << 14,
+    OPT_FUSED_ONLY = 1 << 15,
 };
 
 /* The options: spelling, bit, and whether a value follows. */
@@ -202,6 +221,9 @@ static const struct {
     {"--shape", OPT_SHAPE, true},
     {"--target", OPT_TARGET, true},
     {"--fixed-threads", OPT_FIXED, false},
+    {"--profile", OPT_PROFILE, false},
+    {"--trace", OPT_TRACE, true},
+    {"--fused-only", OPT_FUSED_ONLY, false},
 };
 
 typedef struct {
@@ -219,6 +241,9 @@ typedef struct {
     bool check, interpret, nofuse;
     bool no_epilogue;   /* externs are walls, as in Inductor */
     bool fixed_threads; /* bench: every run on --threads threads */
+    bool profile;       /* bench: every call's time */
+    bool fused_only;    /* bench: neither the interpreter nor the unfused kernels */
+    const char *trace;  /* bench: a Chrome trace of the profiled runs */
     const char *target; /* --target, else $KILN_TARGET (NULL: the best tier) */
 } Options;
 
@@ -305,6 +330,14 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
         o->fixed_threads = true;
         return 0;
     }
+    if (bit == OPT_PROFILE) {
+        o->profile = true;
+        return 0;
+    }
+    if (bit == OPT_FUSED_ONLY) {
+        o->fused_only = true;
+        return 0;
+    }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
     const char *val = argv[++*i];
     val_w = argv[*i];
@@ -334,6 +367,9 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
         o->outdir = val;
     } else if (bit == OPT_TARGET) {
         o->target = val;
+    } else if (bit == OPT_TRACE) {
+        o->trace = val;
+        o->profile = true;
     } else {
         o->report = val;
     }
@@ -967,19 +1003,56 @@ static void print_bench(const Options *o, const BenchReport *r, int repeat, bool
     print_team(&r->team);
     printf("\n");
     printf("%-26s %12s %14s %10s\n", "", "time (ms)", "bytes moved", "GB/s");
-    bench_row("interpreter (1 thread)", r->interp_ms, r->bytes_unfused);
-    bench_row("unfused (a kernel per op)", r->unfused_ms, r->bytes_unfused);
+    if (!o->fused_only) {
+        bench_row("interpreter (1 thread)", r->interp_ms, r->bytes_unfused);
+        bench_row("unfused (a kernel per op)", r->unfused_ms, r->bytes_unfused);
+    }
     bench_row("fused", r->fused_ms, r->bytes_fused);
+    if (o->fused_only) return;
     printf("\nspeedup over unfused kernels: %.2fx   traffic: %.2fx less\n",
            r->unfused_ms / r->fused_ms,
            r->bytes_fused ? (double)r->bytes_unfused / (double)r->bytes_fused : 0.0);
+}
+
+static void trace_file_fn(FILE *f, void *ud) { prof_trace(ud, f); }
+
+/* --profile: repeat more fused runs with the profiler on (after one run
+ * it forgets), their median beside the plain one, then the profile. */
+static int bench_profile(const Options *o, BenchRun *b, double plain_ms, int repeat) {
+    RtProgram *rp = kiln_program_rt(b->p);
+    if (rt_set_profile(rp, true, o->trace != NULL) != KILN_OK) {
+        fprintf(stderr, "kiln: out of memory for the profiler\n");
+        return EXIT_NOMEM;
+    }
+    RtProf *pr = rt_profile(rp);
+    double *t = kcalloc((size_t)repeat, sizeof *t);
+    kiln_status st = t ? bench_compiled(b) : KILN_ERR_NOMEM;
+    prof_reset(pr);
+    for (int i = 0; st == KILN_OK && i < repeat; i++) {
+        double t0 = now_ms();
+        st = bench_compiled(b);
+        t[i] = now_ms() - t0;
+    }
+    int rc = st == KILN_OK ? 0 : st == KILN_ERR_NOMEM ? EXIT_NOMEM : exit_for(st);
+    if (!rc) {
+        qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
+        double ms = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
+        printf("\nprofiled: median %.3f ms against %.3f ms unprofiled (%+.1f%%: the profiler's "
+               "overhead, and noise), %d runs\n",
+               ms, plain_ms, 100 * (ms / plain_ms - 1), repeat);
+        prof_print(pr, stdout);
+        if (o->trace) rc = write_file_atomic(o->trace, trace_file_fn, pr);
+    }
+    kfree(t);
+    rt_set_profile(rp, false, false);
+    return rc;
 }
 
 /* Compile unfused and fused, then time the interpreter and both. */
 static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, bool *hit) {
     kiln_program *unfused = NULL;
     kiln_options k = compile_options(o, false);
-    kiln_status st = kiln_compile_with(b->g, &k, &unfused);
+    kiln_status st = o->fused_only ? KILN_OK : kiln_compile_with(b->g, &k, &unfused);
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_error(b->g));
         return exit_for(st);
@@ -992,10 +1065,11 @@ static int bench_all(const Options *o, BenchRun *b, BenchReport *r, int repeat, 
     kiln_program *fused = b->p;
     st = time_median(bench_compiled, b, fused, repeat, &r->fused_ms, &r->team);
     b->p = unfused;
-    if (st == KILN_OK) st = time_median(bench_compiled, b, unfused, repeat, &r->unfused_ms, NULL);
+    if (st == KILN_OK && unfused)
+        st = time_median(bench_compiled, b, unfused, repeat, &r->unfused_ms, NULL);
     b->p = fused;
     kiln_program_free(unfused);
-    if (st == KILN_OK)
+    if (st == KILN_OK && !o->fused_only)
         st = time_median(bench_interp, b, NULL, repeat > 3 ? 3 : repeat, &r->interp_ms, NULL);
     if (st != KILN_OK) return exit_for(st);
     return 0;
@@ -1026,6 +1100,7 @@ static int cmd_bench(const Options *o) {
     }
     if ((rc = bench_all(o, &b, &r, repeat, &hit))) goto done;
     print_bench(o, &r, repeat, hit);
+    if (o->profile && (rc = bench_profile(o, &b, r.fused_ms, repeat))) goto done;
     if (o->report) {
         JsonArgs a = {rt_schedule(kiln_program_rt(b.p)), {bench_report_fn, &r}};
         rc = write_file_atomic(o->report, json_fn, &a);
@@ -1276,7 +1351,7 @@ static const Command commands[] = {
     {"code", cmd_code, &usage_code, OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
     {"bench", cmd_bench, &usage_bench,
      OPT_INPUTS | OPT_SEED | OPT_THREADS | OPT_REPEAT | OPT_REPORT | OPT_NOEPILOGUE | OPT_SHAPE |
-         OPT_TARGET | OPT_FIXED},
+         OPT_TARGET | OPT_FIXED | OPT_PROFILE | OPT_TRACE | OPT_FUSED_ONLY},
     {"explain", cmd_explain, &usage_explain,
      OPT_REPORT | OPT_NOFUSE | OPT_NOEPILOGUE | OPT_SHAPE | OPT_TARGET},
     {"dot", cmd_dot, &usage_dot, OPT_OUT | OPT_SHAPE | OPT_TARGET},
@@ -1314,6 +1389,13 @@ int main(int argc, char **argv) {
     int rc = parse_args(c, argc - 2, argv + 2, &o);
     if (rc) return rc < 0 ? 0 : rc;
     if ((rc = enter_target(o.target))) return rc;
+    bool profile;
+    const char *trace;
+    char err[256];
+    if (rt_env_profile(&profile, &trace, err, sizeof err) != KILN_OK) {
+        fprintf(stderr, "kiln: %s\n", err);
+        return EXIT_USAGE;
+    }
     rc = c->run(&o);
     if (rc == EXIT_NOMEM) nomem_note();
     return rc;

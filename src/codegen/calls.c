@@ -152,20 +152,22 @@ void cg_entry_text(Gen *g, const bool *returns_int) {
     str_init(&o, g->pool);
     str_putf(&o, "/* The program: every kernel and extern kernel in call order. */\n");
     str_putf(&o, "int %skiln_entry(float *const *bufs, const KilnRT *rt)\n{\n", g->prefix);
-    bool externs = false;
-    for (int k = 0; k < g->s->nkernels; k++) externs |= g->s->kernels[k].kind == KK_EXTERN;
-    if (!externs) str_putf(&o, "    (void)rt;\n");
+    /* the profiler (KilnRT.prof, NULL when off): a hook around each call,
+     * and for the threads of the parallel regions */
+    str_putf(&o, "    atomic_store_explicit(&kiln_prof_now, rt->prof, memory_order_relaxed);\n");
     for (int k = 0; k < g->s->nkernels; k++) {
         const CgCall *c = &g->calls[k];
+        str_putf(&o, "    KILN_PROF(rt, %d, KILN_PROF_BEGIN);\n", k);
         if (g->s->kernels[k].kind == KK_EXTERN) {
             extern_call(g, &o, k);
+            str_putf(&o, "    KILN_PROF(rt, %d, KILN_PROF_END);\n", k);
             continue;
         }
         str_putf(&o, "    %s%s%s(", returns_int[k] ? "if (" : "", g->prefix, c->name);
         for (int i = 0; i < c->nbufs; i++) str_putf(&o, "%sbufs[%d]", i ? ", " : "", c->bufs[i]);
         str_putf(&o, ")%s   /*", returns_int[k] ? ") return 1;" : ";");
         for (int i = 0; i < c->nbufs; i++) str_putf(&o, " %s", g->bufname[c->bufs[i]]);
-        str_putf(&o, " */\n");
+        str_putf(&o, " */\n    KILN_PROF(rt, %d, KILN_PROF_END);\n", k);
     }
     str_putf(&o, "    return 0;\n}\n");
     str_putf(&g->out, "%s", str_get(&o));

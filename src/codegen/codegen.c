@@ -225,6 +225,7 @@ static void region_text(KGen *K, Str *o) {
     bool mal = needs_malloc(K);
     if (mal) str_putf(o, "    int failed = 0;\n");
     str_putf(o, "    #pragma omp parallel\n    {\n");
+    str_putf(o, "        KILN_TPROF(%d, KILN_PROF_THREAD_BEGIN);\n", cg_kernel_index(K));
     cg_scratch_decls(K, o, 8, true);
     Str guard;
     str_init(&guard, K->g->pool);
@@ -235,6 +236,7 @@ static void region_text(KGen *K, Str *o) {
     cg_nest_text(K, o, true, K->pnest, 0, K->npl, 0, 8, mal ? str_get(&guard) : NULL);
     if (K->st.used) str_putf(o, "        kiln_stream_fence();\n");
     scratch_frees(K, o, 8);
+    str_putf(o, "        KILN_TPROF(%d, KILN_PROF_THREAD_END);\n", cg_kernel_index(K));
     str_putf(o, "    }\n");
     if (mal) str_putf(o, "    return failed;\n");
 }

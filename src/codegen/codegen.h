@@ -371,6 +371,8 @@ void cg_table_add(Pool *p, Table *t, const char *key, const char *c, int level, 
 /* ---- loops.c ---- */
 bool cg_has_scratch_region(const KGen *K);
 bool cg_is_parallel(const KGen *K);
+/* Kernel K's index in its Schedule (its call number in kiln_entry). */
+int cg_kernel_index(const KGen *K);
 void cg_nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, int level0, int ind,
                   const char *row_guard);
 int cg_new_loop(KGen *K, const char *name, int64_t extent);

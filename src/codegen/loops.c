@@ -200,23 +200,39 @@ static bool want_simd8(const Loop *l) {
     return !l->lo && !l->hi && l->step == 1 && n / 8 + n % 8 < n / 16 + n % 16;
 }
 
+/* Does loop j of the row nest (row_nest) or of a stage nest start the
+ * kernel's parallel region? It is written `#pragma omp parallel` around
+ * `#pragma omp for ... nowait` (the region's end is the barrier), so that
+ * each thread can tell the profiler when its share starts and ends
+ * (KILN_TPROF). A kernel with scratch rows opens its region itself
+ * (region_text), and an extern's epilogue runs on the library's threads. */
+static bool opens_region(const KGen *K, bool row_nest, int j) {
+    if (j != 0 || K->epi.on) return false;
+    if (row_nest) return K->collapse > 0 && !cg_has_scratch_region(K);
+    return K->full_par;
+}
+
+int cg_kernel_index(const KGen *K) { return (int)(K->k - K->g->s->kernels); }
+
 /* Pragmas of loop j (loop L) of a nest (row nest or stage nest) of n loops;
- * force: `omp simd` whatever the loop (see nest_text). */
+ * force: `omp simd` whatever the loop (see nest_text). Inside a region
+ * (opens_region) the worksharing loop is `omp for ... nowait`. */
 static void loop_pragmas(KGen *K, Str *o, bool row_nest, int j, int n, int L, bool innermost,
                          int ind, bool force) {
+    const char *wait = opens_region(K, row_nest, j) ? " nowait" : "";
     bool simd8 = innermost && want_simd8(&K->loop[L]);
     bool simd =
         force || (innermost && (K->has_red || !K->strided || (simd8 && !K->far) || K->guarded));
     const char *cl = str_get(&K->clauses), *len = simd8 ? " simdlen(8)" : "";
     if (row_nest && j == 0 && K->collapse > 0) {
         bool with_simd = simd && K->collapse == 1 && j == n - 1;
-        str_putf(o, "%*s#pragma omp %sfor", ind, "", cg_has_scratch_region(K) ? "" : "parallel ");
+        str_putf(o, "%*s#pragma omp for", ind, "");
         if (K->collapse > 1) str_putf(o, " collapse(%d)", K->collapse);
-        str_putf(o, "%s\n", with_simd ? " simd" : "");
+        str_putf(o, "%s%s\n", with_simd ? " simd" : "", wait);
         if (with_simd) return;
     }
     if (!row_nest && j == 0 && K->full_par) {
-        str_putf(o, "%*s#pragma omp parallel for%s%s\n", ind, "", innermost ? " simd" : "", cl);
+        str_putf(o, "%*s#pragma omp for%s%s%s\n", ind, "", innermost ? " simd" : "", cl, wait);
         return;
     }
     if (simd) str_putf(o, "%*s#pragma omp simd%s%s\n", ind, "", len, cl);
@@ -265,12 +281,23 @@ void cg_nest_text(KGen *K, Str *o, bool row_nest, const int *ids, int j, int n, 
         l->hi = pool_printf(K->g->pool, "%s + %d", g, CG_LANES);
         ind += 4;
     }
+    bool region = opens_region(K, row_nest, j);
+    if (region) {
+        str_putf(o, "%*s#pragma omp parallel\n%*s{\n", ind, "", ind, "");
+        ind += 4;
+        str_putf(o, "%*sKILN_TPROF(%d, KILN_PROF_THREAD_BEGIN);\n", ind, "", cg_kernel_index(K));
+    }
     loop_pragmas(K, o, row_nest, j, n, ids[j], innermost, ind, row_simd);
     loop_header(K, o, ids[j], innermost, ind);
     if (row_nest && level == K->npl && row_guard) cg_put_indented(o, row_guard, ind + 4);
     cg_put_indented(o, str_get(&K->block[level]), ind + 4);
     cg_nest_text(K, o, row_nest, ids, j + 1, n, level0, ind + 4, row_guard);
     str_putf(o, "%*s}\n", ind, "");
+    if (region) {
+        str_putf(o, "%*sKILN_TPROF(%d, KILN_PROF_THREAD_END);\n", ind, "", cg_kernel_index(K));
+        ind -= 4;
+        str_putf(o, "%*s}\n", ind, "");
+    }
     if (innermost && row_nest && K->st.on) cg_put_indented(o, str_get(&K->post), ind);
     if (vgroup) {
         cg_put_indented(o, str_get(&K->st.vpost), ind);

@@ -51,6 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #define RT_ALIGN KILN_ALIGN
 
@@ -68,6 +69,7 @@ struct RtProgram {
     struct RtRun *free_runs;   /* the pool: runs not in use */
     int nruns;                 /* runs made, in use or not */
     RtStats stats;
+    RtProf *prof; /* NULL: not profiling */
 };
 
 /* What one run writes: the arena of intermediates and the pointer table
@@ -79,9 +81,14 @@ typedef struct RtRun {
     float **bufs;
 } RtRun;
 
-static const KilnRT rt_externs = {ext_matmul_epi,       ext_conv2d_epi, ext_gather,
-                                  ext_conv_transpose2d, NULL,           0,
-                                  ext_conv2d_const_epi};
+static const KilnRT rt_externs = {ext_matmul_epi,
+                                  ext_conv2d_epi,
+                                  ext_gather,
+                                  ext_conv_transpose2d,
+                                  NULL,
+                                  0,
+                                  ext_conv2d_const_epi,
+                                  NULL};
 #ifdef KILN_TESTING
 #include "testing.h"
 static KilnRT rt_test_table; /* rt_set_externs: a test's table */
@@ -461,8 +468,18 @@ static void forget_weights(const RtProgram *p) {
             ext_kept_forget_all(lp->bufs[b]->data, (size_t)buf_bytes(lp->bufs[b]));
 }
 
+kiln_status rt_set_profile(RtProgram *p, bool on, bool trace) {
+    prof_free(p->prof);
+    p->prof = NULL;
+    if (on && !(p->prof = prof_new(p->plan->sched, &p->code, trace))) return KILN_ERR_NOMEM;
+    return KILN_OK;
+}
+
+RtProf *rt_profile(const RtProgram *p) { return p->prof; }
+
 void rt_free(RtProgram *p) {
     if (!p) return;
+    prof_free(p->prof);
     forget_weights(p);
     jit_close(p->lib);
     cg_free(&p->code);
@@ -526,9 +543,11 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     pthread_mutex_unlock(&p->runs_lock);
     int want = rt_team_size(&p->team, level), team = omp_get_max_threads();
     if (want > 0 && want != team) omp_set_num_threads(want);
+    if (p->prof) rt.prof = prof_run_begin(p->prof);
     double t0 = now_ms();
     int rc = p->entry ? p->entry(run->bufs, &rt) : 0;
     double ms = now_ms() - t0;
+    if (p->prof) prof_run_end(p->prof);
     if (want > 0 && want != team) omp_set_num_threads(team);
     ext_isa_leave(prev);
     pthread_mutex_lock(&p->runs_lock);
@@ -603,6 +622,8 @@ struct kiln_program {
     pthread_mutex_t shapes_lock;
     kiln_program **shapes;
     int nshapes;
+    bool env_profile; /* KILN_PROFILE=1: the profile goes to stderr when freed */
+    char *trace;      /* KILN_TRACE=FILE: the trace is written there when freed */
 };
 
 /* The message of the calling thread's last run of a program: a run's error
@@ -647,6 +668,54 @@ KilnConfig rt_config(const kiln_options *o) {
     return cfg;
 }
 
+kiln_status rt_env_profile(bool *on, const char **trace, char *err, size_t errlen) {
+    const char *v = getenv("KILN_PROFILE");
+    *trace = getenv("KILN_TRACE");
+    if (*trace && !**trace) *trace = NULL;
+    *on = *trace != NULL;
+    if (!v || !*v || !strcmp(v, "0")) return KILN_OK;
+    if (!strcmp(v, "1")) return *on = true, KILN_OK;
+    util_fmt(err, errlen, "KILN_PROFILE=%s: expected 1 (profile every run) or 0", v);
+    return KILN_ERR_INPUT;
+}
+
+/* Start p's profiler as the environment asks. */
+static kiln_status start_env_profile(kiln_program *p, char *err, size_t errlen) {
+    const char *trace;
+    kiln_status st = rt_env_profile(&p->env_profile, &trace, err, errlen);
+    if (st != KILN_OK || !p->env_profile) return st;
+    if (trace && !(p->trace = kmalloc(strlen(trace) + 1))) st = KILN_ERR_NOMEM;
+    if (trace && p->trace) strcpy(p->trace, trace);
+    if (st == KILN_OK) st = rt_set_profile(p->rt, true, trace != NULL);
+    if (st == KILN_ERR_NOMEM) util_fmt(err, errlen, "out of memory for the profiler");
+    return st;
+}
+
+static void trace_fn(FILE *f, const RtProf *pr) { prof_trace(pr, f); }
+
+/* The profile KILN_PROFILE asked for, on stderr, and KILN_TRACE's file
+ * (written under a temporary name and renamed, so a failure leaves none). */
+static void end_env_profile(kiln_program *p) {
+    const RtProf *pr = rt_profile(p->rt);
+    if (!p->env_profile || !pr) return;
+    fprintf(stderr, "kiln: KILN_PROFILE: %s\n", p->model_name ? p->model_name : "the program");
+    prof_print(pr, stderr);
+    if (!p->trace) return;
+    char tmp[4200];
+    util_fmt(tmp, sizeof tmp, "%s.tmp.%ld", p->trace, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    bool ok = f != NULL;
+    if (f) {
+        trace_fn(f, pr);
+        ok = !ferror(f);
+        ok &= fclose(f) == 0;
+    }
+    if (!ok || rename(tmp, p->trace) != 0) {
+        fprintf(stderr, "kiln: KILN_TRACE: cannot write %s: %s\n", p->trace, strerror(errno));
+        remove(tmp);
+    }
+}
+
 kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out) {
     kiln_options o = opt ? *opt : kiln_default_options();
     int threads = o.threads;
@@ -672,6 +741,10 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
     }
     rt_set_program_threads(p->rt, p->threads, o.fixed_threads != 0);
     pthread_mutex_init(&p->shapes_lock, NULL);
+    if ((st = start_env_profile(p, g->err, sizeof g->err)) != KILN_OK) {
+        kiln_program_free(p);
+        return st;
+    }
     if (g->model && (!o.target || strlen(o.target) < sizeof p->target) &&
         (p->model = kmalloc(g->model_len ? g->model_len : 1)) &&
         (p->model_name = kmalloc(strlen(g->model_name) + 1))) {
@@ -757,6 +830,8 @@ static kiln_status for_shapes(kiln_program *p, const kiln_tensor *inputs, kiln_p
         return st;
     }
     kiln_graph_free(g);
+    kfree(v->trace); /* the first shape's program writes KILN_TRACE's file */
+    v->trace = NULL;
     pthread_mutex_lock(&p->shapes_lock);
     kiln_program *had = known_shape(p, inputs); /* another thread made it first */
     if (!had && p->nshapes < RT_MAX_SHAPES) {
@@ -939,6 +1014,8 @@ int kiln_program_threads(const kiln_program *p) { return p->threads; }
 
 void kiln_program_free(kiln_program *p) {
     if (!p) return;
+    end_env_profile(p);
+    kfree(p->trace);
     for (int k = 0; k < p->nshapes; k++) kiln_program_free(p->shapes[k]);
     kfree(p->shapes);
     kfree(p->model);

@@ -12,6 +12,7 @@
 
 #include "codegen/codegen.h"
 #include "ref/ref.h"
+#include <stdio.h>
 
 /* ===== plan.c ============================================================ */
 
@@ -154,6 +155,46 @@ kiln_status rt_compile_many(const Graph *const *gs, int n, const KilnConfig *cfg
 kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, char *err,
                    size_t errlen);
 void rt_free(RtProgram *p);
+
+/* ===== profile.c: where a run's time goes ================================ */
+
+typedef struct RtProf RtProf;
+typedef struct {
+    const char *name; /* the kernel's function, or extern_kernels.conv2d ... */
+    const char *kind; /* pointwise, reduction, or the extern's op */
+    char path[256];   /* what runs it */
+    int64_t bytes;    /* loaded + stored per call (the schedule's traffic) */
+    double flops;     /* per call, matmul and conv; 0: not counted */
+    int64_t ns;       /* wall time summed over the runs */
+    int64_t busy_ns;  /* the threads' shares of a parallel kernel, summed */
+    int64_t count;    /* calls made */
+} RtProfCall;
+/* A profiler for the calls of a schedule's generated code; trace: keep
+ * every span for prof_trace. NULL when out of memory. */
+RtProf *prof_new(const Schedule *s, const CgOutput *code, bool trace);
+void prof_free(RtProf *p);
+/* Around one run (runs are profiled one at a time): the hook for KilnRT. */
+KilnProf *prof_run_begin(RtProf *p);
+void prof_run_end(RtProf *p);
+void prof_reset(RtProf *p); /* forget the runs so far */
+int64_t prof_runs(const RtProf *p);
+const RtProfCall *prof_call(const RtProf *p, int call); /* NULL past the last */
+double prof_run_ms(const RtProf *p);                    /* mean per run */
+double prof_call_ms(const RtProf *p, int call);         /* mean per run */
+/* Every call, slowest first, and a summary by kind. */
+void prof_print(const RtProf *p, FILE *f);
+/* The spans as a Chrome trace (JSON; Perfetto and chrome://tracing open it). */
+void prof_trace(const RtProf *p, FILE *f);
+/* Profile p's runs from now on (trace: keep the spans too), or stop
+ * (on false). KILN_ERR_NOMEM when out of memory. */
+kiln_status rt_set_profile(RtProgram *p, bool on, bool trace);
+RtProf *rt_profile(const RtProgram *p); /* NULL when not profiling */
+/* What the environment asks of kiln_compile_with: KILN_PROFILE (unset,
+ * empty or 0: off; 1: on; else KILN_ERR_INPUT, err says why) and
+ * KILN_TRACE (a file: profile, and write the spans there when the program
+ * is freed; *trace NULL when unset). */
+kiln_status rt_env_profile(bool *on, const char **trace, char *err, size_t errlen);
+
 const char *rt_source(const RtProgram *p);
 /* The generated code and its calls (tests, reports). */
 const CgOutput *rt_code(const RtProgram *p);
