@@ -214,7 +214,15 @@ static const int64_t conv_cases[][15] = {
     /* depthwise with output planes of 100 or more: the direct loops by default */
     {1, 8, 23, 17, 8, 3, 3, 1, 1, 1, 1, 1, 1, 8, 1}, /* 3x3, odd sizes */
     {2, 5, 30, 21, 5, 3, 3, 2, 2, 2, 1, 2, 1, 5, 1}, /* 3x3, stride 2, dilated rows */
-    {1, 3, 20, 20, 3, 5, 5, 1, 1, 2, 2, 1, 1, 3, 0}, /* 5x5: a pass per tap */
+    {1, 3, 20, 20, 3, 5, 5, 1, 1, 2, 2, 1, 1, 3, 0}, /* 5x5: the plane as one flat row */
+    /* stride 1, not 3x3: the flat plane (dw_plane), its last vector past the plane */
+    {1, 16, 14, 14, 16, 5, 5, 1, 1, 4, 4, 2, 2, 16, 1}, /* 5x5 dilated, 14x14 */
+    {1, 4, 12, 40, 4, 7, 7, 1, 1, 3, 3, 1, 1, 4, 0},    /* 7x7, wide rows */
+    {2, 6, 9, 8, 6, 5, 3, 1, 1, 2, 1, 1, 1, 6, 1},      /* 5x3, a small plane */
+    /* 1 wide (input, filter, output): run as the same conv along W */
+    {1, 16, 40, 1, 8, 5, 1, 1, 1, 2, 0, 1, 1, 1, 1}, /* 5x1 along H, padded */
+    {2, 8, 33, 1, 8, 3, 1, 2, 1, 1, 0, 2, 1, 8, 0},  /* depthwise 3x1, stride and dilation 2 */
+    {1, 6, 17, 1, 12, 3, 1, 1, 1, 1, 0, 1, 1, 3, 1}, /* groups 3 */
     {1, 4, 33, 34, 4, 3, 3, 3, 3, 1, 1, 1, 1, 4, 1}, /* 3x3, stride 3 */
     /* 1x1 stride 1, one group: conv1x1.c's kernel (tiles of 6 channels by
      * up to 64 pixels, the last vector masked) where the CPU has AVX-512 */

@@ -38,8 +38,10 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
  * on kiln's NCHW planes, no reorder. Each thread copies a plane into a
  * zero-padded buffer of its own (pad_plane), so that every filter tap is a
  * plain load without bounds tests; a 3x3 filter (MobileNet's) then computes
- * each output row in one vectorized pass with its nine taps in registers,
- * other sizes in one pass per tap. The thread that computed a plane runs
+ * each output row in one vectorized pass with its nine taps in registers;
+ * other sizes at stride 1 compute the whole plane as one flattened row
+ * (dw_plane), at other strides a row in one pass per tap (dw_row). The
+ * thread that computed a plane runs
  * the epilogue on it while it is in cache. */
 typedef struct {
     int64_t ph, pw; /* rows and columns of the padded plane */
@@ -237,6 +239,39 @@ const char *ext_path_isa(const char *path) {
     return buf;
 }
 
+/* A stride-1 filter of any size other than 3x3, over the whole padded
+ * plane at once: output o of the plane flattened at the padded row pitch
+ * d.pw is b plus the taps k[i][j] P[o + i dh pw + j dw] in dw_row's order
+ * (so the same bits), 16 outputs at a time in one vector accumulator; the
+ * rows then go to y without their pw - ow padding columns. dw_row's loops
+ * over rows of 7 or 14 outputs ran in scalar remainders, a pass over the
+ * row per tap: a 5x5 depthwise at 14x14 ran at 3.5 GFLOP/s. The last
+ * vector's loads run up to 15 floats past the plane, into DW_SLACK; Q holds
+ * oh * pw + 16 floats. */
+typedef float DwV16 __attribute__((vector_size(64), aligned(4), may_alias));
+#define DW_PLANE_PARAMS \
+    const ConvShape *s, PadDims d, const float *P, const float *k, float b, float *restrict Q
+#define DW_PARAMS_dw_plane DW_PLANE_PARAMS
+#define DW_BODY_dw_plane                                                     \
+    {                                                                        \
+        int64_t len = (s->oh - 1) * d.pw + s->ow;                            \
+        for (int64_t o0 = 0; o0 < len; o0 += 16) {                           \
+            DwV16 acc;                                                       \
+            for (int l = 0; l < 16; l++) acc[l] = b;                         \
+            for (int64_t i = 0; i < s->kh; i++)                              \
+                for (int64_t j = 0; j < s->kw; j++) {                        \
+                    const float *pc = P + o0 + i * s->dh * d.pw + j * s->dw; \
+                    acc += k[i * s->kw + j] * *(const DwV16 *)pc;            \
+                }                                                            \
+            *(DwV16 *)(Q + o0) = acc;                                        \
+        }                                                                    \
+    }
+DW_VERSIONS(dw_plane, (DW_PLANE_PARAMS), (s, d, P, k, b, Q))
+
+static bool dw_flat(const ConvShape *s) {
+    return s->sh == 1 && s->sw == 1 && !(s->kh == 3 && s->kw == 3);
+}
+
 /* 0, or -1 when a thread's padded plane cannot be allocated. */
 static int conv_depthwise(const ConvShape *s, const float *x, const float *w, const float *bias,
                           float *y, ExtEpilogue epi, void *ctx) {
@@ -245,7 +280,10 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
     int failed = 0;
 #pragma omp parallel
     {
+        bool flat = dw_flat(s);
         float *P = kcalloc((size_t)(d.ph * d.pw + DW_SLACK), sizeof(float));
+        float *Q = flat ? kmalloc(sizeof(float) * (size_t)(s->oh * d.pw + 16)) : NULL;
+        if (flat && !Q) kfree(P), P = NULL;
         if (!P) {
 #pragma omp atomic write
             failed = 1;
@@ -257,7 +295,12 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 const float *k = w + c * s->kh * s->kw;
                 float b = bias ? bias[c] : 0.0f, *yp = y + (n * s->c + c) * s->oh * s->ow;
                 pad_plane(s, d, x + (n * s->c + c) * s->h * s->w, P);
-                for (int64_t oh = 0; oh < s->oh; oh++) {
+                if (flat) {
+                    dw_plane(level, s, d, P, k, b, Q);
+                    for (int64_t oh = 0; oh < s->oh; oh++)
+                        memcpy(yp + oh * s->ow, Q + oh * d.pw, sizeof(float) * (size_t)s->ow);
+                }
+                for (int64_t oh = 0; !flat && oh < s->oh; oh++) {
                     if (s->kh == 3 && s->kw == 3)
                         dw_row3(s, d, P, k, b, oh, level, yp + oh * s->ow);
                     else
@@ -266,6 +309,7 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
             }
         kfree(P);
+        kfree(Q);
     }
     return failed ? -1 : 0;
 }
@@ -338,8 +382,42 @@ static ConvPath conv_path(const ConvShape *s) {
     return direct ? PATH_SGEMM : PATH_IM2COL;
 }
 
-const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+/* A conv along H alone (input, filter and output all 1 wide) has the
+ * memory of the same conv along W: NCH1 is NC1H. oneDNN's kernels block
+ * the output row, which then held one output: magika's 5x1 conv of 256
+ * channels over 512 rows ran at 26 GFLOP/s on one thread. So such a conv
+ * runs as its transpose: H and W swapped in every shape and attribute
+ * (attr: sh sw ph pw dh dw groups). */
+typedef struct {
+    int64_t xs[4], ws[4], ys[4], attr[7];
+} ConvDims;
+
+static void swap64(int64_t *a, int64_t *b) {
+    int64_t t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static ConvDims conv_dims(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
                           const int64_t attr[7]) {
+    ConvDims d;
+    memcpy(d.xs, xs, sizeof d.xs);
+    memcpy(d.ws, ws, sizeof d.ws);
+    memcpy(d.ys, ys, sizeof d.ys);
+    memcpy(d.attr, attr, sizeof d.attr);
+    if (xs[3] == 1 && ws[3] == 1 && ys[3] == 1 && xs[2] > 1) {
+        swap64(&d.xs[2], &d.xs[3]);
+        swap64(&d.ws[2], &d.ws[3]);
+        swap64(&d.ys[2], &d.ys[3]);
+        for (int i = 0; i < 6; i += 2) swap64(&d.attr[i], &d.attr[i + 1]);
+    }
+    return d;
+}
+
+const char *ext_conv_path(const int64_t xs_[4], const int64_t ws_[4], const int64_t ys_[4],
+                          const int64_t attr_[7]) {
+    ConvDims cd = conv_dims(xs_, ws_, ys_, attr_);
+    const int64_t *xs = cd.xs, *ws = cd.ws, *ys = cd.ys, *attr = cd.attr;
     ConvShape s = conv_shape(xs, ws, ys, attr);
     switch (conv_path(&s)) {
     case PATH_DNNL:
@@ -354,10 +432,12 @@ const char *ext_conv_path(const int64_t xs[4], const int64_t ws[4], const int64_
     return "im2col + OpenBLAS sgemm";
 }
 
-static int conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
-                  const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
+static int conv2d(const float *x, const int64_t xs_[4], const float *w, const int64_t ws_[4],
+                  const float *bias, float *y, const int64_t ys_[4], const int64_t attr_[7],
                   bool wconst, ExtEpilogue epi, void *ctx) {
     ext_blas_init();
+    ConvDims cd = conv_dims(xs_, ws_, ys_, attr_);
+    const int64_t *xs = cd.xs, *ws = cd.ws, *ys = cd.ys, *attr = cd.attr;
     ConvShape s = conv_shape(xs, ws, ys, attr);
     bool direct = conv_is_direct(&s), depthwise = conv_is_depthwise(&s);
     ConvPath path = conv_path(&s);
