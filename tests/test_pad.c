@@ -185,15 +185,43 @@ TEST(pool_strided_padded_reads_a_materialized_pad) {
 
 /* A 3-D window reads a materialized padded input (decompose.c: GCC does not
  * vectorize its triple border tests): relu fuses into the pad kernel, the
- * window reads the padded buffer with no select. */
+ * window reads the padded buffer with no select. A 3x3x3 window is also
+ * separable (27 taps, 3 + 9 when split): the maxima along the last dim
+ * are a kernel of their own, read by the 3x3 over the other two. */
 TEST(pool_3d_reads_a_materialized_pad) {
     Plan *p = plan_of("input v: f32[2, 4, 8, 8, 16]\n"
                       "y = max_pool3d(relu(v), 3, stride=1, padding=1)\noutput y\n");
     CHECK(p);
     char *ir = loop_ir_text(p);
-    EXPECT(p->sched->nkernels == 2 && ir && count(ir, "select(") == 3 && count(ir, "relu(") == 1,
+    EXPECT(p->sched->nkernels == 3 && ir && count(ir, "select(") == 3 && count(ir, "relu(") == 1 &&
+               count(ir, "maximum(") == 2 + 8,
            "%d kernels:\n%s", p->sched->nkernels, ir);
     free(ir);
+    plan_free(p);
+}
+
+/* A big window is separable (decompose.c): a 13x13 max pool is the 13-tap
+ * maximum along the last dim, materialized, then 13 taps along the other:
+ * 24 maxima in two kernels, not 168 in one; a 3x3 window stays one kernel
+ * of 8. The window's kernel computes 12 maxima per element, so a plane of
+ * 128 x 13 x 13 (21,632 outputs, below CG_PARALLEL_MIN) still runs on
+ * threads (codegen's work factor). */
+TEST(pool_big_window_is_separable) {
+    Plan *p = plan_of("input x: f32[1, 128, 13, 13]\n"
+                      "y = max_pool2d(x, 13, stride=1, padding=6)\n"
+                      "z = max_pool2d(x, 3, stride=1, padding=1)\noutput y, z\n");
+    CHECK(p);
+    char *ir = loop_ir_text(p);
+    EXPECT(p->sched->nkernels == 3 && ir && count(ir, "maximum(") == 24 + 8, "%d kernels:\n%s",
+           p->sched->nkernels, ir);
+    free(ir);
+    CgOutput out;
+    char err[256];
+    CHECKF(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK, "%s", err);
+    int parallel = 0;
+    for (int k = 0; k < out.ncalls; k++) parallel += out.calls[k].parallel;
+    EXPECT(parallel == 3, "%d of %d calls parallel", parallel, out.ncalls);
+    cg_free(&out);
     plan_free(p);
 }
 

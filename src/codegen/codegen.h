@@ -94,8 +94,9 @@ kiln_status cg_prelude(char **out, char *err, size_t errlen);
 #include <setjmp.h>
 
 /* A kernel runs in parallel only when its loops cover at least this many
- * elements: an OpenMP fork/join costs a few microseconds, about what one core
- * needs to stream 32K floats (128 KB) from cache. */
+ * elements, weighted by the ops each computes (loops.c, work_factor): an
+ * OpenMP fork/join costs a few microseconds, about what one core needs to
+ * stream 32K floats (128 KB) from cache. */
 #define CG_PARALLEL_MIN 32768
 
 /* Outer reduction (outer.c): the block of the innermost parallel dim that

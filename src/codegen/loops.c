@@ -98,9 +98,22 @@ int cg_split_loop(KGen *K, int L, int64_t block) {
     return b;
 }
 
-/* How many outer loops OpenMP shares out (0: the kernel runs serially). */
+/* A kernel's work per element of its loops, in units of one float
+ * streamed: 1, plus a quarter for each op its members compute (a 13x13
+ * max pool's 168 maxima make a small plane worth the threads). */
+static int64_t work_factor(const KGen *K) {
+    int64_t ops = 0;
+    for (int i = 0; i < K->k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        if (b->expr) ops += ex_nops(b->expr);
+    }
+    return 1 + ops / 4;
+}
+
+/* How many outer loops OpenMP shares out (0: the kernel runs serially):
+ * none below CG_PARALLEL_MIN of work. */
 static void plan_parallel(KGen *K) {
-    int64_t work = K->k->numel * (K->k->rnumel > 0 ? K->k->rnumel : 1);
+    int64_t work = K->k->numel * (K->k->rnumel > 0 ? K->k->rnumel : 1) * work_factor(K);
     if (work < CG_PARALLEL_MIN) return;
     int avail = K->k->kind == KK_POINTWISE && K->npl > 1 ? K->npl - 1 : K->npl;
     int64_t iters = 1;

@@ -176,15 +176,29 @@ static int pool_pad(Graph *g, int x, const Node *n, const PoolGeom *p, double va
  * consumer reading k neighbours, as Inductor's pooling lowering is one user
  * of its input, so a pointwise producer (max_pool(relu(x))) is inlined into
  * the window instead of being materialized for having k users. */
-static int pool_tap(Graph *g, int xp, const Node *n, const PoolGeom *p, int64_t t) {
+/* The same over the first nd spatial dims only (the others as they are). */
+static int pool_tap_dims(Graph *g, int xp, const Node *n, const PoolGeom *p, int64_t t, int nd) {
     int v = xp, rank = n->rank;
-    for (int i = p->ns - 1; i >= 0 && v >= 0; i--) {
+    for (int i = nd - 1; i >= 0 && v >= 0; i--) {
         int64_t j = t % p->k[i], d = rank - p->ns + i, start = j * p->dil[i];
         t /= p->k[i];
         v = kiln_slice(g, v, (int)d, start, start + (n->shape[d] - 1) * p->s[i] + 1, p->s[i]);
-        if (v >= 0 && v != xp && i == p->ns - 1 && t + j > 0 && graph_node(g, v)->in[0] == xp)
+        if (v >= 0 && v != xp && i == nd - 1 && t + j > 0 && graph_node(g, v)->in[0] == xp)
             g->nodes[v].flags |= NF_TAP;
     }
+    return v;
+}
+
+static int pool_tap(Graph *g, int xp, const Node *n, const PoolGeom *p, int64_t t) {
+    return pool_tap_dims(g, xp, n, p, t, p->ns);
+}
+
+/* The taps along the last spatial dim alone: one strided slice each. */
+static int pool_tap_last(Graph *g, int xp, const Node *n, const PoolGeom *p, int64_t j) {
+    int d = n->rank - 1, i = p->ns - 1;
+    int64_t start = j * p->dil[i];
+    int v = kiln_slice(g, xp, d, start, start + (n->shape[d] - 1) * p->s[i] + 1, p->s[i]);
+    if (v >= 0 && j > 0 && graph_node(g, v)->in[0] == xp) g->nodes[v].flags |= NF_TAP;
     return v;
 }
 
@@ -246,15 +260,33 @@ static int avg_scale(Graph *g, const Node *n, const Node *xn, const PoolGeom *p)
  * windows). */
 static int pooling(Graph *g, int x, const Node *n) {
     bool is_max = n->op == OP_MAX_POOL, padded;
+    const char *combine = is_max ? "maximum" : "add";
     PoolGeom p = pool_geom(n);
-    int64_t taps = 1;
+    int64_t taps = 1, kw = p.k[p.ns - 1], rest;
     for (int i = 0; i < p.ns; i++) taps *= p.k[i];
+    rest = taps / kw;
     int xp = pool_pad(g, x, n, &p, is_max ? -INFINITY : 0.0, &padded);
     if ((p.ns == 3 || (padded && p.s[p.ns - 1] > 1)) && xp >= 0)
         xp = kiln_unary(g, "contiguous", xp);
+    /* A big window is separable: the max (or sum) along the last dim,
+     * materialized, then over the others: kw + rest taps per output
+     * instead of kw * rest (a 13x13 max pool: 26 instead of 169), for one
+     * more pass over memory. Worth it from 2 (kw + rest) <= taps: 4x4 and
+     * up, not 3x3 (docs/decisions.md: Separable pools). */
+    if (p.ns > 1 && 2 * (kw + rest) <= taps && xp >= 0) {
+        int row = pool_tap_last(g, xp, n, &p, 0);
+        for (int64_t j = 1; j < kw && row >= 0; j++)
+            row = bin(g, combine, row, pool_tap_last(g, xp, n, &p, j));
+        if (row >= 0) row = kiln_unary(g, "contiguous", row);
+        int acc = row >= 0 ? pool_tap_dims(g, row, n, &p, 0, p.ns - 1) : row;
+        for (int64_t t = 1; t < rest && acc >= 0; t++)
+            acc = bin(g, combine, acc, pool_tap_dims(g, row, n, &p, t, p.ns - 1));
+        if (is_max || acc < 0) return acc;
+        return bin(g, "mul", acc, avg_scale(g, n, graph_node(g, x), &p));
+    }
     int acc = pool_tap(g, xp, n, &p, 0);
     for (int64_t t = 1; t < taps && acc >= 0; t++)
-        acc = bin(g, is_max ? "maximum" : "add", acc, pool_tap(g, xp, n, &p, t));
+        acc = bin(g, combine, acc, pool_tap(g, xp, n, &p, t));
     if (is_max || acc < 0) return acc;
     return bin(g, "mul", acc, avg_scale(g, n, graph_node(g, x), &p));
 }

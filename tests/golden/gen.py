@@ -1572,6 +1572,24 @@ case("max_pool_3d", """
     output a, b
 """, lambda v: {"a": pool(v.x, "max", [2, 2, 2], ceil=True),
                 "b": pool(v.x, "max", [3, 2, 3], [1, 2, 2], ([1, 0, 1], [1, 0, 1]))})
+case("pool_separable", """
+    input x: f32[2, 3, 13, 13]
+    input z: f32[1, 2, 4, 6, 7]
+    a = max_pool2d(x, 13, stride=1, padding=6)
+    b = max_pool2d(relu(x), 5, stride=1, padding=2)
+    c = max_pool2d(x, [4, 5], stride=[2, 3], padding=[1, 2], ceil_mode=true)
+    d = avg_pool2d(x, 5, stride=1, padding=2, count_include_pad=false)
+    e = avg_pool2d(x, 4, stride=2, padding=1, ceil_mode=true)
+    f = max_pool3d(z, 3, stride=1, padding=1)
+    g = max_pool2d(x, 5, stride=1, padding=4, dilation=2)
+    output a, b, c, d, e, f, g
+""", lambda v: {"a": pool(v.x, "max", [13, 13], [1, 1], ([6, 6], [6, 6])),
+                "b": pool(np.maximum(v.x, 0), "max", [5, 5], [1, 1], ([2, 2], [2, 2])),
+                "c": pool(v.x, "max", [4, 5], [2, 3], ([1, 2], [1, 2]), ceil=True),
+                "d": pool(v.x, "avg", [5, 5], [1, 1], ([2, 2], [2, 2]), include_pad=False),
+                "e": pool(v.x, "avg", [4, 4], [2, 2], ([1, 1], [1, 1]), ceil=True),
+                "f": pool(v.z, "max", [3, 3, 3], [1, 1, 1], ([1, 1, 1], [1, 1, 1])),
+                "g": pool(v.x, "max", [5, 5], [1, 1], ([4, 4], [4, 4]), [2, 2])})
 case("avg_pool", """
     input x: f32[2, 3, 11]
     input y: f32[2, 2, 9, 10]
