@@ -264,6 +264,15 @@ models: $(BUILD)/kiln
 	@sh scripts/deps.sh python3-torch python3-torchvision python3-numpy python3-protobuf protobuf-compiler
 	sh models/check.sh $(BUILD)/kiln $(BUILD)/models
 
+# kiln beside ONNX Runtime (PyPI, in the venv models/real.py makes) on the
+# exported models at batch 1 and 8 and the real models, 1 and 2 threads,
+# side by side in turns (bench/models.py; BENCH_ARGS="--quick", "--only
+# resnet18", "--profile DIR" for both peers' per-op profiles).
+.PHONY: bench-models
+bench-models: $(BUILD)/kiln
+	@sh scripts/deps.sh python3-torch python3-torchvision python3-numpy python3-protobuf protobuf-compiler python3-venv
+	/usr/bin/python3 bench/models.py --kiln $(BUILD)/kiln $(BENCH_ARGS)
+
 valgrind:
 	@sh scripts/deps.sh valgrind
 	@$(MAKE) --no-print-directory $(BUILD)/test_kiln

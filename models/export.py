@@ -8,7 +8,7 @@ OUTDIR defaults to build/models/ (not committed: resnet18 alone is 45 MB).
 Needs Debian's python3-torch (1.13) and python3-torchvision (0.14); nothing
 is downloaded: every weight is random, drawn from fixed seeds.
 
-The models (batch 1, eval mode):
+The models (batch 1, and batch 8 beside, eval mode):
   resnet18      torchvision resnet18, input 1x3x224x224, output 1x1000
   mobilenet_v2  torchvision mobilenet_v2, input 1x3x224x224, output 1x1000
   encoder       nn.TransformerEncoderLayer(d_model 256, nhead 4,
@@ -26,6 +26,9 @@ What is written, for each model NAME:
   NAME_op17.onnx    (encoder only, unless --no-op17) opset 17: the same
                     layer with LayerNormalization as one op instead of its
                     opset-13 decomposition (ReduceMean, Sub, Pow, Sqrt, Div)
+  NAME_b8.onnx      (unless --no-batch8) the same model at batch 8, with
+                    NAME_b8_input.npy (the batch-1 input and seven more
+                    images) and NAME_b8_output.npy
   NAME_input.npy    the input (float32, standard normal, fixed seed)
   NAME_output.npy   PyTorch's float32 output for that input
   manifest.json     per model: files, input/output names and shapes, opset,
@@ -150,14 +153,24 @@ def reference(model, x):
                        "max_abs_output": float(y64.abs().max())}
 
 
-def export_one(name, outdir, op17):
-    model, x = make(name)
-    y, err = reference(model, x)
-    np.save(os.path.join(outdir, name + "_input.npy"), x.numpy())
-    np.save(os.path.join(outdir, name + "_output.npy"), y)
+def export_one(name, outdir, op17, batch8):
+    model, x1 = make(name)
     entries = []
-    variants = [(name, OPSET)] + ([(name + "_op17", 17)] if op17 and name == "encoder" else [])
-    for stem, opset in variants:
+    variants = [(name, OPSET, 1)] + ([(name + "_op17", 17, 1)] if op17 and name == "encoder" else [])
+    variants += [(name + "_b8", OPSET, 8)] if batch8 else []
+    refs = {}
+    for stem, opset, batch in variants:
+        if batch not in refs:
+            # batch 8: the batch-1 input and seven more images drawn after it
+            x = x1 if batch == 1 else torch.cat(
+                [x1, torch.randn((batch - 1,) + tuple(x1.shape[1:]),
+                                 generator=torch.Generator().manual_seed(77 + MODELS.index(name)))])
+            stem_b = name if batch == 1 else name + "_b%d" % batch
+            y, err = reference(model, x)
+            np.save(os.path.join(outdir, stem_b + "_input.npy"), x.numpy())
+            np.save(os.path.join(outdir, stem_b + "_output.npy"), y)
+            refs[batch] = (x, y, err, stem_b)
+        x, y, err, stem_b = refs[batch]
         path = os.path.join(outdir, stem + ".onnx")
         export(model, x, path, opset)
         ops = graph_ops(path)
@@ -165,8 +178,9 @@ def export_one(name, outdir, op17):
         if odd:
             sys.exit("export.py: %s uses non-standard op domains %s" % (path, sorted(set(odd))))
         entries.append({"model": stem, "onnx": stem + ".onnx", "opset": opset,
-                        "inputs": {"input": {"file": name + "_input.npy", "shape": list(x.shape)}},
-                        "outputs": {"output": {"file": name + "_output.npy", "shape": list(y.shape)}},
+                        "batch": batch,
+                        "inputs": {"input": {"file": stem_b + "_input.npy", "shape": list(x.shape)}},
+                        "outputs": {"output": {"file": stem_b + "_output.npy", "shape": list(y.shape)}},
                         "ops": {t: c for (_, t), c in sorted(ops.items())}, "torch": err,
                         "bytes": os.path.getsize(path)})
         print("export.py: %-18s opset %d  %5.1f MB  %d op types  torch f32 vs f64 max abs %.2e"
@@ -180,6 +194,7 @@ def main():
     ap.add_argument("outdir", nargs="?", default=os.path.join(ROOT, "build", "models"))
     ap.add_argument("--only", help="comma-separated: " + ",".join(MODELS))
     ap.add_argument("--no-op17", action="store_true", help="skip the opset-17 encoder")
+    ap.add_argument("--no-batch8", action="store_true", help="skip the batch-8 exports")
     a = ap.parse_args()
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     os.makedirs(a.outdir, exist_ok=True)
@@ -189,7 +204,7 @@ def main():
             sys.exit("export.py: unknown model %r (have %s)" % (n, ", ".join(MODELS)))
     manifest = {"torch": torch.__version__, "tolerance": {"rtol": 1e-3, "atol": 1e-4}, "models": []}
     for n in names:
-        manifest["models"] += export_one(n, a.outdir, not a.no_op17)
+        manifest["models"] += export_one(n, a.outdir, not a.no_op17, not a.no_batch8)
     with open(os.path.join(a.outdir, "manifest.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     print("export.py: wrote %s" % os.path.join(a.outdir, "manifest.json"), file=sys.stderr)
