@@ -117,7 +117,8 @@ TEST(codegen_one_function_per_kernel_in_call_order) {
         if (here) at = here + 1;
         EXPECT(!strcmp(out.calls[k].name, K->kernel), "call %d is %s", k, out.calls[k].name);
     }
-    EXPECT(strstr(entry, "rt->mm(") != NULL, "matmul goes through the runtime table");
+    EXPECT(strstr(entry, "rt->mm_const(") != NULL, "matmul goes through the runtime table "
+                                                   "(mm_const: its b is a weight)");
     EXPECT(!strcmp(s->kernels[0].kernel, "cpp_fused_add_0"), "%s", s->kernels[0].kernel);
     EXPECT(!strcmp(s->kernels[1].kernel, "extern_kernels.mm"), "%s", s->kernels[1].kernel);
     EXPECT(!strcmp(s->kernels[2].kernel, "cpp_fused_relu_1"), "%s", s->kernels[2].kernel);
@@ -268,6 +269,22 @@ TEST(codegen_row_pairs) {
 
 /* layer_norm: rsqrt(var + eps) depends only on the row, so it is computed
  * between the inner loops, never inside one. */
+/* A matmul's entry: mm_const when b is a weight (the library may keep it
+ * in its own layout), mm when b is a runtime input. */
+TEST(codegen_matmul_const_entry) {
+    Plan *p = plan_of("input x: f32[8, 16]\ninput v: f32[16, 4]\n"
+                      "weight w: f32[16, 4] = randn(2)\ny = x @ w\nz = x @ v\noutput y, z\n",
+                      NULL);
+    CHECK(p);
+    CgOutput out;
+    char err[512];
+    CHECKF(cg_generate(p->sched, &out, err, sizeof err) == KILN_OK, "%s", err);
+    EXPECT(count(out.source, "rt->mm_const(") == 1 && count(out.source, "rt->mm(") == 1,
+           "entry:\n%s", strstr(out.source, "kiln_entry"));
+    cg_free(&out);
+    plan_free(p);
+}
+
 TEST(codegen_hoists_row_values) {
     char *src = read_example("layernorm");
     CHECK(src);

@@ -112,7 +112,7 @@ static int odd_conv(const float *x, const int64_t xs[4], const float *w, const i
     return 0;
 }
 
-static const KilnRT odd_rt = {odd_mm, odd_conv, NULL, NULL, NULL, 0, NULL, NULL};
+static const KilnRT odd_rt = {.mm = odd_mm, .conv2d = odd_conv};
 
 typedef enum { RUN_LIBRARY, RUN_BLOCKS64, RUN_ODD_RANGES } RunMode;
 static const char *const mode_name[] = {"library", "blocks of 64 rows", "ranges of 37"};

@@ -41,12 +41,17 @@ static double naive_mm(const float *a, const ExtView *av, const float *b, const 
     return acc;
 }
 
+/* check_mm runs ext_matmul_const_epi (b a constant: oneDNN where it takes
+ * it) instead of ext_matmul. */
+static bool mm_const_mode;
+
 static int check_mm(const float *a, const ExtView *av, const float *b, const ExtView *bv, int crank,
                     const int64_t *cshape) {
     int64_t n = 1;
     for (int d = 0; d < crank; d++) n *= cshape[d];
     float *c = malloc(sizeof(float) * (size_t)n);
-    int bad = ext_matmul(a, av, b, bv, c, crank, cshape) != 0;
+    int bad = (mm_const_mode ? ext_matmul_const_epi(a, av, b, bv, c, crank, cshape, NULL, NULL)
+                             : ext_matmul(a, av, b, bv, c, crank, cshape)) != 0;
     for (int64_t i = 0; i < n && !bad; i++) {
         int64_t ci[KILN_MAX_RANK], r = i;
         for (int d = crank - 1; d >= 0; d--) {
@@ -120,23 +125,73 @@ TEST(externs_matmul_one_row) {
     free(b);
 }
 
+/* A constant b (ext_matmul_const_epi): oneDNN with b reordered once for
+ * 2-D products, batches of 1 and folded batches whose a has unit column
+ * stride; the rest on OpenBLAS. Every case against the naive product. */
+TEST(externs_matmul_const) {
+    mm_const_mode = true;
+    int before = ext_matmul_dnnl_count();
+    int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {40, 96, 1030}};
+    for (int t = 0; t < 5; t++) {
+        int64_t M = sizes[t][0], K = sizes[t][1], N = sizes[t][2];
+        int64_t as[2] = {M, K}, bs[2] = {K, N}, cs[2] = {M, N};
+        float *a = randbuf(M * K, 1), *b = randbuf(K * N, 2);
+        ExtView av = test_dense_view(2, as), bv = test_dense_view(2, bs);
+        EXPECT(!check_mm(a, &av, b, &bv, 2, cs), "matmul %lldx%lldx%lld", (long long)M,
+               (long long)K, (long long)N);
+        ExtView path_a = av, path_b = bv;
+        EXPECT(strstr(ext_matmul_path(&path_a, &path_b, 2, cs, true), "oneDNN") != NULL, "path");
+        free(a);
+        free(b);
+    }
+    EXPECT(ext_matmul_dnnl_count() > before, "oneDNN made no primitive");
+    int64_t M = 9, K = 11, N = 6, cs[2] = {M, N};
+    float *a = randbuf(4 * M * K, 3), *b = randbuf(3 * K * N, 4);
+    /* b stored [N, K] and read transposed (Gemm's transB); b at an offset */
+    ExtView ad = {2, {M, K}, {K, 1}, 0}, bt = {2, {K, N}, {1, K}, 0}, bo = {2, {K, N}, {N, 1}, 7};
+    CHECK(!check_mm(a, &ad, b, &bt, 2, cs));
+    CHECK(!check_mm(a, &ad, b, &bo, 2, cs));
+    /* a's rows further apart than K (a slice of wider rows); a transposed
+     * (column stride not 1: OpenBLAS) */
+    ExtView awide = {2, {M, K}, {2 * K, 1}, 3}, at_ = {2, {M, K}, {1, M}, 0};
+    CHECK(!check_mm(a, &awide, b, &bo, 2, cs));
+    CHECK(!check_mm(a, &at_, b, &bo, 2, cs));
+    EXPECT(strstr(ext_matmul_path(&at_, &bo, 2, cs, true), "OpenBLAS") != NULL, "transposed a");
+    /* [1, 9, 11] @ [11, 6] (batch of 1) and [4, 9, 11] @ [11, 6] (folded) */
+    ExtView a1 = {3, {1, M, K}, {0, K, 1}, 0}, a4 = {3, {4, M, K}, {M * K, K, 1}, 0};
+    int64_t c1[3] = {1, M, N}, c4[3] = {4, M, N};
+    CHECK(!check_mm(a, &a1, b, &bo, 3, c1));
+    CHECK(!check_mm(a, &a4, b, &bo, 3, c4));
+    EXPECT(strstr(ext_matmul_path(&a1, &bo, 3, c1, true), "oneDNN") != NULL, "batch of 1");
+    EXPECT(strstr(ext_matmul_path(&a4, &bo, 3, c4, true), "oneDNN") != NULL, "folded");
+    EXPECT(strstr(ext_matmul_path(&a4, &bo, 3, c4, false), "OpenBLAS") != NULL, "not constant");
+    /* b differs per batch: OpenBLAS, batch by batch */
+    ExtView b3 = {3, {3, K, N}, {K * N, N, 1}, 0}, a3 = {3, {3, M, K}, {M * K, K, 1}, 0};
+    int64_t c3[3] = {3, M, N};
+    CHECK(!check_mm(a, &a3, b, &b3, 3, c3));
+    ext_kept_forget_all(b, sizeof(float) * (size_t)(3 * K * N));
+    mm_const_mode = false;
+    free(a);
+    free(b);
+}
+
 /* What the reports say runs a matmul (ext_matmul_path): sgemv for one row
  * of C, after batch folding, else sgemm. */
 TEST(externs_matmul_path) {
     ExtView a = {2, {1, 300}, {300, 1}, 0}, b = {2, {300, 257}, {257, 1}, 0};
     int64_t one[2] = {1, 257}, many[2] = {4, 257};
-    CHECK(strstr(ext_matmul_path(&a, &b, 2, one), "sgemv"));
+    CHECK(strstr(ext_matmul_path(&a, &b, 2, one, false), "sgemv"));
     a.shape[0] = 4;
-    CHECK(!strstr(ext_matmul_path(&a, &b, 2, many), "sgemv"));
+    CHECK(!strstr(ext_matmul_path(&a, &b, 2, many, false), "sgemv"));
     /* [4, 1, 300] @ [300, 257]: folded into 4 rows, one sgemm */
     ExtView a3 = {3, {4, 1, 300}, {300, 300, 1}, 0};
     int64_t c3[3] = {4, 1, 257};
-    CHECK(!strstr(ext_matmul_path(&a3, &b, 3, c3), "sgemv"));
+    CHECK(!strstr(ext_matmul_path(&a3, &b, 3, c3, false), "sgemv"));
     /* [3, 1, 100] @ [3, 100, 257]: B per batch, one row each */
     ExtView ba = {3, {3, 1, 100}, {100, 100, 1}, 0},
             bb = {3, {3, 100, 257}, {100 * 257, 257, 1}, 0};
     int64_t bc[3] = {3, 1, 257};
-    CHECK(strstr(ext_matmul_path(&ba, &bb, 3, bc), "sgemv"));
+    CHECK(strstr(ext_matmul_path(&ba, &bb, 3, bc, false), "sgemv"));
 }
 
 TEST(externs_matmul_batch_broadcast) {

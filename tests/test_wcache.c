@@ -84,6 +84,54 @@ TEST(wcache_const_conv_keeps_weights) {
     free(x), free(w), free(y), free(ref);
 }
 
+/* A constant matmul b's blocked copy (matmul_dnnl.c) is made once, used
+ * while kept (the same address with other data gives the old answer), and
+ * dropped by ext_kept_forget_all; the epilogue sees every element once. */
+static void plus_two(void *ctx, float *c, int64_t start, int64_t count) {
+    int *seen = ctx;
+    for (int64_t i = start; i < start + count; i++) c[i] += 2.0f, seen[i]++;
+}
+
+TEST(wcache_const_matmul_keeps_b) {
+    enum { M = 24, K = 40, N = 70 };
+    float *a = randbuf(M * K, 5), *b = randbuf(K * N, 6), c[M * N], ref[M * N];
+    int seen[M * N];
+    ExtView av = {2, {M, K}, {K, 1}, 0}, bv = {2, {K, N}, {N, 1}, 0};
+    int64_t cs[2] = {M, N};
+    for (int64_t i = 0; i < M * N; i++) {
+        double acc = 0;
+        for (int64_t k = 0; k < K; k++) acc += (double)a[i / N * K + k] * b[k * N + i % N];
+        ref[i] = (float)acc + 2.0f;
+    }
+    int before = ext_kept_count_all(NULL);
+    memset(seen, 0, sizeof seen);
+    EXPECT(ext_matmul_const_epi(a, &av, b, &bv, c, 2, cs, plus_two, seen) == 0, "first call");
+    float err = 0;
+    for (int64_t i = 0; i < M * N; i++) {
+        err = fmaxf(err, fabsf(c[i] - ref[i]));
+        EXPECT(seen[i] == 1, "element %lld seen %d times", (long long)i, seen[i]);
+    }
+    EXPECT(err < 1e-4f, "error %g", err);
+    EXPECT(ext_kept_count_all(NULL) == before + 1, "kept %d, before %d", ext_kept_count_all(NULL),
+           before);
+    for (int64_t i = 0; i < K * N; i++) b[i] = -b[i];
+    memset(seen, 0, sizeof seen);
+    EXPECT(ext_matmul_const_epi(a, &av, b, &bv, c, 2, cs, plus_two, seen) == 0, "second call");
+    err = 0;
+    for (int64_t i = 0; i < M * N; i++) err = fmaxf(err, fabsf(c[i] - ref[i]));
+    EXPECT(err < 1e-4f, "kept copy not used: error %g", err);
+    EXPECT(ext_kept_count_all(NULL) == before + 1, "a second copy was kept");
+    ext_kept_forget_all(b, sizeof(float) * K * N);
+    EXPECT(ext_kept_count_all(NULL) == before, "not forgotten");
+    memset(seen, 0, sizeof seen);
+    EXPECT(ext_matmul_const_epi(a, &av, b, &bv, c, 2, cs, plus_two, seen) == 0, "third call");
+    err = 0;
+    for (int64_t i = 0; i < M * N; i++) err = fmaxf(err, fabsf(c[i] - (4.0f - ref[i])));
+    EXPECT(err < 1e-4f, "after forgetting: error %g", err);
+    ext_kept_forget_all(b, sizeof(float) * K * N);
+    free(a), free(b);
+}
+
 /* y = relu(conv2d(x, w) + 1), w a runtime input (weight_input) or a constant. */
 static kiln_graph *conv_graph(bool weight_input, const float *wdata) {
     kiln_graph *g = kiln_graph_new();

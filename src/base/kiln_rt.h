@@ -81,6 +81,10 @@ typedef struct {
     int (*conv2d_const)(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                         const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                         KilnEpilogue epi, void *ctx);
+    /* mm whose b is a compile-time constant (a weight buffer, any view):
+     * the library may keep b in its own layout across calls. */
+    int (*mm_const)(const float *a, const KilnView *av, const float *b, const KilnView *bv,
+                    float *c, int crank, const int64_t *cshape, KilnEpilogue epi, void *ctx);
     KilnProf *prof; /* NULL: not profiling */
 } KilnRT;
 

@@ -100,8 +100,11 @@ static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char
     str_putf(o, "        static const int64_t shape[%d] = {", b->rank > 0 ? b->rank : 1);
     for (int d = 0; d < b->rank; d++) str_putf(o, "%s%lld", d ? ", " : "", (long long)b->shape[d]);
     str_putf(o, "%s};\n", b->rank ? "" : "1");
-    str_putf(o, "        if (rt->mm(bufs[%d], &a, bufs[%d], &b, %s, %d, shape, %s)) return 1;\n",
-             b->opnd[0].buf, b->opnd[1].buf, out, b->rank, epi);
+    /* mm_const when b is a weight buffer: its address and data are the same
+     * on every call, so the library may keep it in its own layout */
+    bool wconst = buf_of(g, b->opnd[1].buf)->body == BODY_WEIGHT;
+    str_putf(o, "        if (rt->%s(bufs[%d], &a, bufs[%d], &b, %s, %d, shape, %s)) return 1;\n",
+             wconst ? "mm_const" : "mm", b->opnd[0].buf, b->opnd[1].buf, out, b->rank, epi);
 }
 
 /* A gather's index can be out of range: its message goes to rt->err and

@@ -26,12 +26,27 @@ int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView 
  * batch, A's rows evenly spaced: "batch folding" in matmul.c)? Depends on
  * the views and shapes only, so the scheduler can name the call. */
 bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
-/* What runs such a product, for reports: "OpenBLAS sgemm" or "OpenBLAS
- * sgemv (one row)" (by shape, as ext_matmul_epi decides). */
-const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape);
+/* What runs such a product, for reports: "OpenBLAS sgemm", "OpenBLAS
+ * sgemv (one row)" (by shape, as ext_matmul_epi decides) or, for a
+ * constant B (wconst: ext_matmul_const_epi), "oneDNN matmul (...)". */
+const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
+                            bool wconst);
 /* The same, with epi (NULL: none) applied to each block of rows as it is done. */
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
+/* The same for a b that is a compile-time constant at a fixed address (a
+ * weight buffer of the program, any view of it): a 2-D product (or
+ * batches folded into one) whose a has unit column stride runs on oneDNN
+ * with b reordered once and kept (matmul_dnnl.c), the rest as
+ * ext_matmul_epi. */
+int ext_matmul_const_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv,
+                         float *c, int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);
+/* matmul_dnnl.c: c[M, N] = a @ b (2-D views; b constant) through oneDNN,
+ * then epi over c; 0, -1 (out of memory) or 1 when declined. */
+int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+                    int64_t M, int64_t N, ExtEpilogue epi, void *ctx);
+/* Primitives matmul_dnnl.c holds (tests). */
+int ext_matmul_dnnl_count(void);
 /* NCHW conv2d, dense operands; attr = {sh, sw, ph, pw, dh, dw, groups};
  * bias may be NULL. */
 int ext_conv2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],

@@ -291,10 +291,40 @@ static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, i
     return true;
 }
 
-const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank,
-                            const int64_t *cshape) {
+/* The last two dims of v as a 2-D view (its other dims are all 1). */
+static ExtView last2(const ExtView *v) {
+    int r = v->rank;
+    return (ExtView){
+        2, {v->shape[r - 2], v->shape[r - 1]}, {v->stride[r - 2], v->stride[r - 1]}, v->offset};
+}
+
+/* A product as one 2-D GEMM: 2-D already, batches of 1 (C's batch dims all
+ * 1), or batches folded into rows; false otherwise. */
+static bool as_2d(const float *a, const ExtView *av, const ExtView *bv, int crank,
+                  const int64_t *cshape, ExtView *a2, ExtView *b2) {
+    bool ones = true;
+    for (int d = 0; d < crank - 2; d++) ones &= cshape[d] == 1;
+    if (ones && av->rank >= 2 && bv->rank >= 2) {
+        *a2 = last2(av);
+        *b2 = last2(bv);
+        return true;
+    }
+    return crank > 2 && fold_batches(a, av, bv, crank - 2, cshape, a2, b2);
+}
+
+/* Does a matmul with a constant B go to oneDNN (matmul_dnnl.c)? A 2-D
+ * product (or batches folded into one) whose A has unit column stride. */
+static bool dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M) {
+    return av->rank == 2 && bv->rank == 2 && av->stride[1] == 1 &&
+           (M == 1 || av->stride[0] >= av->shape[1]) && bv->stride[0] > 0 && bv->stride[1] > 0;
+}
+
+const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
+                            bool wconst) {
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     ExtView a2, b2;
+    if (wconst && as_2d(NULL, av, bv, crank, cshape, &a2, &b2) && dnnl_takes(&a2, &b2, a2.shape[0]))
+        return "oneDNN matmul (the constant B reordered once to its blocked layout)";
     if (crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2)) M = a2.shape[0];
     return as_gemv(M, N, K) ? "OpenBLAS sgemv (one row)" : "OpenBLAS sgemm";
 }
@@ -340,6 +370,16 @@ nomem:
     kfree(ta);
     kfree(tb);
     return -1;
+}
+
+int ext_matmul_const_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv,
+                         float *c, int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx) {
+    ExtView a2, b2;
+    if (as_2d(a, av, bv, crank, cshape, &a2, &b2) && dnnl_takes(&a2, &b2, a2.shape[0])) {
+        int r = ext_matmul_dnnl(a, &a2, b, &b2, c, a2.shape[0], cshape[crank - 1], epi, ctx);
+        if (r <= 0) return r; /* else declined: OpenBLAS */
+    }
+    return ext_matmul_epi(a, av, b, bv, c, crank, cshape, epi, ctx);
 }
 
 int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,

@@ -138,7 +138,7 @@ RtProf *prof_new(const Schedule *s, const CgOutput *code, bool trace) {
             const Buffer *b = s->prog->bufs[s->nodes[k->members[0]].buf];
             c->kind = op_info[b->ext_op].name;
             c->flops = ext_flops(b);
-            const char *path = sched_extern_path(b, buf, sizeof buf);
+            const char *path = sched_extern_path(s->prog, b, buf, sizeof buf);
             util_fmt(c->path, sizeof c->path, "%s%s", path ? path : "kiln's gather loop",
                      k->n > 1 ? ", epilogue fused" : "");
         } else {

@@ -81,14 +81,12 @@ typedef struct RtRun {
     float **bufs;
 } RtRun;
 
-static const KilnRT rt_externs = {ext_matmul_epi,
-                                  ext_conv2d_epi,
-                                  ext_gather,
-                                  ext_conv_transpose2d,
-                                  NULL,
-                                  0,
-                                  ext_conv2d_const_epi,
-                                  NULL};
+static const KilnRT rt_externs = {.mm = ext_matmul_epi,
+                                  .conv2d = ext_conv2d_epi,
+                                  .gather = ext_gather,
+                                  .conv_transpose2d = ext_conv_transpose2d,
+                                  .conv2d_const = ext_conv2d_const_epi,
+                                  .mm_const = ext_matmul_const_epi};
 #ifdef KILN_TESTING
 #include "testing.h"
 static KilnRT rt_test_table; /* rt_set_externs: a test's table */
@@ -104,6 +102,7 @@ void rt_set_externs(const KilnRT *rt) {
     if (!t->gather) t->gather = rt_externs.gather;
     if (!t->conv_transpose2d) t->conv_transpose2d = rt_externs.conv_transpose2d;
     if (!t->conv2d_const) t->conv2d_const = t->conv2d;
+    if (!t->mm_const) t->mm_const = t->mm;
 }
 #endif
 

@@ -97,7 +97,7 @@ static void print_extern(FILE *f, const Schedule *s, const Kernel *k, const char
         fprintf(f, "    # %s", store_name[k->store[0]]);
     fprintf(f, "\n");
     char pbuf[400];
-    const char *path = sched_extern_path(b, pbuf, sizeof pbuf);
+    const char *path = sched_extern_path(s->prog, b, pbuf, sizeof pbuf);
     if (path) {
         pad(f, indent, 0);
         fprintf(f, "# runs on %s\n", path);
@@ -246,8 +246,8 @@ static void json_kernel(FILE *f, const Schedule *s, const Kernel *k) {
         }
         fprintf(f, "]");
         char pbuf[400];
-        const char *path =
-            sched_extern_path(s->prog->bufs[s->nodes[k->members[0]].buf], pbuf, sizeof pbuf);
+        const char *path = sched_extern_path(s->prog, s->prog->bufs[s->nodes[k->members[0]].buf],
+                                             pbuf, sizeof pbuf);
         if (path) {
             fprintf(f, ", \"runs_on\": ");
             json_str(f, path);

@@ -1139,13 +1139,14 @@ static const char *extern_name(const Buffer *b) {
     return ext_matmul_folds(&a, &w, b->rank, b->shape) ? "extern_kernels.mm" : "extern_kernels.bmm";
 }
 
-const char *sched_extern_path(const Buffer *b, char *buf, size_t n) {
+const char *sched_extern_path(const LoopProgram *p, const Buffer *b, char *buf, size_t n) {
     const char *path = NULL;
     if (b->ext_op == OP_CONV2D) {
         path = ext_conv_path(b->opnd[0].shape, b->opnd[1].shape, b->shape, b->attr);
     } else if (b->ext_op == OP_MATMUL) {
         ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
-        path = ext_matmul_path(&a, &w, b->rank, b->shape);
+        path = ext_matmul_path(&a, &w, b->rank, b->shape,
+                               p->bufs[b->opnd[1].buf]->body == BODY_WEIGHT);
     }
     if (!path) return NULL;
     util_fmt(buf, n, "%s, on %s", path, ext_path_isa(path));

@@ -128,7 +128,7 @@ int64_t sched_peak_memory(const Schedule *s);
 int sched_node_index(const Schedule *s, const char *name); /* -1 if none */
 /* What the library runs for an extern buffer (externs/'s choice by shape,
  * backend and CPU: "oneDNN (...)", "OpenBLAS sgemm", ...), for reports. */
-const char *sched_extern_path(const Buffer *b, char *buf, size_t n);
+const char *sched_extern_path(const LoopProgram *p, const Buffer *b, char *buf, size_t n);
 /* One line of the fusion log, as KILN_LOGS=fusion prints it. */
 void sched_print_event(FILE *f, const Schedule *s, const Event *e);
 /* "SchedulerNode(name='op0'), Pointwise(['[1024, 1024]', 'origins=[add, mul]'])" */

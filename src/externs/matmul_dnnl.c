@@ -1,0 +1,278 @@
+/*
+ * matmul_dnnl.c -- a matmul whose B is a constant weight, through oneDNN's
+ * matmul with B reordered once into the blocked layout it wants.
+ *
+ * Why: OpenBLAS's sgemm packs B on every call, and with an epilogue a call
+ * per block of rows packs it once per block: ddddocr's classifier, [40,
+ * 512] @ [512, 8210], took 3.64 ms at 2 threads on a Zen 5, where oneDNN
+ * with the weight blocked once takes 0.87 ms; the encoder's projections
+ * and feed-forward layers 10-25% less than sgemm (docs/decisions.md:
+ * Constant-weight matmuls on oneDNN).
+ *
+ * How: one primitive per (M, K, N, A's row stride, B's strides, threads),
+ * made on first use and kept in a small cache; B's blocked copy is kept
+ * under its address, strides and layout (ExtKept, as conv_dnnl.c's
+ * weights) until the program is freed (ext_kept_forget_all). A call
+ * computes all of C at once, then runs the epilogue over it in pieces.
+ * Concurrent calls each take an entry no other call holds (busy), making
+ * another when every match is busy.
+ *
+ * Declined (returns 1, the caller runs OpenBLAS): A's rows not dense (its
+ * column stride not 1), batches that do not fold into one GEMM, oneDNN
+ * failing to make the primitive for a reason other than memory. Out of
+ * memory anywhere is -1, as every extern reports it.
+ */
+#include "externs/externs.h"
+#include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { K_M, K_K, K_N, K_SA, K_SB0, K_SB1, K_THREADS, KEY_LEN };
+enum { M_SRC, M_WEI_PLAIN, M_WEI, M_DST, M_PAD, M_COUNT };
+
+typedef struct {
+    int64_t key[KEY_LEN];
+    dnnl_primitive_t mm, wei_in; /* wei_in: plain B -> blocked; NULL when they agree */
+    dnnl_memory_t mem[M_COUNT];
+    dnnl_memory_desc_t wei_md;
+    size_t wei_bytes, pad_bytes;
+    void *pad_raw, *pad; /* the scratchpad, 64-byte aligned */
+    dnnl_stream_t stream;
+    bool busy, uncached;
+} DnnlMm;
+
+#define CACHE_SIZE 64
+static DnnlMm *cache[CACHE_SIZE];
+static int cache_next;
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static dnnl_engine_t engine;
+
+static void mm_free(DnnlMm *d) {
+    if (!d) return;
+    dnnl_primitive_destroy(d->mm);
+    dnnl_primitive_destroy(d->wei_in);
+    for (int i = 0; i < M_COUNT; i++) dnnl_memory_destroy(d->mem[i]);
+    dnnl_stream_destroy(d->stream);
+    kfree(d->pad_raw);
+    free(d);
+}
+
+static dnnl_status_t mm_make(DnnlMm *d) {
+    const int64_t *k = d->key;
+    dnnl_dims_t da = {k[K_M], k[K_K]}, db = {k[K_K], k[K_N]}, dc = {k[K_M], k[K_N]};
+    dnnl_dims_t sa = {k[K_SA], 1}, sb = {k[K_SB0], k[K_SB1]};
+    dnnl_memory_desc_t src, wei, wei_any, dst;
+    dnnl_status_t st = dnnl_memory_desc_init_by_strides(&src, 2, da, dnnl_f32, sa);
+    if (!st) st = dnnl_memory_desc_init_by_strides(&wei, 2, db, dnnl_f32, sb);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&wei_any, 2, db, dnnl_f32, dnnl_format_tag_any);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&dst, 2, dc, dnnl_f32, dnnl_ab);
+    dnnl_matmul_desc_t md;
+    if (!st) st = dnnl_matmul_desc_init(&md, &src, &wei_any, NULL, &dst);
+    dnnl_primitive_attr_t pa = NULL;
+    if (!st) st = dnnl_primitive_attr_create(&pa);
+    if (!st) st = dnnl_primitive_attr_set_scratchpad_mode(pa, dnnl_scratchpad_mode_user);
+    dnnl_primitive_desc_t pd = NULL;
+    if (!st) st = dnnl_primitive_desc_create(&pd, &md, pa, engine, NULL);
+    dnnl_primitive_attr_destroy(pa);
+    if (st) return st;
+    const dnnl_memory_desc_t *wmd = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    const dnnl_memory_desc_t *pmd = dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    d->wei_md = *wmd;
+    d->wei_bytes = dnnl_memory_desc_get_size(wmd);
+    d->pad_bytes = pmd ? dnnl_memory_desc_get_size(pmd) : 0;
+    st = dnnl_primitive_create(&d->mm, pd);
+    const dnnl_memory_desc_t *mds[M_COUNT] = {&src, &wei, wmd, &dst, pmd};
+    for (int i = 0; i < M_COUNT && !st; i++)
+        if (mds[i]) st = dnnl_memory_create(&d->mem[i], mds[i], engine, DNNL_MEMORY_NONE);
+    if (!st && !dnnl_memory_desc_equal(&wei, wmd)) {
+        dnnl_primitive_desc_t rpd;
+        st = dnnl_reorder_primitive_desc_create(&rpd, &wei, engine, wmd, engine, NULL);
+        if (!st) {
+            st = dnnl_primitive_create(&d->wei_in, rpd);
+            dnnl_primitive_desc_destroy(rpd);
+        }
+    }
+    dnnl_primitive_desc_destroy(pd);
+    if (!st) st = dnnl_stream_create(&d->stream, engine, dnnl_stream_default_flags);
+    if (!st && d->pad_bytes) {
+        if (!(d->pad_raw = kmalloc(d->pad_bytes + KILN_ALIGN - 1))) return dnnl_out_of_memory;
+        d->pad = util_on_line(d->pad_raw);
+        st = dnnl_memory_set_data_handle(d->mem[M_PAD], d->pad);
+    }
+    return st;
+}
+
+/* An entry for key that no call holds, made if need be; NULL on failure
+ * (*oom: for want of memory). */
+static DnnlMm *mm_take(const int64_t key[KEY_LEN], bool *oom) {
+    *oom = false;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < CACHE_SIZE; i++)
+        if (cache[i] && !cache[i]->busy && !memcmp(cache[i]->key, key, sizeof cache[i]->key)) {
+            cache[i]->busy = true;
+            pthread_mutex_unlock(&lock);
+            return cache[i];
+        }
+    if (!engine && dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success) {
+        pthread_mutex_unlock(&lock);
+        return NULL;
+    }
+    pthread_mutex_unlock(&lock);
+    DnnlMm *d = calloc(1, sizeof *d);
+    if (!d) return *oom = true, NULL;
+    memcpy(d->key, key, sizeof d->key);
+    dnnl_status_t made = mm_make(d);
+    if (made != dnnl_success) {
+        *oom = made == dnnl_out_of_memory;
+        mm_free(d);
+        return NULL;
+    }
+    d->busy = true;
+    pthread_mutex_lock(&lock);
+    int slot = -1;
+    for (int n = 0; n < CACHE_SIZE && slot < 0; n++) {
+        int i = (cache_next + n) % CACHE_SIZE;
+        if (!cache[i] || !cache[i]->busy) slot = i;
+    }
+    if (slot < 0) {
+        d->uncached = true;
+    } else {
+        mm_free(cache[slot]);
+        cache[slot] = d;
+        cache_next = (slot + 1) % CACHE_SIZE;
+    }
+    pthread_mutex_unlock(&lock);
+    return d;
+}
+
+static void mm_give(DnnlMm *d) {
+    if (d->uncached) {
+        mm_free(d);
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    d->busy = false;
+    pthread_mutex_unlock(&lock);
+}
+
+/* ---- the constant B, reordered once ---- */
+
+typedef struct {
+    ExtKept base;
+    int64_t k, n, sb0, sb1;
+    dnnl_memory_desc_t md;
+    void *data;
+} Kept;
+
+#define KEPT_MAX ((size_t)1 << 30)
+static ExtKeptList mm_kept = {.lock = &lock};
+
+static dnnl_status_t exec(DnnlMm *d, dnnl_primitive_t p, int n, const dnnl_exec_arg_t *args) {
+    dnnl_status_t st = dnnl_primitive_execute(p, d->stream, n, args);
+    return st ? st : dnnl_stream_wait(d->stream);
+}
+
+/* B in d's layout: kept (made now on a miss), or NULL: over KEPT_MAX (the
+ * caller then reorders it into scratch of its own), or, with *oom set, out
+ * of memory. */
+static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
+    *oom = false;
+    pthread_mutex_lock(&lock);
+    for (ExtKept *e = mm_kept.head; e; e = e->next) {
+        Kept *k = (Kept *)e;
+        if (e->w == b && k->k == d->key[K_K] && k->n == d->key[K_N] && k->sb0 == d->key[K_SB0] &&
+            k->sb1 == d->key[K_SB1] && dnnl_memory_desc_equal(&k->md, &d->wei_md)) {
+            pthread_mutex_unlock(&lock);
+            return k->data;
+        }
+    }
+    Kept *k = NULL;
+    bool fits = mm_kept.bytes + d->wei_bytes <= KEPT_MAX;
+    if (fits && !(k = kmalloc(sizeof *k))) *oom = true;
+    if (k) {
+        *k = (Kept){.base = {.w = b, .bytes = d->wei_bytes},
+                    .k = d->key[K_K],
+                    .n = d->key[K_N],
+                    .sb0 = d->key[K_SB0],
+                    .sb1 = d->key[K_SB1],
+                    .md = d->wei_md};
+        k->base.raw = kmalloc(d->wei_bytes + KILN_ALIGN - 1);
+        dnnl_status_t st = dnnl_out_of_memory;
+        if (k->base.raw) {
+            k->data = util_on_line(k->base.raw);
+            dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, d->mem[M_WEI_PLAIN]},
+                                       {DNNL_ARG_TO, d->mem[M_WEI]}};
+            st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)b);
+            if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], k->data);
+            if (!st) st = exec(d, d->wei_in, 2, args);
+        }
+        if (st) {
+            *oom = st == dnnl_out_of_memory;
+            ext_kept_free(&k->base);
+            k = NULL;
+        } else {
+            ext_kept_add(&mm_kept, &k->base);
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return k ? k->data : NULL;
+}
+
+/* ---- the call ---- */
+
+int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
+                    int64_t M, int64_t N, ExtEpilogue epi, void *ctx) {
+    int64_t K = av->shape[1];
+    if (av->rank != 2 || bv->rank != 2 || av->stride[1] != 1 || (M > 1 && av->stride[0] < K) ||
+        bv->stride[0] <= 0 || bv->stride[1] <= 0 || M <= 0 || N <= 0 || K <= 0)
+        return 1;
+    ext_dnnl_isa(); /* the ISA cap before the first kernel */
+    int64_t key[KEY_LEN] = {
+        M, K, N, M > 1 ? av->stride[0] : K, bv->stride[0], bv->stride[1], omp_get_max_threads()};
+    bool oom;
+    DnnlMm *d = mm_take(key, &oom);
+    if (!d) return oom ? -1 : 1;
+    void *wb = (void *)(b + bv->offset), *own = NULL;
+    dnnl_status_t st = dnnl_success;
+    if (d->wei_in) {
+        void *kept = kept_b(d, b + bv->offset, &oom);
+        if (kept) {
+            wb = kept;
+        } else if (oom) {
+            st = dnnl_out_of_memory;
+        } else if ((own = kmalloc(d->wei_bytes + KILN_ALIGN - 1))) {
+            wb = util_on_line(own);
+            dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, d->mem[M_WEI_PLAIN]},
+                                       {DNNL_ARG_TO, d->mem[M_WEI]}};
+            st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)(b + bv->offset));
+            if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], wb);
+            if (!st) st = exec(d, d->wei_in, 2, args);
+        } else {
+            st = dnnl_out_of_memory;
+        }
+    }
+    dnnl_memory_t wmem = d->wei_in ? d->mem[M_WEI] : d->mem[M_WEI_PLAIN];
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_SRC], (void *)(a + av->offset));
+    if (!st) st = dnnl_memory_set_data_handle(wmem, wb);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_DST], c);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, d->mem[M_SRC]},
+                               {DNNL_ARG_WEIGHTS, wmem},
+                               {DNNL_ARG_DST, d->mem[M_DST]},
+                               {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]}};
+    if (!st) st = exec(d, d->mm, d->mem[M_PAD] ? 4 : 3, args);
+    kfree(own);
+    mm_give(d);
+    if (st) return st == dnnl_out_of_memory ? -1 : 1;
+    ext_run_epilogue(epi, ctx, c, 0, M * N, N);
+    return 0;
+}
+
+int ext_matmul_dnnl_count(void) {
+    pthread_mutex_lock(&lock);
+    int n = 0;
+    for (int i = 0; i < CACHE_SIZE; i++) n += cache[i] != NULL;
+    pthread_mutex_unlock(&lock);
+    return n;
+}
