@@ -30,10 +30,13 @@ OPENBLAS_CORETYPE is removed from the peers' environment unless
 OpenBLAS's own choice is Cooperlake and runs the encoder's GEMMs 1.7x
 faster); OpenBLAS then picks its own core, or kiln does (matmul.c).
 
-Peak resident memory is each process's maximum RSS (wait4's ru_maxrss),
-the largest over the rounds: for kiln the whole CLI process (the
-program, its weights, inputs and outputs); for ORT the Python process
-with numpy and the session. Compile time is not in the run times.
+Peak resident memory is each process's own high-water mark (Linux's
+VmHWM, read by the process itself at its end: wait4's ru_maxrss would
+count the forking Python's memory too), the largest over the rounds: for
+kiln the whole CLI process (`kiln bench --report`'s peak_rss_kib: the
+program, its weights and their blocked copies, inputs and outputs); for
+ORT the Python process with numpy and the session. Compile time is not
+in the run times.
 
 --profile DIR also writes `kiln bench --profile` output and ORT's own
 profile (enable_profiling, per-node times summed by op type) for each
@@ -88,6 +91,9 @@ t.sort()
 n = len(t)
 med = t[n // 2] if n % 2 else (t[n // 2 - 1] + t[n // 2]) / 2
 out = {"ms": med}
+for line in open("/proc/self/status"):
+    if line.startswith("VmHWM:"):
+        out["rss_kib"] = int(line.split()[1])
 if prof != "-":
     out["profile"] = s.end_profiling()
 print(json.dumps(out))
@@ -124,7 +130,7 @@ def kiln_once(kiln, path, feeds, threads, repeat, work, profile_to=None):
     if profile_to:
         with open(profile_to, "w") as f:
             f.write(out)
-    return {"ms": r["fused_ms"], "rss": rss, "compile_ms": r["compile_ms"]}
+    return {"ms": r["fused_ms"], "rss": r["peak_rss_kib"] / 1024.0, "compile_ms": r["compile_ms"]}
 
 
 def ort_once(py, path, feeds, threads, repeat, profile_to=None):
@@ -138,7 +144,7 @@ def ort_once(py, path, feeds, threads, repeat, profile_to=None):
     if profile_to:
         summarize_ort_profile(r["profile"], profile_to)
         os.remove(r["profile"])
-    return {"ms": r["ms"], "rss": rss}
+    return {"ms": r["ms"], "rss": r["rss_kib"] / 1024.0}
 
 
 def summarize_ort_profile(trace, dst):

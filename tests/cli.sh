@@ -138,7 +138,8 @@ else
 fi
 if [ -z "$(ls "$t" | grep tmp)" ]; then pass no_tmp_files; else fail no_tmp_files "$(ls "$t")"; fi
 expect bench 0 "speedup" -- "$kiln" bench examples/chain.kiln --repeat 2 --report "$t/b.json"
-if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b.json"
+if grep -q '"fused_ms"' "$t/b.json" && grep -q '"bytes_unfused": 33554432' "$t/b.json" &&
+    grep -q '"peak_rss_kib": [1-9][0-9]*' "$t/b.json"
 then pass bench_report; else fail bench_report "$(head -c 400 "$t/b.json")"; fi
 expect bench_no_epilogue 0 "speedup" -- "$kiln" bench examples/extern.kiln --repeat 2 --no-extern-epilogue
 

@@ -165,6 +165,12 @@ TEST(externs_matmul_const) {
     EXPECT(strstr(ext_matmul_path(&a1, &bo, 3, c1, true), "oneDNN") != NULL, "batch of 1");
     EXPECT(strstr(ext_matmul_path(&a4, &bo, 3, c4, true), "oneDNN") != NULL, "folded");
     EXPECT(strstr(ext_matmul_path(&a4, &bo, 3, c4, false), "OpenBLAS") != NULL, "not constant");
+    /* batches that do not fold: [3, 5, 11] seen through a transpose (the
+     * batch stride 11, rows 33 apart): oneDNN's batched matmul */
+    ExtView at3 = {3, {3, 5, K}, {K, 3 * K, 1}, 0};
+    int64_t ct3[3] = {3, 5, N};
+    CHECK(!check_mm(a, &at3, b, &bo, 3, ct3));
+    EXPECT(strstr(ext_matmul_path(&at3, &bo, 3, ct3, true), "oneDNN") != NULL, "batched");
     /* b differs per batch: OpenBLAS, batch by batch */
     ExtView b3 = {3, {3, K, N}, {K * N, N, 1}, 0}, a3 = {3, {3, M, K}, {M * K, K, 1}, 0};
     int64_t c3[3] = {3, M, N};

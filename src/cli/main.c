@@ -128,9 +128,10 @@ static const char *usage_bench =
     "faster, a core kept busy by another process (kiln.h, Threads); the line\n"
     "'team:' says which sizes the timed runs used. --fixed-threads runs every\n"
     "run on --threads threads. --report writes fused_ms, unfused_ms (the\n"
-    "unfused kernels), interp_ms, compile_ms, bytes_fused, bytes_unfused and\n"
-    "threads. --no-extern-epilogue compiles the fused program with library\n"
-    "calls as walls (as 'run').\n"
+    "unfused kernels), interp_ms, compile_ms, bytes_fused, bytes_unfused,\n"
+    "threads and peak_rss_kib (the process's peak resident memory, measured).\n"
+    "--no-extern-epilogue compiles the fused program with library calls as\n"
+    "walls (as 'run').\n"
     "\n"
     "  --fused-only       time the fused kernels alone (no interpreter, no\n"
     "                     unfused kernels; --report has them as 0)\n"
@@ -968,14 +969,26 @@ typedef struct {
     RtTeam team; /* the fused program's; runs: its timed runs at each size */
 } BenchReport;
 
+/* The process's peak resident memory (Linux's VmHWM, KiB), or -1: measured,
+ * where the report's peak_memory_bytes is what the planner planned. */
+static long long peak_rss_kib(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long long kib = -1;
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "VmHWM:", 6)) kib = strtoll(line + 6, NULL, 10);
+    if (f) fclose(f);
+    return kib;
+}
+
 static void bench_report_fn(FILE *f, void *ud) {
     const BenchReport *r = ud;
     fprintf(f,
             ",\n \"fused_ms\": %.4f, \"unfused_ms\": %.4f, \"interp_ms\": %.4f, "
             "\"compile_ms\": %.3f, \"bytes_fused\": %lld, \"bytes_unfused\": %lld, "
-            "\"threads\": %d",
+            "\"threads\": %d, \"peak_rss_kib\": %lld",
             r->fused_ms, r->unfused_ms, r->interp_ms, r->compile_ms, (long long)r->bytes_fused,
-            (long long)r->bytes_unfused, r->threads);
+            (long long)r->bytes_unfused, r->threads, peak_rss_kib());
 }
 
 static void bench_row(const char *what, double ms, int64_t bytes) {

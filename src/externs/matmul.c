@@ -312,18 +312,51 @@ static bool as_2d(const float *a, const ExtView *av, const ExtView *bv, int cran
     return crank > 2 && fold_batches(a, av, bv, crank - 2, cshape, a2, b2);
 }
 
+/* Batches of A (one batch dim of C above 1, A not broadcast over it)
+ * against the one B, as a 3-D view of A [batch, M, K] and B's 2-D view:
+ * oneDNN's batched matmul takes A's batch stride as it is. */
+static bool as_batched(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
+                       ExtView *a3, ExtView *b2) {
+    int nb = crank - 2, dim = -1;
+    if (nb < 1 || av->rank != crank || bv->rank < 2 || !b_shared(bv)) return false;
+    for (int d = 0; d < nb; d++)
+        if (cshape[d] != 1) {
+            if (dim >= 0) return false;
+            dim = d;
+        }
+    if (dim < 0 || av->shape[dim] != cshape[dim] || av->stride[dim] <= 0) return false;
+    int r = av->rank;
+    *a3 = (ExtView){3,
+                    {cshape[dim], av->shape[r - 2], av->shape[r - 1]},
+                    {av->stride[dim], av->stride[r - 2], av->stride[r - 1]},
+                    av->offset};
+    *b2 = last2(bv);
+    return true;
+}
+
 /* Does a matmul with a constant B go to oneDNN (matmul_dnnl.c)? A 2-D
- * product (or batches folded into one) whose A has unit column stride. */
+ * product, or [batch, M, K] rows against one B, whose A has unit column
+ * stride. */
 static bool dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M) {
-    return av->rank == 2 && bv->rank == 2 && av->stride[1] == 1 &&
-           (M == 1 || av->stride[0] >= av->shape[1]) && bv->stride[0] > 0 && bv->stride[1] > 0;
+    int r = av->rank;
+    return (r == 2 || r == 3) && bv->rank == 2 && av->stride[r - 1] == 1 &&
+           (M == 1 || av->stride[r - 2] >= av->shape[r - 1]) && bv->stride[0] > 0 &&
+           bv->stride[1] > 0;
+}
+
+/* The views oneDNN runs, or false: one 2-D product (as_2d), else batches
+ * against the one B (as_batched). */
+static bool dnnl_views(const float *a, const ExtView *av, const ExtView *bv, int crank,
+                       const int64_t *cshape, ExtView *a2, ExtView *b2) {
+    if (as_2d(a, av, bv, crank, cshape, a2, b2) && dnnl_takes(a2, b2, a2->shape[0])) return true;
+    return as_batched(av, bv, crank, cshape, a2, b2) && dnnl_takes(a2, b2, a2->shape[1]);
 }
 
 const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
                             bool wconst) {
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     ExtView a2, b2;
-    if (wconst && as_2d(NULL, av, bv, crank, cshape, &a2, &b2) && dnnl_takes(&a2, &b2, a2.shape[0]))
+    if (wconst && dnnl_views(NULL, av, bv, crank, cshape, &a2, &b2))
         return "oneDNN matmul (the constant B reordered once to its blocked layout)";
     if (crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2)) M = a2.shape[0];
     return as_gemv(M, N, K) ? "OpenBLAS sgemv (one row)" : "OpenBLAS sgemm";
@@ -375,8 +408,9 @@ nomem:
 int ext_matmul_const_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv,
                          float *c, int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx) {
     ExtView a2, b2;
-    if (as_2d(a, av, bv, crank, cshape, &a2, &b2) && dnnl_takes(&a2, &b2, a2.shape[0])) {
-        int r = ext_matmul_dnnl(a, &a2, b, &b2, c, a2.shape[0], cshape[crank - 1], epi, ctx);
+    if (dnnl_views(a, av, bv, crank, cshape, &a2, &b2)) {
+        int r =
+            ext_matmul_dnnl(a, &a2, b, &b2, c, a2.shape[a2.rank - 2], cshape[crank - 1], epi, ctx);
         if (r <= 0) return r; /* else declined: OpenBLAS */
     }
     return ext_matmul_epi(a, av, b, bv, c, crank, cshape, epi, ctx);

@@ -17,8 +17,12 @@
  * Concurrent calls each take an entry no other call holds (busy), making
  * another when every match is busy.
  *
+ * Batches of A against the one B that do not fold into one GEMM (the
+ * encoder at batch 8: A is [128, 8, 256] seen through the sequence-first
+ * transpose) run as oneDNN's batched matmul, A's batch stride as it is.
+ *
  * Declined (returns 1, the caller runs OpenBLAS): A's rows not dense (its
- * column stride not 1), batches that do not fold into one GEMM, oneDNN
+ * column stride not 1), more than one batch dim above 1, oneDNN
  * failing to make the primitive for a reason other than memory. Out of
  * memory anywhere is -1, as every extern reports it.
  */
@@ -29,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_M, K_K, K_N, K_SA, K_SB0, K_SB1, K_THREADS, KEY_LEN };
+enum { K_M, K_K, K_N, K_SA, K_SB0, K_SB1, K_THREADS, K_BATCH, K_SBATCH, KEY_LEN };
 enum { M_SRC, M_WEI_PLAIN, M_WEI, M_DST, M_PAD, M_COUNT };
 
 typedef struct {
@@ -61,13 +65,17 @@ static void mm_free(DnnlMm *d) {
 
 static dnnl_status_t mm_make(DnnlMm *d) {
     const int64_t *k = d->key;
-    dnnl_dims_t da = {k[K_M], k[K_K]}, db = {k[K_K], k[K_N]}, dc = {k[K_M], k[K_N]};
-    dnnl_dims_t sa = {k[K_SA], 1}, sb = {k[K_SB0], k[K_SB1]};
+    /* 2-D, or batches of A against the one B: [batch, M, K] @ [1, K, N] */
+    bool b3 = k[K_BATCH] > 1;
+    int nd = b3 ? 3 : 2, o = b3 ? 0 : 1; /* o: the first dim used */
+    dnnl_dims_t da = {k[K_BATCH], k[K_M], k[K_K]}, db = {1, k[K_K], k[K_N]};
+    dnnl_dims_t dc = {k[K_BATCH], k[K_M], k[K_N]};
+    dnnl_dims_t sa = {k[K_SBATCH], k[K_SA], 1}, sb = {k[K_K] * k[K_N], k[K_SB0], k[K_SB1]};
     dnnl_memory_desc_t src, wei, wei_any, dst;
-    dnnl_status_t st = dnnl_memory_desc_init_by_strides(&src, 2, da, dnnl_f32, sa);
-    if (!st) st = dnnl_memory_desc_init_by_strides(&wei, 2, db, dnnl_f32, sb);
-    if (!st) st = dnnl_memory_desc_init_by_tag(&wei_any, 2, db, dnnl_f32, dnnl_format_tag_any);
-    if (!st) st = dnnl_memory_desc_init_by_tag(&dst, 2, dc, dnnl_f32, dnnl_ab);
+    dnnl_status_t st = dnnl_memory_desc_init_by_strides(&src, nd, da + o, dnnl_f32, sa + o);
+    if (!st) st = dnnl_memory_desc_init_by_strides(&wei, nd, db + o, dnnl_f32, sb + o);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&wei_any, nd, db + o, dnnl_f32, dnnl_format_tag_any);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&dst, nd, dc + o, dnnl_f32, b3 ? dnnl_abc : dnnl_ab);
     dnnl_matmul_desc_t md;
     if (!st) st = dnnl_matmul_desc_init(&md, &src, &wei_any, NULL, &dst);
     dnnl_primitive_attr_t pa = NULL;
@@ -224,13 +232,23 @@ static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
 
 int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                     int64_t M, int64_t N, ExtEpilogue epi, void *ctx) {
-    int64_t K = av->shape[1];
-    if (av->rank != 2 || bv->rank != 2 || av->stride[1] != 1 || (M > 1 && av->stride[0] < K) ||
+    int r = av->rank;
+    int64_t K = av->shape[r - 1], batch = r == 3 ? av->shape[0] : 1;
+    if ((r != 2 && r != 3) || bv->rank != 2 || av->stride[r - 1] != 1 ||
+        (M > 1 && av->stride[r - 2] < K) || (batch > 1 && av->stride[0] <= 0) ||
         bv->stride[0] <= 0 || bv->stride[1] <= 0 || M <= 0 || N <= 0 || K <= 0)
         return 1;
     ext_dnnl_isa(); /* the ISA cap before the first kernel */
-    int64_t key[KEY_LEN] = {
-        M, K, N, M > 1 ? av->stride[0] : K, bv->stride[0], bv->stride[1], omp_get_max_threads()};
+    int64_t srow = M > 1 ? av->stride[r - 2] : K;
+    int64_t key[KEY_LEN] = {M,
+                            K,
+                            N,
+                            srow,
+                            bv->stride[0],
+                            bv->stride[1],
+                            omp_get_max_threads(),
+                            batch,
+                            batch > 1 ? av->stride[0] : M * srow};
     bool oom;
     DnnlMm *d = mm_take(key, &oom);
     if (!d) return oom ? -1 : 1;
@@ -265,7 +283,7 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
     kfree(own);
     mm_give(d);
     if (st) return st == dnnl_out_of_memory ? -1 : 1;
-    ext_run_epilogue(epi, ctx, c, 0, M * N, N);
+    ext_run_epilogue(epi, ctx, c, 0, batch * M * N, N);
     return 0;
 }
 
