@@ -68,18 +68,25 @@ static int check_mm(const float *a, const ExtView *av, const float *b, const Ext
     return bad;
 }
 
-TEST(externs_matmul_odd_sizes) {
-    int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {5, 1, 9}};
-    for (int t = 0; t < 5; t++) {
+/* Dense products of sizes[n] (M, K, N), each against the naive one; with
+ * dnnl, ext_matmul_path must also name oneDNN for a constant b. */
+static void check_sizes(const int64_t (*sizes)[3], int n, bool dnnl) {
+    for (int t = 0; t < n; t++) {
         int64_t M = sizes[t][0], K = sizes[t][1], N = sizes[t][2];
         int64_t as[2] = {M, K}, bs[2] = {K, N}, cs[2] = {M, N};
         float *a = randbuf(M * K, 1), *b = randbuf(K * N, 2);
         ExtView av = test_dense_view(2, as), bv = test_dense_view(2, bs);
         EXPECT(!check_mm(a, &av, b, &bv, 2, cs), "matmul %lldx%lldx%lld", (long long)M,
                (long long)K, (long long)N);
+        EXPECT(!dnnl || strstr(ext_matmul_path(&av, &bv, 2, cs, true), "oneDNN") != NULL, "path");
         free(a);
         free(b);
     }
+}
+
+TEST(externs_matmul_odd_sizes) {
+    static const int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {5, 1, 9}};
+    check_sizes(sizes, 5, false);
 }
 
 TEST(externs_matmul_transposed_views) {
@@ -131,19 +138,9 @@ TEST(externs_matmul_one_row) {
 TEST(externs_matmul_const) {
     mm_const_mode = true;
     int before = ext_matmul_dnnl_count();
-    int64_t sizes[][3] = {{1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {40, 96, 1030}};
-    for (int t = 0; t < 5; t++) {
-        int64_t M = sizes[t][0], K = sizes[t][1], N = sizes[t][2];
-        int64_t as[2] = {M, K}, bs[2] = {K, N}, cs[2] = {M, N};
-        float *a = randbuf(M * K, 1), *b = randbuf(K * N, 2);
-        ExtView av = test_dense_view(2, as), bv = test_dense_view(2, bs);
-        EXPECT(!check_mm(a, &av, b, &bv, 2, cs), "matmul %lldx%lldx%lld", (long long)M,
-               (long long)K, (long long)N);
-        ExtView path_a = av, path_b = bv;
-        EXPECT(strstr(ext_matmul_path(&path_a, &path_b, 2, cs, true), "oneDNN") != NULL, "path");
-        free(a);
-        free(b);
-    }
+    static const int64_t sizes[][3] = {
+        {1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {40, 96, 1030}};
+    check_sizes(sizes, 5, true);
     EXPECT(ext_matmul_dnnl_count() > before, "oneDNN made no primitive");
     int64_t M = 9, K = 11, N = 6, cs[2] = {M, N};
     float *a = randbuf(4 * M * K, 3), *b = randbuf(3 * K * N, 4);

@@ -9,6 +9,7 @@
  * there is no /proc/self/smaps (not Linux).
  */
 #include "test.h"
+#include "testutil.h"
 
 /* The VmFlags line of the smaps entry whose range holds addr, in *flags;
  * 0 if none found (or no smaps). */
@@ -32,10 +33,7 @@ static int smaps_flags(const void *addr, char *flags, size_t len) {
 }
 
 TEST(hugepage_fresh_outputs_advised_and_right) {
-    const char *shared = getenv("KILN_TEST_CACHE_DIR");
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/cache", test_tmpdir());
-    setenv("KILN_CACHE_DIR", shared ? shared : dir, 1);
+    test_use_shared_cache();
     kiln_graph *g = kiln_graph_new();
     /* a 16 MiB output, above runtime.c's 4 MiB threshold */
     CHECKF(kiln_parse(g, "input x: f32[2048, 2048]\ny = relu(x + 1)\noutput y\n", "huge.kiln") ==

@@ -7,6 +7,7 @@
  * the threads' hooks. KILN_PROFILE takes 0 or 1 and nothing else.
  */
 #include "test.h"
+#include "testutil.h"
 #include "runtime/runtime.h"
 
 static const char *prof_src = "input x: f32[256, 512]\n"
@@ -17,10 +18,7 @@ static const char *prof_src = "input x: f32[256, 512]\n"
                               "output z, s\n";
 
 static kiln_graph *prof_graph(void) {
-    const char *shared = getenv("KILN_TEST_CACHE_DIR");
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/cache", test_tmpdir());
-    setenv("KILN_CACHE_DIR", shared ? shared : dir, 1);
+    test_use_shared_cache();
     kiln_graph *g = kiln_graph_new();
     if (kiln_parse(g, prof_src, "profile.kiln") != KILN_OK) printf("  %s\n", kiln_error(g));
     return g;

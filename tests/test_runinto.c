@@ -4,13 +4,10 @@
  * kiln_program_run and the interpreter.
  */
 #include "test.h"
+#include "testutil.h"
 
 static kiln_graph *program(void) {
-    /* compile into the suite's shared cache, or this run's own */
-    const char *shared = getenv("KILN_TEST_CACHE_DIR");
-    char dir[600];
-    snprintf(dir, sizeof dir, "%s/cache", test_tmpdir());
-    setenv("KILN_CACHE_DIR", shared ? shared : dir, 1);
+    test_use_shared_cache();
     kiln_graph *g = kiln_graph_new();
     const char *src = "input x: f32[37, 129]\n"
                       "y = softmax(x * 2, dim=1)\n"

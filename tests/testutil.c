@@ -168,3 +168,10 @@ bool test_prog_check(TestProg *P, const char *cache, const kiln_options *o, cons
     }
     return !test_failed;
 }
+
+void test_use_shared_cache(void) {
+    const char *shared = getenv("KILN_TEST_CACHE_DIR");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/cache", test_tmpdir());
+    setenv("KILN_CACHE_DIR", shared ? shared : dir, 1);
+}

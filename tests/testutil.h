@@ -57,4 +57,8 @@ kiln_status test_compile_in_cache(kiln_graph *g, const char *cache, const kiln_o
  * (comma-separated, NULL: none) must match bit for bit. Failures are
  * recorded; false when any. */
 bool test_prog_check(TestProg *P, const char *cache, const kiln_options *o, const char *exact);
+/* Compile into the suite's shared JIT cache ($KILN_TEST_CACHE_DIR), else
+ * into this run's own under test_tmpdir(): sets KILN_CACHE_DIR. */
+void test_use_shared_cache(void);
+
 #endif

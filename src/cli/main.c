@@ -303,6 +303,20 @@ static bool parse_shape(char *s, kiln_onnx_input *out) {
     return true;
 }
 
+/* The field an option without a value sets, or NULL (it takes a value). */
+static bool *option_flag(Options *o, unsigned bit) {
+    switch (bit) {
+    case OPT_CHECK: return &o->check;
+    case OPT_INTERPRET: return &o->interpret;
+    case OPT_NOFUSE: return &o->nofuse;
+    case OPT_NOEPILOGUE: return &o->no_epilogue;
+    case OPT_FIXED: return &o->fixed_threads;
+    case OPT_PROFILE: return &o->profile;
+    case OPT_FUSED_ONLY: return &o->fused_only;
+    default: return NULL;
+    }
+}
+
 /* One option and its value; returns 0 or an exit status. */
 static int parse_option(const Command *c, char **argv, int argc, int *i, Options *o) {
     const char *a = argv[*i], *u = *c->usage;
@@ -311,32 +325,9 @@ static int parse_option(const Command *c, char **argv, int argc, int *i, Options
     while (k < n && strcmp(option_table[k].name, a)) k++;
     if (k == n || !(c->opts & option_table[k].bit)) return usage_error(u, "unknown option '%s'", a);
     unsigned bit = option_table[k].bit;
-    if (bit == OPT_CHECK) {
-        o->check = true;
-        return 0;
-    }
-    if (bit == OPT_INTERPRET) {
-        o->interpret = true;
-        return 0;
-    }
-    if (bit == OPT_NOFUSE) {
-        o->nofuse = true;
-        return 0;
-    }
-    if (bit == OPT_NOEPILOGUE) {
-        o->no_epilogue = true;
-        return 0;
-    }
-    if (bit == OPT_FIXED) {
-        o->fixed_threads = true;
-        return 0;
-    }
-    if (bit == OPT_PROFILE) {
-        o->profile = true;
-        return 0;
-    }
-    if (bit == OPT_FUSED_ONLY) {
-        o->fused_only = true;
+    bool *flag = option_flag(o, bit);
+    if (flag) {
+        *flag = true;
         return 0;
     }
     if (*i + 1 >= argc) return usage_error(u, "%s needs a value", a);
