@@ -186,7 +186,8 @@ void prof_print(const RtProf *p, FILE *f);
 /* The spans as a Chrome trace (JSON; Perfetto and chrome://tracing open it). */
 void prof_trace(const RtProf *p, FILE *f);
 /* Profile p's runs from now on (trace: keep the spans too), or stop
- * (on false). KILN_ERR_NOMEM when out of memory. */
+ * (on false; the profile so far is freed). Not while a run of p is in
+ * flight. KILN_ERR_NOMEM when out of memory. */
 kiln_status rt_set_profile(RtProgram *p, bool on, bool trace);
 RtProf *rt_profile(const RtProgram *p); /* NULL when not profiling */
 /* What the environment asks of kiln_compile_with: KILN_PROFILE (unset,
