@@ -45,6 +45,9 @@ int ext_matmul_const_epi(const float *a, const ExtView *av, const float *b, cons
  * then epi over c; 0, -1 (out of memory) or 1 when declined. */
 int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                     int64_t M, int64_t N, ExtEpilogue epi, void *ctx);
+/* Does ext_matmul_dnnl take these views (a 2-D [M, K] or 3-D [batch, M, K]
+ * with unit column stride, b 2-D with positive strides)? */
+bool ext_matmul_dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M);
 /* Primitives matmul_dnnl.c holds (tests). */
 int ext_matmul_dnnl_count(void);
 /* NCHW conv2d, dense operands; attr = {sh, sw, ph, pw, dh, dw, groups};

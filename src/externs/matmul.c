@@ -273,6 +273,13 @@ static int64_t folded_row_stride(const ExtView *av, int nb, const int64_t *cshap
     return step;
 }
 
+/* The last two dims of v as a 2-D view (its other dims are 1, or B's batch dims are shared). */
+static ExtView last2(const ExtView *v) {
+    int r = v->rank;
+    return (ExtView){
+        2, {v->shape[r - 2], v->shape[r - 1]}, {v->stride[r - 2], v->stride[r - 1]}, v->offset};
+}
+
 /* Rewrite a batched a @ b as 2-D views of batches * M rows; false when the
  * batches cannot be one GEMM. */
 static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, int nb,
@@ -284,18 +291,8 @@ static bool fold_batches(const float *a, const ExtView *av, const ExtView *bv, i
     BlasOperand o;
     if (step <= 0 || !as_blas(a ? a + av->offset : NULL, rows, K, step, scol, &o)) return false;
     *a2 = (ExtView){2, {rows, K}, {step, scol}, av->offset};
-    *b2 = (ExtView){2,
-                    {K, bv->shape[bv->rank - 1]},
-                    {bv->stride[bv->rank - 2], bv->stride[bv->rank - 1]},
-                    bv->offset};
+    *b2 = last2(bv);
     return true;
-}
-
-/* The last two dims of v as a 2-D view (its other dims are all 1). */
-static ExtView last2(const ExtView *v) {
-    int r = v->rank;
-    return (ExtView){
-        2, {v->shape[r - 2], v->shape[r - 1]}, {v->stride[r - 2], v->stride[r - 1]}, v->offset};
 }
 
 /* A product as one 2-D GEMM: 2-D already, batches of 1 (C's batch dims all
@@ -334,22 +331,13 @@ static bool as_batched(const ExtView *av, const ExtView *bv, int crank, const in
     return true;
 }
 
-/* Does a matmul with a constant B go to oneDNN (matmul_dnnl.c)? A 2-D
- * product, or [batch, M, K] rows against one B, whose A has unit column
- * stride. */
-static bool dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M) {
-    int r = av->rank;
-    return (r == 2 || r == 3) && bv->rank == 2 && av->stride[r - 1] == 1 &&
-           (M == 1 || av->stride[r - 2] >= av->shape[r - 1]) && bv->stride[0] > 0 &&
-           bv->stride[1] > 0;
-}
-
 /* The views oneDNN runs, or false: one 2-D product (as_2d), else batches
  * against the one B (as_batched). */
 static bool dnnl_views(const float *a, const ExtView *av, const ExtView *bv, int crank,
                        const int64_t *cshape, ExtView *a2, ExtView *b2) {
-    if (as_2d(a, av, bv, crank, cshape, a2, b2) && dnnl_takes(a2, b2, a2->shape[0])) return true;
-    return as_batched(av, bv, crank, cshape, a2, b2) && dnnl_takes(a2, b2, a2->shape[1]);
+    if (as_2d(a, av, bv, crank, cshape, a2, b2) && ext_matmul_dnnl_takes(a2, b2, a2->shape[0]))
+        return true;
+    return as_batched(av, bv, crank, cshape, a2, b2) && ext_matmul_dnnl_takes(a2, b2, a2->shape[1]);
 }
 
 const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,

@@ -182,6 +182,14 @@ static dnnl_status_t exec(DnnlMm *d, dnnl_primitive_t p, int n, const dnnl_exec_
     return st ? st : dnnl_stream_wait(d->stream);
 }
 
+/* b (plain) into to, in d's layout. */
+static dnnl_status_t reorder_b(DnnlMm *d, const float *b, void *to) {
+    dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, d->mem[M_WEI_PLAIN]}, {DNNL_ARG_TO, d->mem[M_WEI]}};
+    dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)b);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], to);
+    return st ? st : exec(d, d->wei_in, 2, args);
+}
+
 /* B in d's layout: kept (made now on a miss), or NULL: over KEPT_MAX (the
  * caller then reorders it into scratch of its own), or, with *oom set, out
  * of memory. */
@@ -210,11 +218,7 @@ static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
         dnnl_status_t st = dnnl_out_of_memory;
         if (k->base.raw) {
             k->data = util_on_line(k->base.raw);
-            dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, d->mem[M_WEI_PLAIN]},
-                                       {DNNL_ARG_TO, d->mem[M_WEI]}};
-            st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)b);
-            if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], k->data);
-            if (!st) st = exec(d, d->wei_in, 2, args);
+            st = reorder_b(d, b, k->data);
         }
         if (st) {
             *oom = st == dnnl_out_of_memory;
@@ -230,14 +234,19 @@ static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
 
 /* ---- the call ---- */
 
+bool ext_matmul_dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M) {
+    int r = av->rank;
+    int64_t K = av->shape[r - 1];
+    return (r == 2 || r == 3) && bv->rank == 2 && av->stride[r - 1] == 1 &&
+           (M == 1 || av->stride[r - 2] >= K) && (r == 2 || av->stride[0] > 0) &&
+           bv->stride[0] > 0 && bv->stride[1] > 0 && M > 0 && K > 0 && bv->shape[1] > 0;
+}
+
 int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                     int64_t M, int64_t N, ExtEpilogue epi, void *ctx) {
+    if (!ext_matmul_dnnl_takes(av, bv, M)) return 1;
     int r = av->rank;
     int64_t K = av->shape[r - 1], batch = r == 3 ? av->shape[0] : 1;
-    if ((r != 2 && r != 3) || bv->rank != 2 || av->stride[r - 1] != 1 ||
-        (M > 1 && av->stride[r - 2] < K) || (batch > 1 && av->stride[0] <= 0) ||
-        bv->stride[0] <= 0 || bv->stride[1] <= 0 || M <= 0 || N <= 0 || K <= 0)
-        return 1;
     ext_dnnl_isa(); /* the ISA cap before the first kernel */
     int64_t srow = M > 1 ? av->stride[r - 2] : K;
     int64_t key[KEY_LEN] = {M,
@@ -262,11 +271,7 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
             st = dnnl_out_of_memory;
         } else if ((own = kmalloc(d->wei_bytes + KILN_ALIGN - 1))) {
             wb = util_on_line(own);
-            dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, d->mem[M_WEI_PLAIN]},
-                                       {DNNL_ARG_TO, d->mem[M_WEI]}};
-            st = dnnl_memory_set_data_handle(d->mem[M_WEI_PLAIN], (void *)(b + bv->offset));
-            if (!st) st = dnnl_memory_set_data_handle(d->mem[M_WEI], wb);
-            if (!st) st = exec(d, d->wei_in, 2, args);
+            st = reorder_b(d, b + bv->offset, wb);
         } else {
             st = dnnl_out_of_memory;
         }
