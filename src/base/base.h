@@ -60,6 +60,9 @@ void arena_free(Arena *a);
  * overflowing it. */
 void util_vappend(char *buf, size_t len, const char *fmt, va_list ap);
 void util_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* The monotonic clock (CLOCK_MONOTONIC): nanoseconds, and milliseconds. */
+int64_t util_now_ns(void);
+double util_now_ms(void);
 
 /* Philox-4x32-10: four 32-bit random words for (seed, counter). */
 /* Element i of the uniform [0,1) / standard normal stream of a seed. */

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/sysinfo.h>
+#include <time.h>
 #if defined(__linux__)
 #include <sys/mman.h>
 #include <unistd.h>
@@ -389,3 +390,11 @@ void kiln_fill_randn(float *data, int64_t n, uint64_t seed) {
 void kiln_fill_rand(float *data, int64_t n, uint64_t seed) {
     for (int64_t i = 0; i < n; i++) data[i] = util_rand_uniform(seed, (uint64_t)i);
 }
+
+int64_t util_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+double util_now_ms(void) { return (double)util_now_ns() / 1e6; }

@@ -672,12 +672,6 @@ static int load_program(const Options *o, kiln_graph **out, kiln_onnx_io *io) {
     return 0;
 }
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 /* What --check found: the worst element over all outputs. */
 typedef struct {
     bool done, passed;
@@ -829,9 +823,10 @@ static int run_fused(kiln_graph *g, const Options *o, const kiln_tensor *in, kil
     kiln_program *p = NULL;
     int rc = compile_program(g, o, &p);
     if (rc) return rc;
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     kiln_status st = kiln_program_run(p, in, out);
-    RunReport rr = {NULL, rt_stats(kiln_program_rt(p)), now_ms() - t0, kiln_program_threads(p)};
+    RunReport rr = {NULL, rt_stats(kiln_program_rt(p)), util_now_ms() - t0,
+                    kiln_program_threads(p)};
     Check c = {0};
     if (st != KILN_OK) {
         fprintf(stderr, "kiln: %s: %s\n", o->prog, kiln_program_error(p));
@@ -913,13 +908,14 @@ static kiln_status time_median(RunFn fn, void *ud, kiln_program *p, int repeat, 
     double t[64];
     if (repeat > 64) repeat = 64;
     kiln_status st = fn(ud);
-    for (double t0 = now_ms(); st == KILN_OK && p && !team_settled(p) && now_ms() - t0 < 500;)
+    for (double t0 = util_now_ms();
+         st == KILN_OK && p && !team_settled(p) && util_now_ms() - t0 < 500;)
         st = fn(ud);
     RtTeam before = p ? rt_team(kiln_program_rt(p)) : (RtTeam){0};
     for (int r = 0; r < repeat && st == KILN_OK; r++) {
-        double t0 = now_ms();
+        double t0 = util_now_ms();
         st = fn(ud);
-        t[r] = now_ms() - t0;
+        t[r] = util_now_ms() - t0;
     }
     if (timed && p) { /* the timed runs at each team size */
         *timed = rt_team(kiln_program_rt(p));
@@ -1033,9 +1029,9 @@ static int bench_profile(const Options *o, BenchRun *b, double plain_ms, int rep
     kiln_status st = t ? bench_compiled(b) : KILN_ERR_NOMEM;
     prof_reset(pr);
     for (int i = 0; st == KILN_OK && i < repeat; i++) {
-        double t0 = now_ms();
+        double t0 = util_now_ms();
         st = bench_compiled(b);
-        t[i] = now_ms() - t0;
+        t[i] = util_now_ms() - t0;
     }
     int rc = st == KILN_OK ? 0 : st == KILN_ERR_NOMEM ? EXIT_NOMEM : exit_for(st);
     if (!rc) {

@@ -170,12 +170,6 @@ static bool fmt_fits(char *buf, size_t len, const char *fmt, ...) {
     return n >= 0 && (size_t)n < len;
 }
 
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
 /* Process-unique temporary names: pid plus a counter. */
 static unsigned next_serial(void) {
     static unsigned counter;
@@ -582,9 +576,9 @@ static kiln_status compile_to_cache(Job *j) {
         return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
     }
     int status;
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     int rc = run_capture(a.v, output, sizeof output, &status);
-    j->stats->compile_ms = now_ms() - t0;
+    j->stats->compile_ms = util_now_ms() - t0;
     argv_free(&a);
     if (rc != 0) return spawn_error(j->cc, rc, j->err, j->errlen);
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {

@@ -62,12 +62,6 @@ struct RtProf {
     int threads;    /* the largest team seen */
 };
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void push(RtProf *p, int call, int tid, bool thread, int64_t t0, int64_t t1) {
     if (!p->trace) return;
     int i = atomic_fetch_add_explicit(&p->nev, 1, memory_order_relaxed);
@@ -77,7 +71,7 @@ static void push(RtProf *p, int call, int tid, bool thread, int64_t t0, int64_t 
 static void hook(KilnProf *self, int call, int event) {
     RtProf *p = (RtProf *)self;
     if (call < 0 || call >= p->ncalls) return;
-    int64_t t = now_ns() - p->start;
+    int64_t t = util_now_ns() - p->start;
     int tid = omp_get_thread_num();
     if (tid < 0 || tid >= PROF_MAX_THREADS) return;
     ProfCall *c = &p->calls[call];
@@ -125,7 +119,7 @@ RtProf *prof_new(const Schedule *s, const CgOutput *code, bool trace) {
     }
     pthread_mutex_init(&p->lock, NULL);
     p->base.hook = hook;
-    p->start = now_ns();
+    p->start = util_now_ns();
     char buf[200];
     for (int i = 0; i < p->ncalls; i++) {
         const CgCall *cc = &code->calls[i];
@@ -159,12 +153,12 @@ void prof_free(RtProf *p) {
 
 KilnProf *prof_run_begin(RtProf *p) {
     pthread_mutex_lock(&p->lock);
-    p->run_t0 = now_ns();
+    p->run_t0 = util_now_ns();
     return &p->base;
 }
 
 void prof_run_end(RtProf *p) {
-    p->run_ns += now_ns() - p->run_t0;
+    p->run_ns += util_now_ns() - p->run_t0;
     p->runs++;
     pthread_mutex_unlock(&p->lock);
 }

@@ -106,12 +106,6 @@ void rt_set_externs(const KilnRT *rt) {
 }
 #endif
 
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
 static int64_t buf_bytes(const Buffer *b) { return b->numel * (int64_t)sizeof(float); }
 
 static int64_t align_up(int64_t n) { return (n + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
@@ -341,12 +335,12 @@ static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, cons
     p->stats.target = t.name;
     /* the library paths explain names follow the tier */
     unsigned prev = ext_isa_enter(t.ext);
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     kiln_status st = plan_build(g, cfg, &p->plan, err, errlen);
-    double t1 = now_ms();
+    double t1 = util_now_ms();
     if (st == KILN_OK) st = cg_generate_opts(p->plan->sched, opt, &p->code, err, errlen);
     p->stats.plan_ms = t1 - t0;
-    p->stats.codegen_ms = now_ms() - t1;
+    p->stats.codegen_ms = util_now_ms() - t1;
     ext_isa_leave(prev);
     if (st != KILN_OK) return st;
     p->nbufs = p->plan->prog->nbufs;
@@ -385,9 +379,9 @@ kiln_status rt_compile(const Graph *g, const KilnConfig *cfg, RtProgram **out, c
     kiln_status st = plan_and_generate(g, cfg, NULL, &p, err, errlen);
     if (st == KILN_OK && p->code.ncalls > 0) {
         JitStats js;
-        double t0 = now_ms();
+        double t0 = util_now_ms();
         st = jit_compile(p->code.source, p->stats.jit_flags, &p->lib, err, errlen, &js);
-        if (st == KILN_OK) set_jit_stats(p, &js, now_ms() - t0);
+        if (st == KILN_OK) set_jit_stats(p, &js, util_now_ms() - t0);
         if (st == KILN_OK) st = load_entry(p, p->lib, err, errlen);
     }
     if (st == KILN_OK) st = finish(p, err, errlen);
@@ -424,9 +418,9 @@ static kiln_status compile_batch(RtProgram **ps, int n, JitLib **lib, char *err,
     kiln_status st0 = batch_source(ps, n, &src, err, errlen);
     if (st0 != KILN_OK) return st0;
     JitStats js;
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     kiln_status st = jit_compile(src, ps[0]->stats.jit_flags, lib, err, errlen, &js);
-    double ms = now_ms() - t0;
+    double ms = util_now_ms() - t0;
     kfree(src);
     for (int i = 0; st == KILN_OK && i < n; i++) {
         set_jit_stats(ps[i], &js, ms);
@@ -543,9 +537,9 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
     int want = rt_team_size(&p->team, level), team = omp_get_max_threads();
     if (want > 0 && want != team) omp_set_num_threads(want);
     if (p->prof) rt.prof = prof_run_begin(p->prof);
-    double t0 = now_ms();
+    double t0 = util_now_ms();
     int rc = p->entry ? p->entry(run->bufs, &rt) : 0;
-    double ms = now_ms() - t0;
+    double ms = util_now_ms() - t0;
     if (p->prof) prof_run_end(p->prof);
     if (want > 0 && want != team) omp_set_num_threads(team);
     ext_isa_leave(prev);
