@@ -60,6 +60,9 @@ void arena_free(Arena *a);
  * overflowing it. */
 void util_vappend(char *buf, size_t len, const char *fmt, va_list ap);
 void util_fmt(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Write path through fn under a temporary name beside it, renamed into
+ * place, so a failure leaves nothing behind; false with errno set. */
+bool util_write_file(const char *path, void (*fn)(FILE *, void *), void *ud);
 /* The monotonic clock (CLOCK_MONOTONIC): nanoseconds, and milliseconds. */
 int64_t util_now_ns(void);
 double util_now_ms(void);

@@ -398,3 +398,18 @@ int64_t util_now_ns(void) {
 }
 
 double util_now_ms(void) { return (double)util_now_ns() / 1e6; }
+
+bool util_write_file(const char *path, void (*fn)(FILE *, void *), void *ud) {
+    char tmp[4200];
+    util_fmt(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return false;
+    fn(f, ud);
+    bool ok = !ferror(f);
+    ok &= fclose(f) == 0;
+    if (ok && rename(tmp, path) == 0) return true;
+    int e = errno;
+    remove(tmp);
+    errno = e;
+    return false;
+}

@@ -1134,22 +1134,9 @@ static int load_plan(const Options *o, kiln_graph **g, Plan **plan) {
 /* Write a file under a temporary name and rename it into place, so a
  * failure leaves nothing behind. fn writes the contents. */
 static int write_file_atomic(const char *path, void (*fn)(FILE *, void *), void *ud) {
-    char tmp[4200];
-    util_fmt(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        fprintf(stderr, "kiln: cannot write %s: %s\n", path, strerror(errno));
-        return EXIT_ENV;
-    }
-    fn(f, ud);
-    bool ok = !ferror(f);
-    ok &= fclose(f) == 0;
-    if (!ok || rename(tmp, path) != 0) {
-        fprintf(stderr, "kiln: cannot write %s: %s\n", path, strerror(errno));
-        remove(tmp);
-        return EXIT_ENV;
-    }
-    return 0;
+    if (util_write_file(path, fn, ud)) return 0;
+    fprintf(stderr, "kiln: cannot write %s: %s\n", path, strerror(errno));
+    return EXIT_ENV;
 }
 
 static void dot_fn(FILE *f, void *ud) { report_dot(f, ud); }

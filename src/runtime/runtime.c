@@ -51,7 +51,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #define RT_ALIGN KILN_ALIGN
 
@@ -684,7 +683,7 @@ static kiln_status start_env_profile(kiln_program *p, char *err, size_t errlen) 
     return st;
 }
 
-static void trace_fn(FILE *f, const RtProf *pr) { prof_trace(pr, f); }
+static void trace_fn(FILE *f, void *pr) { prof_trace(pr, f); }
 
 /* The profile KILN_PROFILE asked for, on stderr, and KILN_TRACE's file
  * (written under a temporary name and renamed, so a failure leaves none). */
@@ -693,20 +692,8 @@ static void end_env_profile(kiln_program *p) {
     if (!p->env_profile || !pr) return;
     fprintf(stderr, "kiln: KILN_PROFILE: %s\n", p->model_name ? p->model_name : "the program");
     prof_print(pr, stderr);
-    if (!p->trace) return;
-    char tmp[4200];
-    util_fmt(tmp, sizeof tmp, "%s.tmp.%ld", p->trace, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    bool ok = f != NULL;
-    if (f) {
-        trace_fn(f, pr);
-        ok = !ferror(f);
-        ok &= fclose(f) == 0;
-    }
-    if (!ok || rename(tmp, p->trace) != 0) {
+    if (p->trace && !util_write_file(p->trace, trace_fn, (void *)pr))
         fprintf(stderr, "kiln: KILN_TRACE: cannot write %s: %s\n", p->trace, strerror(errno));
-        remove(tmp);
-    }
 }
 
 kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out) {
