@@ -893,9 +893,10 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median wall time of `repeat` calls of fn after a warm-up: one call, and
- * then, when p (a compiled program) may choose its team size, calls until
- * it has timed each size (team.c), for at most 0.5 s. */
+/* time_median: the median wall time of `repeat` calls of fn after a
+ * warm-up: one call, and then, when p (a compiled program) may choose its
+ * team size, calls until it has timed each size (team.c), for at most
+ * 0.5 s. */
 typedef kiln_status (*RunFn)(void *ud);
 static bool team_settled(kiln_program *p) {
     RtTeam t = rt_team(kiln_program_rt(p));
@@ -903,26 +904,35 @@ static bool team_settled(kiln_program *p) {
         if (t.nlevels > 1 && t.est[l] < 0) return false;
     return true;
 }
+/* The median wall time of `repeat` calls of fn, no warm-up. */
+static kiln_status median_runs(RunFn fn, void *ud, int repeat, double *ms) {
+    double *t = kcalloc((size_t)repeat, sizeof *t);
+    if (!t) return KILN_ERR_NOMEM;
+    kiln_status st = KILN_OK;
+    int r = 0;
+    for (; r < repeat && st == KILN_OK; r++) {
+        double t0 = util_now_ms();
+        st = fn(ud);
+        t[r] = util_now_ms() - t0;
+    }
+    qsort(t, (size_t)r, sizeof t[0], cmp_double);
+    *ms = r % 2 ? t[r / 2] : (t[r / 2 - 1] + t[r / 2]) / 2;
+    kfree(t);
+    return st;
+}
+
 static kiln_status time_median(RunFn fn, void *ud, kiln_program *p, int repeat, double *ms,
                                RtTeam *timed) {
-    double t[64];
-    if (repeat > 64) repeat = 64;
     kiln_status st = fn(ud);
     for (double t0 = util_now_ms();
          st == KILN_OK && p && !team_settled(p) && util_now_ms() - t0 < 500;)
         st = fn(ud);
     RtTeam before = p ? rt_team(kiln_program_rt(p)) : (RtTeam){0};
-    for (int r = 0; r < repeat && st == KILN_OK; r++) {
-        double t0 = util_now_ms();
-        st = fn(ud);
-        t[r] = util_now_ms() - t0;
-    }
+    if (st == KILN_OK) st = median_runs(fn, ud, repeat, ms);
     if (timed && p) { /* the timed runs at each team size */
         *timed = rt_team(kiln_program_rt(p));
         for (int l = 0; l < timed->nlevels; l++) timed->runs[l] -= before.runs[l];
     }
-    qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
-    *ms = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
     return st;
 }
 
@@ -1025,25 +1035,18 @@ static int bench_profile(const Options *o, BenchRun *b, double plain_ms, int rep
         return EXIT_NOMEM;
     }
     RtProf *pr = rt_profile(rp);
-    double *t = kcalloc((size_t)repeat, sizeof *t);
-    kiln_status st = t ? bench_compiled(b) : KILN_ERR_NOMEM;
+    kiln_status st = bench_compiled(b);
     prof_reset(pr);
-    for (int i = 0; st == KILN_OK && i < repeat; i++) {
-        double t0 = util_now_ms();
-        st = bench_compiled(b);
-        t[i] = util_now_ms() - t0;
-    }
-    int rc = st == KILN_OK ? 0 : st == KILN_ERR_NOMEM ? EXIT_NOMEM : exit_for(st);
+    double ms = 0;
+    if (st == KILN_OK) st = median_runs(bench_compiled, b, repeat, &ms);
+    int rc = exit_for(st);
     if (!rc) {
-        qsort(t, (size_t)repeat, sizeof t[0], cmp_double);
-        double ms = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;
         printf("\nprofiled: median %.3f ms against %.3f ms unprofiled (%+.1f%%: the profiler's "
                "overhead, and noise), %d runs\n",
                ms, plain_ms, 100 * (ms / plain_ms - 1), repeat);
         prof_print(pr, stdout);
         if (o->trace) rc = write_file_atomic(o->trace, trace_file_fn, pr);
     }
-    kfree(t);
     rt_set_profile(rp, false, false);
     return rc;
 }
