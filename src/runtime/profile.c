@@ -109,6 +109,7 @@ static double ext_flops(const Buffer *b) {
 RtProf *prof_new(const Schedule *s, const CgOutput *code, bool trace) {
     RtProf *p = kcalloc(1, sizeof *p);
     if (!p) return NULL;
+    pthread_mutex_init(&p->lock, NULL);
     p->ncalls = code->ncalls;
     p->calls = kcalloc((size_t)(p->ncalls + 1), sizeof *p->calls);
     p->trace = trace;
@@ -117,7 +118,6 @@ RtProf *prof_new(const Schedule *s, const CgOutput *code, bool trace) {
         prof_free(p);
         return NULL;
     }
-    pthread_mutex_init(&p->lock, NULL);
     p->base.hook = hook;
     p->start = util_now_ns();
     char buf[200];
@@ -145,7 +145,7 @@ RtProf *prof_new(const Schedule *s, const CgOutput *code, bool trace) {
 
 void prof_free(RtProf *p) {
     if (!p) return;
-    if (p->calls) pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->lock);
     kfree(p->ev);
     kfree(p->calls);
     kfree(p);
