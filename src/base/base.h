@@ -88,17 +88,20 @@ uint16_t util_f32_to_bf16(float f);
  * kiln does not compile for bare -march=native: what GCC's native tuning
  * does with a CPU varies too much. GCC 12 on Rocket Lake or Skylake-SP
  * prefers 256-bit vectors and then fails to vectorize any loop that calls
- * an AVX-512 SIMD clone, leaving kernels scalar (docs/decisions.md: Target
- * tiers instead of -march=native). Kernels are compiled for one of the
+ * an AVX-512 SIMD clone, leaving kernels scalar; on AMD Zen 1 (znver1) it
+ * prefers 128-bit ones and does the same to the AVX2 clones
+ * (docs/decisions.md: Target tiers instead of -march=native). Kernels are compiled for one of the
  * x86-64 psABI levels instead, chosen at run time from the CPU's features
  * (cpuid) and the state the OS saves (XCR0):
  *
  *   v2      x86-64-v2: SSE4.2, POPCNT, CX16          4 float lanes
- *   v3      x86-64-v3: v2 + AVX2, FMA, BMI1/2, F16C   8 lanes
+ *   v3      x86-64-v3: v2 + AVX2, FMA, BMI1/2, F16C   8 lanes (256-bit
+ *           vectors whatever the tuning prefers: -mprefer-vector-width=256)
  *   v4      x86-64-v4: v3 + AVX-512 F/BW/CD/DQ/VL     16 lanes (512-bit
  *           vectors whatever the tuning prefers: -mprefer-vector-width=512)
  *   native  -march=native as GCC resolves it (with 512-bit vectors where
- *           the CPU has AVX-512), for comparison
+ *           the CPU has AVX-512, 256-bit ones where it has AVX2), for
+ *           comparison
  *
  * Each adds -mtune=native: scheduling for this CPU, never an instruction
  * the tier lacks. The default is the highest of v4, v3, v2 this CPU runs

@@ -169,7 +169,9 @@ kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, si
         out->lanes = 4;
         break;
     case TGT_V3:
-        util_fmt(out->flags, sizeof out->flags, "-march=x86-64-v3 -mtune=native");
+        /* 256-bit vectors even where the tuning prefers 128 (see target.h) */
+        util_fmt(out->flags, sizeof out->flags,
+                 "-march=x86-64-v3 -mtune=native -mprefer-vector-width=256");
         out->lanes = 8;
         out->ext = EXT_CPU_AVX2;
         break;
@@ -182,7 +184,9 @@ kiln_status tgt_make(TargetTier t, unsigned features, Target *out, char *err, si
         break;
     default:
         util_fmt(out->flags, sizeof out->flags, "-march=native%s",
-                 avx512 ? " -mprefer-vector-width=512" : "");
+                 avx512 ? " -mprefer-vector-width=512"
+                 : avx2 ? " -mprefer-vector-width=256"
+                        : "");
         out->lanes = avx512 ? 16 : avx2 ? 8 : 4;
         out->ext = tgt_ext_of(features);
         break;
