@@ -489,6 +489,42 @@ TEST(externs_conv2d_dnnl_split) {
     free(ref);
 }
 
+/* ResNet's stem (3 -> 64 channels, 7x7, stride 2, 224x224: a 3.2 MB
+ * output, so oneDNN's output is asked for blocked by channels, see
+ * conv_new) must run on one of oneDNN's kernels, never its reference loops:
+ * asked for nChw16c on an AVX2 CPU, whose kernels block by 8, oneDNN
+ * answered with ref:any, 1.05 s instead of 4 ms (docs/decisions.md). */
+TEST(externs_conv2d_dnnl_stem_not_reference) {
+    static const int64_t xs[4] = {1, 3, 224, 224}, ws[4] = {64, 3, 7, 7}, ys[4] = {1, 64, 112, 112};
+    static const int64_t at_[7] = {2, 2, 3, 3, 1, 1, 1};
+    int64_t nx = xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
+    int64_t ny = ys[1] * ys[2] * ys[3];
+    float *x = randbuf(nx, 61), *w = randbuf(nw, 62), *b = randbuf(ws[0], 63);
+    float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
+    Seen seen = {calloc((size_t)ny, 1), ny, 0};
+    int rc = ext_conv2d_dnnl(x, xs, w, ws, b, y, ys, at_, false, plus_one, &seen);
+    const char *impl = ext_conv_dnnl_last_impl();
+    EXPECT(rc == 0, "oneDNN declined the stem (rc %d)", rc);
+    EXPECT(rc != 0 || (*impl && strncmp(impl, "ref", 3)), "the stem ran on '%s'", impl);
+    printf("externs: the stem on oneDNN's %s (%s)\n", impl, ext_dnnl_isa());
+    naive_conv(x, xs, w, ws, b, ref, ys, at_);
+    for (int64_t i = 0; i < ny && rc == 0; i++) {
+        float want = ref[i] + 1.0f;
+        if (!(fabsf(y[i] - want) <= 1e-4f + 1e-4f * fabsf(want)) || seen.seen[i] != 1) {
+            test_failf(__FILE__, __LINE__, "element %lld: %g vs %g, seen %d times", (long long)i,
+                       y[i], want, seen.seen[i]);
+            break;
+        }
+    }
+    EXPECT(!seen.bad, "an epilogue range out of bounds");
+    free(seen.seen);
+    free(x);
+    free(w);
+    free(b);
+    free(y);
+    free(ref);
+}
+
 /* One run of ext_conv2d_dnnl against the naive loops (bias, epilogue +1);
  * false on any difference. */
 static bool dnnl_matches(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],

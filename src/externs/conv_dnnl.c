@@ -43,7 +43,9 @@
  * saved). The runtime drops a program's copies when it frees the program
  * (ext_kept_forget_all), since the address may next hold other data.
  *
- * A shape oneDNN declines (ext_conv2d_dnnl returns 1) goes to im2col.
+ * A shape oneDNN declines (ext_conv2d_dnnl returns 1) goes to im2col, as
+ * does one for which it offers only its reference loops ("ref:any": plain
+ * C, slower than im2col + sgemm).
  */
 #include "externs/externs.h"
 #include <oneapi/dnnl/dnnl.h>
@@ -85,6 +87,7 @@ typedef struct {
     size_t src_bytes, wei_bytes, dst_bytes, pad_bytes; /* scratch per call */
     dnnl_memory_desc_t wei_md;                         /* the weights' layout for conv */
     dnnl_stream_t stream;
+    char impl[32]; /* oneDNN's implementation ("jit:avx2", ...) */
     bool busy;     /* a call holds it: not to be handed out or evicted */
     bool uncached; /* made when every cache slot was busy: freed after its call */
 } DnnlConv;
@@ -181,7 +184,7 @@ static dnnl_status_t make_reorder(dnnl_primitive_t *r, const dnnl_memory_desc_t 
  * what oneDNN may choose. */
 typedef struct {
     dnnl_memory_desc_t src, wei, bias, dst, src_any, wei_any, dst_any;
-    dnnl_memory_desc_t dst_blk; /* nChw16c: see conv_new */
+    dnnl_memory_desc_t dst_blk[2]; /* nChw16c, nChw8c: see conv_new */
 } ConvDescs;
 
 static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t ws[4],
@@ -198,7 +201,8 @@ static dnnl_status_t make_descs(ConvDescs *c, const int64_t xs[4], const int64_t
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->src_any, 4, x, dnnl_f32, dnnl_format_tag_any);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_any, 4, y, dnnl_f32, dnnl_format_tag_any);
     if (!st) st = dnnl_memory_desc_init_by_tag(&c->wei_any, wn, w, dnnl_f32, dnnl_format_tag_any);
-    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_blk, 4, y, dnnl_f32, dnnl_nChw16c);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_blk[0], 4, y, dnnl_f32, dnnl_nChw16c);
+    if (!st) st = dnnl_memory_desc_init_by_tag(&c->dst_blk[1], 4, y, dnnl_f32, dnnl_nChw8c);
     return st;
 }
 
@@ -334,6 +338,14 @@ static void part_new(DnnlConv *d, const dnnl_memory_desc_t *dst, const dnnl_memo
     d->row_stride = b->strides[2];
 }
 
+/* Did oneDNN answer with one of its reference implementations ("ref:any"),
+ * plain C loops it keeps for layouts its kernels do not take? */
+static bool is_ref(dnnl_primitive_desc_t pd) {
+    const char *impl = NULL;
+    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+           impl && !strncmp(impl, "ref", 3);
+}
+
 /* A new entry for this shape, or NULL when oneDNN declines it. */
 static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const int64_t ws[4],
                           const int64_t ys[4], const int64_t attr[7], bool bias) {
@@ -345,11 +357,23 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
     dnnl_status_t st = make_descs(&c, xs, ws, ys, attr[6], key[K_IMAGES]);
     /* An output larger than CALL_BYTES goes back to NCHW in parts of
      * channels (part_new), which needs it blocked by channels: oneDNN's own
-     * choice can be NHWC (the stem: 3 input channels). */
+     * choice can be NHWC (the stem: 3 input channels). Blocks of 16 where
+     * its kernels take them (AVX-512), else of 8 (AVX2, SSE4.1); a layout
+     * only a reference implementation takes is not one: the stem with
+     * nChw16c output on AVX2 ran oneDNN's ref:any loops, 1.05 s instead of
+     * 4 ms (docs/decisions.md: oneDNN: never its reference loops). */
     int64_t bytes = key[K_IMAGES] * ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float);
-    bool blk = !st && attr[6] == 1 && ys[1] % 16 == 0 && bytes > CALL_BYTES;
-    if (blk && make_pd(&pd, &c, &c.dst_blk, attr, bias) != dnnl_success) pd = NULL;
+    for (int b = 0; b < 2 && !st && !pd && attr[6] == 1 && bytes > CALL_BYTES; b++) {
+        if (ys[1] % (b ? 8 : 16)) continue;
+        if (make_pd(&pd, &c, &c.dst_blk[b], attr, bias) != dnnl_success) pd = NULL;
+        if (pd && is_ref(pd)) dnnl_primitive_desc_destroy(pd), pd = NULL;
+    }
     if (!st && !pd) st = make_pd(&pd, &c, &c.dst_any, attr, bias);
+    /* reference loops only: declined, im2col + sgemm is faster */
+    if (!st && is_ref(pd)) st = dnnl_unimplemented;
+    const char *impl = NULL;
+    if (!st && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
+        util_fmt(d->impl, sizeof d->impl, "%s", impl ? impl : "?");
     if (!st) st = dnnl_primitive_create(&d->conv, pd);
     if (!st) st = make_mems(d, &c, pd);
     if (!st) st = dnnl_stream_create(&d->stream, engine, dnnl_stream_default_flags);
@@ -566,6 +590,11 @@ int ext_conv_dnnl_split(const int64_t ys[4], int threads) {
     return threads > 1 && threads <= SPLIT_MAX && calls % threads == 0 ? threads : 0;
 }
 
+/* The implementation of this thread's last call's primitive (tests). */
+static _Thread_local char last_impl[32];
+
+const char *ext_conv_dnnl_last_impl(void) { return last_impl; }
+
 /* The batch split among `split` threads (see the header): thread t runs
  * its share of the calls, consecutive images, on an entry of its own (slot
  * t + 1: memory objects, stream and scratch of its own; oneDNN called
@@ -583,6 +612,7 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
         if (!(ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1))) r = 1;
     void *kw = NULL, *raw = NULL;
     if (r == 0 && ds[0]->wei_in && wconst) kw = kept_weights(ds[0], w);
+    util_fmt(last_impl, sizeof last_impl, "%s", r == 0 ? ds[0]->impl : "");
     pthread_mutex_unlock(&lock);
     if (r == 0 && ds[0]->wei_in && !kw) {
         raw = kmalloc(ds[0]->wei_bytes + KILN_ALIGN - 1);
@@ -613,6 +643,7 @@ int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const i
     pthread_mutex_lock(&lock);
     DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, nb, omp_get_max_threads(), 0);
     void *kw = d && wconst && d->wei_in ? kept_weights(d, w) : NULL;
+    util_fmt(last_impl, sizeof last_impl, "%s", d ? d->impl : "");
     pthread_mutex_unlock(&lock);
     int r = d ? run(d, x, xs, w, kw, bias, y, ys, 0, ys[0], epi, ctx) : 1;
     pthread_mutex_lock(&lock);

@@ -83,6 +83,11 @@ typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                     bool wconst, ExtEpilogue epi, void *ctx);
+/* conv_dnnl.c: oneDNN's implementation of the primitive this thread's last
+ * ext_conv2d_dnnl call ran ("jit:avx2", "brgconv:avx512_core", ...; "" when
+ * it declined). Never "ref:...": a layout only oneDNN's reference loops
+ * take is not asked for, and a shape only they take is declined. */
+const char *ext_conv_dnnl_last_impl(void);
 /* conv_dnnl.c: among how many threads ext_conv2d_dnnl splits a batch of
  * output shape ys (each thread its own images, oneDNN single-threaded in
  * each), or 0: each call of a few images runs on all the threads. */
