@@ -61,7 +61,7 @@ def build_api_tool(tmp, kiln, name, missing, march=("-march=native",), suffix=""
     r = subprocess.run(["cc", "-O3", *march, "-std=c11", "-D_GNU_SOURCE", "-fopenmp",
                         *(["-DKILN_TESTING"] if testing else []), "-I", os.path.join(ROOT, "include"), "-I", os.path.join(ROOT, "src"),
                         os.path.join(BENCH, name + ".c"), lib, "-L" + blas, "-Wl,-rpath," + blas,
-                        "-lopenblas", "-ldnnl", "-lm", "-ldl", "-o", exe],
+                        "-lopenblas", "-ldnnl", "-lprotobuf-c", "-lm", "-ldl", "-o", exe],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if r.returncode:
         log("bench: bench/%s.c does not build (%s):\n%s" % (name, missing, r.stdout[-2000:]))

@@ -20,9 +20,11 @@ median of the rounds for each peer:
   kiln  `kiln bench MODEL --fused-only --fixed-threads --threads T`: the
         compiled program run into outputs allocated once (the JIT cache
         is warm after the first round, as for a deployed model)
-  ORT   onnxruntime (PyPI, the venv models/real.py makes) InferenceSession,
-        graph optimizations at ORT_ENABLE_ALL, intra-op threads T, inter-op
-        1, session.run on the same inputs
+  ORT   onnxruntime (PyPI, the venv models/real.py makes), run by
+        bench/ort_run.py: graph optimizations at ORT_ENABLE_ALL, intra-op
+        threads T, inter-op 1, the same inputs; its time is the median of
+        runs into outputs preallocated once (an IOBinding, as kiln's are
+        allocated once), or of plain session.run calls where binding fails
 
 OPENBLAS_CORETYPE is removed from the peers' environment unless
 --keep-blas-env (the header says what it was): some machine images set it
@@ -59,45 +61,7 @@ import real  # noqa: E402  (models/real.py: the venv, the wheels, the inputs)
 EXPORTED = ["resnet18", "mobilenet_v2", "encoder"]
 SKIP_REAL = {"ddddocr_old"}  # com.microsoft.DynamicQuantizeLSTM: refused by kiln
 
-ORT_RUNNER = r"""
-import json, sys, time
-import numpy as np
-import onnxruntime as ort
-path, threads, repeat, prof = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-feeds = {}
-for a in sys.argv[5:]:
-    k, f = a.split("=", 1)
-    feeds[k] = np.load(f)
-o = ort.SessionOptions()
-o.intra_op_num_threads = threads
-o.inter_op_num_threads = 1
-o.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-o.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-if prof != "-":
-    o.enable_profiling = True
-    o.profile_file_prefix = prof
-s = ort.InferenceSession(path, o, providers=["CPUExecutionProvider"])
-types = {i.name: i.type for i in s.get_inputs()}
-for k in list(feeds):
-    if types.get(k) == "tensor(float16)":
-        feeds[k] = feeds[k].astype(np.float16)
-s.run(None, feeds)
-t = []
-for _ in range(repeat):
-    t0 = time.perf_counter()
-    s.run(None, feeds)
-    t.append((time.perf_counter() - t0) * 1e3)
-t.sort()
-n = len(t)
-med = t[n // 2] if n % 2 else (t[n // 2 - 1] + t[n // 2]) / 2
-out = {"ms": med}
-for line in open("/proc/self/status"):
-    if line.startswith("VmHWM:"):
-        out["rss_kib"] = int(line.split()[1])
-if prof != "-":
-    out["profile"] = s.end_profiling()
-print(json.dumps(out))
-"""
+ORT_RUN = os.path.join(HERE, "ort_run.py")  # the ORT runner bench/compare uses too
 
 
 PEER_ENV = dict(os.environ)
@@ -134,8 +98,9 @@ def kiln_once(kiln, path, feeds, threads, repeat, work, profile_to=None):
 
 
 def ort_once(py, path, feeds, threads, repeat, profile_to=None):
-    args = [py, "-c", ORT_RUNNER, path, str(threads), str(repeat),
-            profile_to + ".ort" if profile_to else "-"]
+    args = [py, ORT_RUN, path, str(threads), str(repeat), "-"]
+    if profile_to:
+        args += ["--profile", profile_to + ".ort"]
     args += ["%s=%s" % kv for kv in feeds.items()]
     rc, out, err, rss = run_measured(args)
     if rc:
@@ -144,7 +109,8 @@ def ort_once(py, path, feeds, threads, repeat, profile_to=None):
     if profile_to:
         summarize_ort_profile(r["profile"], profile_to)
         os.remove(r["profile"])
-    return {"ms": r["ms"], "rss": r["rss_kib"] / 1024.0}
+    ms = r["prealloc_median_ms"] if r["prealloc_median_ms"] is not None else r["plain_median_ms"]
+    return {"ms": ms, "plain_ms": r["plain_median_ms"], "rss": r["rss_kib"] / 1024.0}
 
 
 def summarize_ort_profile(trace, dst):

@@ -5,8 +5,9 @@
 #   models/selftest.sh [MODEL_DIR]     (default build/models; exported if absent)
 #
 # kiln cannot load ONNX on every branch, so a stand-in plays kiln: ONNX
-# Runtime (bench/node_modules/onnxruntime-node, installed by bench/compare)
-# answers `run`, and `explain` prints one fold line per BatchNormalization
+# Runtime (PyPI's onnxruntime in build/real/venv, which models/real.py,
+# bench/models.py and bench/compare share; made here when missing) answers
+# `run` through bench/ort_run.py, and `explain` prints one fold line per BatchNormalization
 # node of the model (read from the file with models/onnx_proto.py) and one
 # epilogue line. Then:
 #   1. the stand-in as is: check.sh must pass (exit 0);
@@ -20,9 +21,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(dirname "$HERE")
 DIR=${1:-$ROOT/build/models}
 PY=${PYTHON:-/usr/bin/python3}
-[ -d "$ROOT/bench/node_modules/onnxruntime-node" ] || {
-    echo "selftest.sh: needs bench/node_modules/onnxruntime-node (run bench/compare once, or:"
-    echo "  cd bench && npm install --ignore-scripts --no-save onnxruntime-node@1.30.0)"; exit 2; }
+ORT_PY=$("$PY" -c 'import sys; sys.path.insert(0, sys.argv[1]); import real; print(real.ensure_venv(sys.argv[2]))' \
+    "$HERE" "$ROOT/build/real") || {
+    echo "selftest.sh: needs onnxruntime from PyPI in build/real/venv (making it failed; see above)"; exit 2; }
 [ -f "$DIR/manifest.json" ] || "$PY" "$HERE/export.py" "$DIR" || exit 2
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/kiln-selftest-XXXXXX") || exit 2
 trap 'rm -rf "$TMP"' EXIT
@@ -36,7 +37,7 @@ run)
     while [ \$# -gt 0 ]; do
         case \$1 in -i) bind=\$2; shift ;; -o) out=\$2; shift ;; esac; shift
     done
-    node "$ROOT/bench/ort_run.js" "\$model" 1 1 "\$out" "\$bind" > /dev/null || exit 1
+    ORT_PREALLOC=0 "$ORT_PY" "$ROOT/bench/ort_run.py" "\$model" 1 1 "\$out" "\$bind" > /dev/null || exit 1
     if [ -n "\${PERTURB:-}" ]; then
         "$PY" -c "import numpy as np, sys; y = np.load(sys.argv[1]); np.save(sys.argv[1], (y + 3e-4 + 3e-3 * np.abs(y)).astype(np.float32))" "\$out/output.npy"
     fi ;;
