@@ -4,7 +4,8 @@
  * matmul's flops are 2 M N K, the calls' time fits in the run's, each
  * thread of a parallel kernel reports its share (a fixed team of 2: two
  * spans per run), and the generated code opens every parallel region with
- * the threads' hooks. KILN_PROFILE takes 0 or 1 and nothing else.
+ * the threads' hooks, and a call on oneDNN names the implementation that
+ * ran. KILN_PROFILE takes 0 or 1 and nothing else.
  */
 #include "test.h"
 #include "testutil.h"
@@ -53,7 +54,7 @@ TEST(profile_counts_every_call) {
     const Schedule *s = rt_schedule(rp);
     EXPECT(prof_runs(pr) == RUNS, "runs %lld", (long long)prof_runs(pr));
     double calls_ms = 0;
-    int parallel = 0, mm = 0;
+    int parallel = 0, mm = 0, dnnl = 0;
     for (int c = 0; c < code->ncalls; c++) {
         const RtProfCall *pc = prof_call(pr, c);
         const Kernel *k = &s->kernels[code->calls[c].kernel];
@@ -74,7 +75,14 @@ TEST(profile_counts_every_call) {
             EXPECT(pc->flops == 2.0 * 256 * 128 * 512, "matmul flops %g", pc->flops);
             EXPECT((strstr(pc->path, "epilogue fused") != NULL) == (k->n > 1), "matmul path: %s",
                    pc->path);
+            /* the constant w: oneDNN, which names its implementation */
+            dnnl += strstr(pc->path, "oneDNN") != NULL;
+            EXPECT(!strstr(pc->path, "oneDNN") ||
+                       (pc->impl[0] && strcmp(pc->impl, "declined") && strncmp(pc->impl, "ref", 3)),
+                   "matmul on oneDNN ran '%s'", pc->impl);
         }
+        if (k->kind != KK_EXTERN)
+            EXPECT(!pc->impl[0], "generated call %d: implementation '%s'", c, pc->impl);
     }
     EXPECT(mm == 1 && parallel >= 2, "%d matmul calls, %d parallel", mm, parallel);
     EXPECT(calls_ms <= prof_run_ms(pr) * 1.0001, "calls %.4f ms > run %.4f ms", calls_ms,
@@ -103,6 +111,7 @@ TEST(profile_counts_every_call) {
         EXPECT(strstr(text, code->calls[c].name) != NULL, "%s not in the profile",
                code->calls[c].name);
     EXPECT(strstr(text, "== by kind") != NULL, "no summary");
+    EXPECT(count_of(text, "[oneDNN ran ") == dnnl, "the matmul's implementation not printed");
     free(text);
 
     prof_reset(rt_profile(rp));

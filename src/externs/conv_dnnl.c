@@ -371,9 +371,7 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
     if (!st && !pd) st = make_pd(&pd, &c, &c.dst_any, attr, bias);
     /* reference loops only: declined, im2col + sgemm is faster */
     if (!st && is_ref(pd)) st = dnnl_unimplemented;
-    const char *impl = NULL;
-    if (!st && dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
-        util_fmt(d->impl, sizeof d->impl, "%s", impl ? impl : "?");
+    if (!st) ext_dnnl_impl_of(pd, d->impl);
     if (!st) st = dnnl_primitive_create(&d->conv, pd);
     if (!st) st = make_mems(d, &c, pd);
     if (!st) st = dnnl_stream_create(&d->stream, engine, dnnl_stream_default_flags);
@@ -590,10 +588,28 @@ int ext_conv_dnnl_split(const int64_t ys[4], int threads) {
     return threads > 1 && threads <= SPLIT_MAX && calls % threads == 0 ? threads : 0;
 }
 
-/* The implementation of this thread's last call's primitive (tests). */
+/* The implementation of the primitive this thread's last conv2d or
+ * matmul call on oneDNN ran (ext_dnnl_last_impl); none after a reset. */
 static _Thread_local char last_impl[32];
+static _Thread_local bool last_set;
 
-const char *ext_conv_dnnl_last_impl(void) { return last_impl; }
+const char *ext_dnnl_last_impl(void) { return last_set ? last_impl : NULL; }
+
+void ext_dnnl_impl_reset(void) { last_set = false; }
+
+void ext_dnnl_impl_note(const char *impl) {
+    util_fmt(last_impl, sizeof last_impl, "%s", impl ? impl : "");
+    last_set = true;
+}
+
+/* A primitive descriptor's implementation, into impl[32]. */
+void ext_dnnl_impl_of(const void *pd, char impl[32]) {
+    const char *s = NULL;
+    if (dnnl_primitive_desc_query((const_dnnl_primitive_desc_t)pd, dnnl_query_impl_info_str, 0,
+                                  &s) != dnnl_success)
+        s = NULL;
+    util_fmt(impl, 32, "%s", s ? s : "?");
+}
 
 /* The batch split among `split` threads (see the header): thread t runs
  * its share of the calls, consecutive images, on an entry of its own (slot
@@ -612,7 +628,7 @@ static int run_split(int split, int64_t nb, const float *x, const int64_t xs[4],
         if (!(ds[got] = lookup(xs, ws, ys, attr, bias != NULL, nb, 1, got + 1))) r = 1;
     void *kw = NULL, *raw = NULL;
     if (r == 0 && ds[0]->wei_in && wconst) kw = kept_weights(ds[0], w);
-    util_fmt(last_impl, sizeof last_impl, "%s", r == 0 ? ds[0]->impl : "");
+    ext_dnnl_impl_note(r == 0 ? ds[0]->impl : "");
     pthread_mutex_unlock(&lock);
     if (r == 0 && ds[0]->wei_in && !kw) {
         raw = kmalloc(ds[0]->wei_bytes + KILN_ALIGN - 1);
@@ -643,7 +659,7 @@ int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const i
     pthread_mutex_lock(&lock);
     DnnlConv *d = lookup(xs, ws, ys, attr, bias != NULL, nb, omp_get_max_threads(), 0);
     void *kw = d && wconst && d->wei_in ? kept_weights(d, w) : NULL;
-    util_fmt(last_impl, sizeof last_impl, "%s", d ? d->impl : "");
+    ext_dnnl_impl_note(d ? d->impl : "");
     pthread_mutex_unlock(&lock);
     int r = d ? run(d, x, xs, w, kw, bias, y, ys, 0, ys[0], epi, ctx) : 1;
     pthread_mutex_lock(&lock);

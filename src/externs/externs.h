@@ -83,11 +83,18 @@ typedef enum { EXT_CONV_DNNL, EXT_CONV_IM2COL } ExtConvBackend;
 int ext_conv2d_dnnl(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                     const float *bias, float *y, const int64_t ys[4], const int64_t attr[7],
                     bool wconst, ExtEpilogue epi, void *ctx);
-/* conv_dnnl.c: oneDNN's implementation of the primitive this thread's last
- * ext_conv2d_dnnl call ran ("jit:avx2", "brgconv:avx512_core", ...; "" when
- * it declined). Never "ref:...": a layout only oneDNN's reference loops
- * take is not asked for, and a shape only they take is declined. */
-const char *ext_conv_dnnl_last_impl(void);
+/* conv_dnnl.c: oneDNN's implementation ("jit:avx2", "brgconv:avx512_core",
+ * "gemm:jit", ...) of the primitive this thread's last ext_conv2d_dnnl or
+ * ext_matmul_dnnl call ran, "" when oneDNN declined it, NULL when neither
+ * ran since ext_dnnl_impl_reset (the profiler resets it before each call).
+ * A convolution never runs on "ref:...": a layout only oneDNN's reference
+ * loops take is not asked for, and a shape only they take is declined.
+ * ext_dnnl_impl_note records one; ext_dnnl_impl_of reads a primitive
+ * descriptor's (a dnnl_primitive_desc_t) into impl. */
+const char *ext_dnnl_last_impl(void);
+void ext_dnnl_impl_reset(void);
+void ext_dnnl_impl_note(const char *impl);
+void ext_dnnl_impl_of(const void *pd, char impl[32]);
 /* conv_dnnl.c: among how many threads ext_conv2d_dnnl splits a batch of
  * output shape ys (each thread its own images, oneDNN single-threaded in
  * each), or 0: each call of a few images runs on all the threads. */

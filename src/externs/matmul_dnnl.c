@@ -44,6 +44,7 @@ typedef struct {
     size_t wei_bytes, pad_bytes;
     void *pad_raw, *pad; /* the scratchpad, 64-byte aligned */
     dnnl_stream_t stream;
+    char impl[32]; /* oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) */
     bool busy, uncached;
 } DnnlMm;
 
@@ -90,6 +91,7 @@ static dnnl_status_t mm_make(DnnlMm *d) {
     d->wei_md = *wmd;
     d->wei_bytes = dnnl_memory_desc_get_size(wmd);
     d->pad_bytes = pmd ? dnnl_memory_desc_get_size(pmd) : 0;
+    ext_dnnl_impl_of(pd, d->impl);
     st = dnnl_primitive_create(&d->mm, pd);
     const dnnl_memory_desc_t *mds[M_COUNT] = {&src, &wei, wmd, &dst, pmd};
     for (int i = 0; i < M_COUNT && !st; i++)
@@ -260,6 +262,7 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
                             batch > 1 ? av->stride[0] : M * srow};
     bool oom;
     DnnlMm *d = mm_take(key, &oom);
+    ext_dnnl_impl_note(d ? d->impl : "");
     if (!d) return oom ? -1 : 1;
     void *wb = (void *)(b + bv->offset), *own = NULL;
     dnnl_status_t st = dnnl_success;

@@ -27,6 +27,7 @@
  * call spans are kept per call, not per run.
  */
 #include "runtime/runtime.h"
+#include "externs/externs.h"
 #include <omp.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -76,12 +77,18 @@ static void hook(KilnProf *self, int call, int event) {
     if (tid < 0 || tid >= PROF_MAX_THREADS) return;
     ProfCall *c = &p->calls[call];
     switch (event) {
-    case KILN_PROF_BEGIN: p->call_t0 = t; break;
-    case KILN_PROF_END:
+    case KILN_PROF_BEGIN:
+        ext_dnnl_impl_reset();
+        p->call_t0 = t;
+        break;
+    case KILN_PROF_END: {
+        const char *impl = c->impl[0] ? NULL : ext_dnnl_last_impl();
+        if (impl) util_fmt(c->impl, sizeof c->impl, "%s", *impl ? impl : "declined");
         c->ns += t - p->call_t0;
         c->count++;
         push(p, call, tid, false, p->call_t0, t);
         break;
+    }
     case KILN_PROF_THREAD_BEGIN: p->tbegin[tid] = t; break;
     case KILN_PROF_THREAD_END:
         __atomic_fetch_add(&c->busy_ns, t - p->tbegin[tid], __ATOMIC_RELAXED);
@@ -235,7 +242,11 @@ void prof_print(const RtProf *p, FILE *f) {
             fprintf(f, " %7.2f", (double)c->busy_ns / (double)c->ns);
         else
             fprintf(f, " %7s", "-");
-        fprintf(f, "  %s\n", c->path);
+        fprintf(f, "  %s", c->path);
+        if (c->impl[0])
+            fprintf(f, strcmp(c->impl, "declined") ? " [oneDNN ran %s]" : " [oneDNN %s it]",
+                    c->impl);
+        fprintf(f, "\n");
     }
     kfree(order);
     fprintf(f, "== by kind\n%-24s %5s %9s %7s %9s %8s %8s\n", "kind", "calls", "ms", "share", "MB",
@@ -305,6 +316,8 @@ void prof_trace(const RtProf *p, FILE *f) {
         json_str(f, c->kind);
         fprintf(f, ", \"bytes\": %lld, \"path\": ", (long long)c->bytes);
         json_str(f, c->path);
+        fprintf(f, ", \"impl\": ");
+        json_str(f, c->impl);
         fprintf(f, "}}");
     }
     fprintf(f, "\n]}\n");

@@ -168,6 +168,9 @@ typedef struct {
     int64_t ns;       /* wall time summed over the runs */
     int64_t busy_ns;  /* the threads' shares of a parallel kernel, summed */
     int64_t count;    /* calls made */
+    char impl[32];    /* a oneDNN call: the implementation it ran on its first
+                       * profiled run ("jit:avx2"; "declined" when oneDNN declined
+                       * it and kiln's own loops ran), else "" */
 } RtProfCall;
 /* A profiler for the calls of a schedule's generated code; trace: keep
  * every span for prof_trace. NULL when out of memory. */
