@@ -371,11 +371,14 @@ TEST(externs_conv2d_path) {
  * so under v3 or v2 a 1x1 conv is OpenBLAS's sgemm whatever the CPU has;
  * the depthwise rows run the version the tier allows, say so in the path's
  * kernels text, and match the definition at every level this CPU can run;
- * SSE and AVX2 give the same bits (the bodies are the same C). */
+ * SSE and AVX2 give the same bits (the bodies are the same C), and a 5x5
+ * at stride 1 (dw_plane: vectors of 4, 8 and 16 lanes) the same bits at
+ * every level. */
 TEST(externs_conv2d_within_the_tier) {
     static const int64_t a0[7] = {1, 1, 0, 0, 1, 1, 1}, dw[7] = {1, 1, 1, 1, 1, 1, 32};
-    static const int64_t dw2[7] = {2, 2, 1, 1, 1, 1, 32};
-    static const int64_t xs[4] = {2, 32, 28, 28}, w1[4] = {16, 32, 1, 1}, wd[4] = {32, 1, 3, 3};
+    static const int64_t dw2[7] = {2, 2, 1, 1, 1, 1, 32}, dw5[7] = {1, 1, 2, 2, 1, 1, 32};
+    static const int64_t xs[4] = {2, 32, 28, 28}, w1[4] = {16, 32, 1, 1}, wd[4] = {32, 1, 3, 3},
+                         w5[4] = {32, 1, 5, 5};
     static const int64_t y16[4] = {2, 16, 28, 28}, y32[4] = {2, 32, 28, 28},
                          y14[4] = {2, 32, 14, 14};
     static const struct {
@@ -387,6 +390,8 @@ TEST(externs_conv2d_within_the_tier) {
     float *x = randbuf(nx, 5), *w = randbuf(32 * 9, 6), *b = randbuf(32, 7);
     float *want = malloc(sizeof(float) * (size_t)ny);
     float *want2 = malloc(sizeof(float) * (size_t)ny), *got[3] = {0}, *got2[3] = {0};
+    float *x5w = randbuf(32 * 25, 8), *want5 = malloc(sizeof(float) * (size_t)ny), *got5[3] = {0};
+    naive_conv(x, xs, x5w, w5, b, want5, y32, dw5);
     naive_conv(x, xs, w, wd, b, want, y32, dw);
     naive_conv(x, xs, w, wd, b, want2, y14, dw2);
     unsigned have = ext_cpu_features_all();
@@ -407,6 +412,13 @@ TEST(externs_conv2d_within_the_tier) {
             got2[l] = malloc(sizeof(float) * (size_t)ny);
             CHECK(ext_conv2d(x, xs, w, wd, b, got[l], y32, dw) == 0);
             CHECK(ext_conv2d(x, xs, w, wd, b, got2[l], y14, dw2) == 0);
+            got5[l] = malloc(sizeof(float) * (size_t)ny);
+            CHECK(ext_conv2d(x, xs, x5w, w5, b, got5[l], y32, dw5) == 0);
+            double worst5 = 0;
+            for (int64_t k = 0; k < ny; k++) worst5 = fmax(worst5, fabs(got5[l][k] - want5[k]));
+            EXPECT(worst5 < 1e-4, "level %d: 5x5 depthwise off the definition by %g", l, worst5);
+            EXPECT(l == 0 || !got5[0] || !memcmp(got5[l], got5[0], sizeof(float) * (size_t)ny),
+                   "level %d: 5x5 depthwise bits differ from the SSE version", l);
             double worst = 0;
             for (int64_t k = 0; k < ny; k++) worst = fmax(worst, fabs(got[l][k] - want[k]));
             for (int64_t k = 0; k < 2 * 32 * 14 * 14; k++)
@@ -423,8 +435,8 @@ TEST(externs_conv2d_within_the_tier) {
         }
         ext_isa_leave(prev);
     }
-    for (int l = 0; l < 3; l++) free(got[l]), free(got2[l]);
-    free(x), free(w), free(b), free(want), free(want2);
+    for (int l = 0; l < 3; l++) free(got[l]), free(got2[l]), free(got5[l]);
+    free(x), free(w), free(b), free(want), free(want2), free(x5w), free(want5);
 }
 
 /* A batch split among the threads (ext_conv_dnnl_split): decided as the

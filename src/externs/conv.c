@@ -249,24 +249,53 @@ const char *ext_path_isa(const char *path) {
  * vector's loads run up to 15 floats past the plane, into DW_SLACK; Q holds
  * oh * pw + 16 floats. */
 typedef float DwV16 __attribute__((vector_size(64), aligned(4), may_alias));
+typedef float DwV8 __attribute__((vector_size(32), aligned(4), may_alias));
+typedef float DwV4 __attribute__((vector_size(16), aligned(4), may_alias));
 #define DW_PLANE_PARAMS \
     const ConvShape *s, PadDims d, const float *P, const float *k, float b, float *restrict Q
-#define DW_PARAMS_dw_plane DW_PLANE_PARAMS
-#define DW_BODY_dw_plane                                                     \
-    {                                                                        \
-        int64_t len = (s->oh - 1) * d.pw + s->ow;                            \
-        for (int64_t o0 = 0; o0 < len; o0 += 16) {                           \
-            DwV16 acc;                                                       \
-            for (int l = 0; l < 16; l++) acc[l] = b;                         \
-            for (int64_t i = 0; i < s->kh; i++)                              \
-                for (int64_t j = 0; j < s->kw; j++) {                        \
-                    const float *pc = P + o0 + i * s->dh * d.pw + j * s->dw; \
-                    acc += k[i * s->kw + j] * *(const DwV16 *)pc;            \
-                }                                                            \
-            *(DwV16 *)(Q + o0) = acc;                                        \
-        }                                                                    \
+/* The 16 outputs in 16 / W vectors of W lanes, each as wide as the
+ * version's registers: a 16-lane vector in an AVX2 function is no register
+ * at all, and GCC kept it in memory, stored and reloaded in halves at
+ * every tap (2.9 GFLOP/s for a 5x5 at 28x28 on a Zen 1: docs/decisions.md:
+ * Depthwise rows in AVX2 and AVX-512). Each lane adds its taps in the same
+ * order whatever W, so every version gives the same bits (b - 0 is b, -0
+ * included). */
+#define DW_PLANE_BODY(V, W)                                                                  \
+    {                                                                                        \
+        enum { NV = 16 / (W) };                                                              \
+        int64_t len = (s->oh - 1) * d.pw + s->ow;                                            \
+        for (int64_t o0 = 0; o0 < len; o0 += 16) {                                           \
+            V acc[NV];                                                                       \
+            _Pragma("GCC unroll 4") for (int h = 0; h < NV; h++) acc[h] = b - (V){0};        \
+            for (int64_t i = 0; i < s->kh; i++)                                              \
+                for (int64_t j = 0; j < s->kw; j++) {                                        \
+                    const float *pc = P + o0 + i * s->dh * d.pw + j * s->dw;                 \
+                    float kv = k[i * s->kw + j];                                             \
+                    _Pragma("GCC unroll 4") for (int h = 0; h < NV; h++) acc[h] +=           \
+                        kv * *(const V *)(pc + h * (W));                                     \
+                }                                                                            \
+            _Pragma("GCC unroll 4") for (int h = 0; h < NV; h++) * (V *)(Q + o0 + h * (W)) = \
+                acc[h];                                                                      \
+        }                                                                                    \
     }
-DW_VERSIONS(dw_plane, (DW_PLANE_PARAMS), (s, d, P, k, b, Q))
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+DW_ISA2 static void dw_plane_l2(DW_PLANE_PARAMS) DW_PLANE_BODY(DwV16, 16) DW_ISA1
+    static void dw_plane_l1(DW_PLANE_PARAMS)
+        DW_PLANE_BODY(DwV8, 8) static void dw_plane_l0(DW_PLANE_PARAMS)
+            DW_PLANE_BODY(DwV4, 4) static void dw_plane(int level, DW_PLANE_PARAMS) {
+    if (level >= 2)
+        dw_plane_l2(s, d, P, k, b, Q);
+    else if (level == 1)
+        dw_plane_l1(s, d, P, k, b, Q);
+    else
+        dw_plane_l0(s, d, P, k, b, Q);
+}
+#else
+static void dw_plane(int level, DW_PLANE_PARAMS) {
+    (void)level;
+    DW_PLANE_BODY(DwV4, 4)
+}
+#endif
 
 static bool dw_flat(const ConvShape *s) {
     return s->sh == 1 && s->sw == 1 && !(s->kh == 3 && s->kw == 3);
