@@ -439,6 +439,44 @@ TEST(externs_conv2d_within_the_tier) {
     free(x), free(w), free(b), free(want), free(want2), free(x5w), free(want5);
 }
 
+/* Depthwise 3x3 at column stride 2 runs on rows split into even and odd
+ * columns without AVX-512 (dw_row3_split, pad_plane_split): every parity
+ * of the padding, dilation 1 and 2, widths odd and even, rows of 3 to 29
+ * outputs, against the naive loops at each level this CPU runs. */
+TEST(externs_conv2d_depthwise_stride2_split) {
+    static const int64_t cases[][4] = {/* w, pad, dilation, h */
+                                       {28, 1, 1, 28}, {27, 0, 1, 9}, {31, 2, 1, 7},
+                                       {30, 3, 2, 8},  {57, 1, 2, 5}, {7, 1, 1, 7},
+                                       {8, 0, 1, 6},   {13, 2, 2, 13}};
+    unsigned have = ext_cpu_features_all();
+    ext_set_conv_backend(EXT_CONV_IM2COL); /* kiln's loops at every plane size */
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t w = cases[i][0], p = cases[i][1], dil = cases[i][2], h = cases[i][3];
+        int64_t oh = (h + 2 * p - 2 * dil - 1) / 2 + 1, ow = (w + 2 * p - 2 * dil - 1) / 2 + 1;
+        int64_t xs[4] = {1, 5, h, w}, ws[4] = {5, 1, 3, 3}, ys[4] = {1, 5, oh, ow};
+        int64_t at_[7] = {2, 2, p, p, dil, dil, 5};
+        int64_t nx = 5 * h * w, ny = 5 * oh * ow;
+        float *x = randbuf(nx, 70 + i), *wt = randbuf(45, 80 + i), *b = randbuf(5, 90 + i);
+        float *want = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+        naive_conv(x, xs, wt, ws, b, want, ys, at_);
+        static const unsigned caps[] = {0, EXT_CPU_AVX2, EXT_CPU_AVX2 | EXT_CPU_AVX512};
+        for (int l = 0; l < 3; l++) {
+            if ((have & caps[l]) != caps[l]) continue;
+            unsigned prev = ext_isa_enter(caps[l]);
+            EXPECT(strstr(ext_conv_path(xs, ws, ys, at_), "depthwise loops"), "case %zu: %s", i,
+                   ext_conv_path(xs, ws, ys, at_));
+            CHECK(ext_conv2d(x, xs, wt, ws, b, got, ys, at_) == 0);
+            double worst = 0;
+            for (int64_t k = 0; k < ny; k++) worst = fmax(worst, fabs(got[k] - want[k]));
+            EXPECT(worst < 1e-4, "case %zu (w %lld pad %lld dilation %lld) level %d: off by %g", i,
+                   (long long)w, (long long)p, (long long)dil, l, worst);
+            ext_isa_leave(prev);
+        }
+        free(x), free(wt), free(b), free(want), free(got);
+    }
+    ext_set_conv_backend(EXT_CONV_DNNL);
+}
+
 /* A batch split among the threads (ext_conv_dnnl_split): decided as the
  * header says, and run against the naive loops with the epilogue seeing
  * every element once, with runtime weights (reordered once per call for

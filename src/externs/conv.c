@@ -16,6 +16,8 @@
 #include <strings.h>
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #include <immintrin.h>
+#elif defined(__SSE2__)
+#include <emmintrin.h>
 #endif
 
 /* ---- conv2d ---------------------------------------------------------------- */
@@ -125,6 +127,60 @@ static void pad_plane(const ConvShape *s, PadDims d, const float *xp, float *P) 
 #define DW_PARAMS_dw_row3_s2 DW_ROW3_PARAMS
 #define DW_PARAMS_dw_row3_sn DW_ROW3_PARAMS
 DW_VERSIONS(dw_row3_s1, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
+
+/* Column stride 2 without AVX-512: the padded plane is stored with each
+ * row split, its even columns first (ne = (pw + 1) / 2 of them), then its
+ * odd ones (pad_plane_split), so that every tap reads contiguous floats:
+ * padded column 2 o + j dw is at o + t_j, t_j = j dw / 2 for even j dw,
+ * ne + (j dw - 1) / 2 for odd. On the interleaved row the AVX2 loop took
+ * two cross-lane permutes per tap (vpermd, slow on AMD Zen 1: MobileNetV2's
+ * stride-2 layers at 3.1 GFLOP/s, docs/decisions.md: Depthwise rows). The
+ * sum is dw_row3_s2's, term for term: the same bits. */
+#define DW_ROW3S_PARAMS                                                                     \
+    const float *r0, const float *r1, const float *r2, const float *k, float b, int64_t t1, \
+        int64_t t2, int64_t ow, float *restrict yr
+#define DW_PARAMS_dw_row3_split DW_ROW3S_PARAMS
+#define DW_BODY_dw_row3_split                                                              \
+    {                                                                                      \
+        float k0 = k[0], k1 = k[1], k2 = k[2], k3 = k[3], k4 = k[4], k5 = k[5], k6 = k[6], \
+              k7 = k[7], k8 = k[8];                                                        \
+        _Pragma("omp simd") for (int64_t o = 0; o < ow; o++) {                             \
+            yr[o] = b + k0 * r0[o] + k1 * r0[o + t1] + k2 * r0[o + t2] + k3 * r1[o] +      \
+                    k4 * r1[o + t1] + k5 * r1[o + t2] + k6 * r2[o] + k7 * r2[o + t1] +     \
+                    k8 * r2[o + t2];                                                       \
+        }                                                                                  \
+    }
+DW_VERSIONS(dw_row3_split, (DW_ROW3S_PARAMS), (r0, r1, r2, k, b, t1, t2, ow, yr))
+
+/* xr[2 m] to ev[m], xr[2 m + 1] to od[m], for the w floats of xr: two
+ * loads and two shuffles per 8 floats (baseline x86-64 has SSE2); a strided
+ * loop in its place was most of the convolution's time. */
+static void split_row(const float *restrict xr, int64_t w, float *restrict ev, float *restrict od) {
+    int64_t m = 0;
+#ifdef __SSE2__
+    for (; 2 * m + 8 <= w; m += 4) {
+        __m128 lo = _mm_loadu_ps(xr + 2 * m), hi = _mm_loadu_ps(xr + 2 * m + 4);
+        _mm_storeu_ps(ev + m, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)));
+        _mm_storeu_ps(od + m, _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
+    }
+#endif
+    for (; 2 * m < w; m++) {
+        ev[m] = xr[2 * m];
+        if (2 * m + 1 < w) od[m] = xr[2 * m + 1];
+    }
+}
+
+static void pad_plane_split(const ConvShape *s, PadDims d, const float *xp, float *P) {
+    int64_t ne = (d.pw + 1) / 2, p = s->pw;
+    for (int64_t ih = 0; ih < s->h; ih++) {
+        float *pr = P + (ih + s->ph) * d.pw;
+        /* x's even columns land in the padded row's even ones when p is even */
+        if (p % 2 == 0)
+            split_row(xp + ih * s->w, s->w, pr + p / 2, pr + ne + p / 2);
+        else
+            split_row(xp + ih * s->w, s->w, pr + ne + (p - 1) / 2, pr + (p + 1) / 2);
+    }
+}
 DW_VERSIONS(dw_row3_s2, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
 DW_VERSIONS(dw_row3_sn, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
 
@@ -307,6 +363,9 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
     PadDims d = pad_dims(s);
     int level = ext_isa_level(ext_cpu_features());
     int failed = 0;
+    /* stride 2 in split rows (see dw_row3_split), but not where dw_row3_v2 runs */
+    bool split = s->sw == 2 && s->kh == 3 && s->kw == 3 && !(DW_AVX512 && level >= 2);
+    int64_t ne = (d.pw + 1) / 2, t1 = (s->dw & 1 ? ne : 0) + s->dw / 2, t2 = s->dw;
 #pragma omp parallel
     {
         bool flat = dw_flat(s);
@@ -323,14 +382,18 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 if (!P) continue;
                 const float *k = w + c * s->kh * s->kw;
                 float b = bias ? bias[c] : 0.0f, *yp = y + (n * s->c + c) * s->oh * s->ow;
-                pad_plane(s, d, x + (n * s->c + c) * s->h * s->w, P);
+                (split ? pad_plane_split : pad_plane)(s, d, x + (n * s->c + c) * s->h * s->w, P);
                 if (flat) {
                     dw_plane(level, s, d, P, k, b, Q);
                     for (int64_t oh = 0; oh < s->oh; oh++)
                         memcpy(yp + oh * s->ow, Q + oh * d.pw, sizeof(float) * (size_t)s->ow);
                 }
                 for (int64_t oh = 0; !flat && oh < s->oh; oh++) {
-                    if (s->kh == 3 && s->kw == 3)
+                    const float *r0 = P + oh * s->sh * d.pw;
+                    if (split)
+                        dw_row3_split(level, r0, r0 + s->dh * d.pw, r0 + 2 * s->dh * d.pw, k, b, t1,
+                                      t2, s->ow, yp + oh * s->ow);
+                    else if (s->kh == 3 && s->kw == 3)
                         dw_row3(s, d, P, k, b, oh, level, yp + oh * s->ow);
                     else
                         dw_row(level, s, d, P, k, b, oh, yp + oh * s->ow);
