@@ -345,7 +345,7 @@ const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, con
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     ExtView a2, b2;
     if (wconst && dnnl_views(NULL, av, bv, crank, cshape, &a2, &b2))
-        return "oneDNN matmul (the constant B reordered once to its blocked layout)";
+        return "oneDNN matmul (the constant B in the layout it picks, reordered once)";
     if (crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2)) M = a2.shape[0];
     return as_gemv(M, N, K) ? "OpenBLAS sgemv (one row)" : "OpenBLAS sgemm";
 }
