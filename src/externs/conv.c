@@ -335,17 +335,16 @@ typedef float DwV4 __attribute__((vector_size(16), aligned(4), may_alias));
         }                                                                                    \
     }
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-DW_ISA2 static void dw_plane_l2(DW_PLANE_PARAMS) DW_PLANE_BODY(DwV16, 16) DW_ISA1
-    static void dw_plane_l1(DW_PLANE_PARAMS)
-        DW_PLANE_BODY(DwV8, 8) static void dw_plane_l0(DW_PLANE_PARAMS)
-            DW_PLANE_BODY(DwV4, 4) static void dw_plane(int level, DW_PLANE_PARAMS) {
-    if (level >= 2)
-        dw_plane_l2(s, d, P, k, b, Q);
-    else if (level == 1)
-        dw_plane_l1(s, d, P, k, b, Q);
-    else
-        dw_plane_l0(s, d, P, k, b, Q);
+/* clang-format off */
+DW_ISA2 static void dw_plane_l2(DW_PLANE_PARAMS) DW_PLANE_BODY(DwV16, 16)
+DW_ISA1 static void dw_plane_l1(DW_PLANE_PARAMS) DW_PLANE_BODY(DwV8, 8)
+static void dw_plane_l0(DW_PLANE_PARAMS) DW_PLANE_BODY(DwV4, 4)
+static void dw_plane(int level, DW_PLANE_PARAMS) {
+    if (level >= 2) dw_plane_l2(s, d, P, k, b, Q);
+    else if (level == 1) dw_plane_l1(s, d, P, k, b, Q);
+    else dw_plane_l0(s, d, P, k, b, Q);
 }
+/* clang-format on */
 #else
 static void dw_plane(int level, DW_PLANE_PARAMS) {
     (void)level;
