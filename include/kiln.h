@@ -305,7 +305,10 @@ kiln_options kiln_default_options(void);
  * it in Perfetto or chrome://tracing). Profiled runs of a program take
  * turns; the profiler adds two clock reads per call and per thread of a
  * parallel kernel (kiln bench --profile measures it). Another value of
- * KILN_PROFILE is KILN_ERR_INPUT. */
+ * KILN_PROFILE is KILN_ERR_INPUT; a KILN_TRACE file that cannot be made
+ * (its folder missing or not writable, or the name a folder's) is
+ * KILN_ERR_ENV, before anything compiles. A oneDNN call's line ends with
+ * the implementation oneDNN ran ([oneDNN ran jit:avx2]). */
 kiln_status kiln_compile(kiln_graph *g, int threads, kiln_program **out);
 kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_program **out);
 /* Same contract as kiln_interpret: inputs in declaration order, checked;

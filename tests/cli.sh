@@ -175,12 +175,14 @@ expect bench_trace_unwritable 3 "cannot write" -- "$kiln" bench examples/chain.k
 expect run_env_profile 0 "== profile: 1 call, 1 run" -- env KILN_PROFILE=1 "$kiln" run \
     examples/chain.kiln
 # KILN_TRACE=FILE: the trace is written when the program is freed (valid
-# JSON, one call span), and an unwritable one is said and leaves nothing
+# JSON, one call span); one whose folder is missing is refused before
+# anything runs (exit 3) and leaves nothing
 expect run_env_trace 0 "" -- env KILN_TRACE="$t/env.json" "$kiln" run examples/chain.kiln
 if python3 -c "import json, sys; d = json.load(open(sys.argv[1])); assert sum(e.get('cat') == 'call' for e in d['traceEvents']) == 1" "$t/env.json" 2>/dev/null
 then pass run_env_trace_json; else fail run_env_trace_json "$(head -c 300 "$t/env.json")"; fi
-expect run_env_trace_unwritable 0 "KILN_TRACE: cannot write" -- env KILN_TRACE="$t/no/dir/t.json" \
+expect run_env_trace_unwritable 3 "KILN_TRACE: cannot write" -- env KILN_TRACE="$t/no/dir/t.json" \
     "$kiln" run examples/chain.kiln
+if [ ! -e "$t/no" ]; then pass run_env_trace_unwritable_nothing; else fail run_env_trace_unwritable_nothing; fi
 
 # `$CC --version` is asked once per compiler (jit.c keeps the answer in the
 # cache directory): a second process, its program cached, runs no compiler

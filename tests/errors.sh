@@ -405,6 +405,8 @@ else
 fi
 check env_no_compiler 3 "C compiler '/nonexistent' not found (set CC)" -- \
     env CC=/nonexistent "$kiln" run "$t/p.kiln"
+check env_trace_unwritable 3 "KILN_TRACE: cannot write $t/no/t.json: No such file or directory" -- \
+    env KILN_TRACE="$t/no/t.json" "$kiln" run "$t/p.kiln"
 printf '#!/bin/sh\necho "cc: fatal error: simulated failure" >&2\nexit 1\n' >"$t/cc_fails"
 printf '#!/bin/sh\nkill -SEGV $$\n' >"$t/cc_crashes"
 printf '#!/bin/sh\nexit 0\n' >"$t/cc_silent"

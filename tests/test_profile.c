@@ -5,7 +5,8 @@
  * thread of a parallel kernel reports its share (a fixed team of 2: two
  * spans per run), and the generated code opens every parallel region with
  * the threads' hooks, and a call on oneDNN names the implementation that
- * ran. KILN_PROFILE takes 0 or 1 and nothing else.
+ * ran. KILN_PROFILE takes 0 or 1 and nothing else; KILN_TRACE must name a
+ * file that can be made.
  */
 #include "test.h"
 #include "testutil.h"
@@ -159,5 +160,19 @@ TEST(profile_env_takes_0_or_1) {
     unsetenv("KILN_PROFILE");
     EXPECT(st == KILN_OK && p && !rt_profile(kiln_program_rt(p)), "KILN_PROFILE=0: status %d", st);
     kiln_program_free(p);
+    p = NULL;
+    /* KILN_TRACE where no file can be made: refused before anything
+     * compiles (its file would only be written when the program is freed) */
+    static const char *const bad[] = {"/nonexistent-kiln-dir/t.json", "/"};
+    for (int i = 0; i < 2; i++) {
+        setenv("KILN_TRACE", bad[i], 1);
+        st = kiln_compile(g, 1, &p);
+        unsetenv("KILN_TRACE");
+        EXPECT(st == KILN_ERR_ENV && p == NULL, "KILN_TRACE=%s: status %d", bad[i], st);
+        EXPECT(strstr(kiln_error(g), "KILN_TRACE: cannot write") != NULL, "message: %s",
+               kiln_error(g));
+        kiln_program_free(p);
+        p = NULL;
+    }
     kiln_graph_free(g);
 }

@@ -1382,9 +1382,10 @@ int main(int argc, char **argv) {
     bool profile;
     const char *trace;
     char err[256];
-    if (rt_env_profile(&profile, &trace, err, sizeof err) != KILN_OK) {
+    kiln_status est = rt_env_profile(&profile, &trace, err, sizeof err);
+    if (est != KILN_OK) {
         fprintf(stderr, "kiln: %s\n", err);
-        return EXIT_USAGE;
+        return est == KILN_ERR_INPUT ? EXIT_USAGE : exit_for(est);
     }
     rc = c->run(&o);
     if (rc == EXIT_NOMEM) nomem_note();

@@ -50,7 +50,9 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define RT_ALIGN KILN_ALIGN
 
@@ -660,11 +662,37 @@ KilnConfig rt_config(const kiln_options *o) {
     return cfg;
 }
 
+/* Can a file be made at path: its folder exists and takes new files, and
+ * path names no folder? (KILN_TRACE's file is written when the program is
+ * freed, too late to fail; this catches a wrong path before anything runs.) */
+static bool can_create(const char *path, char *err, size_t errlen) {
+    struct stat sb;
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (size_t)(slash - path) : 0;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        errno = EISDIR;
+    } else if (n >= sizeof dir) {
+        errno = ENAMETOOLONG;
+    } else {
+        if (!slash)
+            strcpy(dir, ".");
+        else if (n == 0)
+            strcpy(dir, "/");
+        else
+            memcpy(dir, path, n), dir[n] = 0;
+        if (access(dir, W_OK | X_OK) == 0) return true;
+    }
+    util_fmt(err, errlen, "KILN_TRACE: cannot write %s: %s", path, strerror(errno));
+    return false;
+}
+
 kiln_status rt_env_profile(bool *on, const char **trace, char *err, size_t errlen) {
     const char *v = getenv("KILN_PROFILE");
     *trace = getenv("KILN_TRACE");
     if (*trace && !**trace) *trace = NULL;
     *on = *trace != NULL;
+    if (*trace && !can_create(*trace, err, errlen)) return KILN_ERR_ENV;
     if (!v || !*v || !strcmp(v, "0")) return KILN_OK;
     if (!strcmp(v, "1")) return *on = true, KILN_OK;
     util_fmt(err, errlen, "KILN_PROFILE=%s: expected 1 (profile every run) or 0", v);
@@ -703,6 +731,9 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
     if (g->status != KILN_OK) return g->status;
     KilnConfig cfg = rt_config(&o);
     kiln_status st = tgt_resolve(o.target, &cfg.target, g->err, sizeof g->err);
+    bool env_on;
+    const char *env_trace;
+    if (st == KILN_OK) st = rt_env_profile(&env_on, &env_trace, g->err, sizeof g->err);
     if (st != KILN_OK) return st; /* before anything compiles */
     kiln_program *p = kcalloc(1, sizeof *p);
     if (!p) {

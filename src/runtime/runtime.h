@@ -196,7 +196,8 @@ RtProf *rt_profile(const RtProgram *p); /* NULL when not profiling */
 /* What the environment asks of kiln_compile_with: KILN_PROFILE (unset,
  * empty or 0: off; 1: on; else KILN_ERR_INPUT, err says why) and
  * KILN_TRACE (a file: profile, and write the spans there when the program
- * is freed; *trace NULL when unset). */
+ * is freed; *trace NULL when unset; KILN_ERR_ENV when no file can be made
+ * there: its folder missing or not writable, or the name a folder's). */
 kiln_status rt_env_profile(bool *on, const char **trace, char *err, size_t errlen);
 
 const char *rt_source(const RtProgram *p);
