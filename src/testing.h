@@ -33,6 +33,10 @@ void ext_set_conv_backend(ExtConvBackend b);
  * matrices still cross block boundaries (process-wide; 0: the policy). */
 void ext_set_epilogue_rows(int64_t rows);
 
+/* jit.c: kernels of at least this many bytes of C compile as two
+ * translation units in parallel (process-wide; 0: the default, 8 KiB). */
+void jit_set_split_min(size_t bytes);
+
 /* jit.c: SHA-256 of data as 64 lowercase hex digits, the hash the JIT
  * cache keys on (checked against the FIPS 180-4 examples). */
 void jit_sha256_hex(const void *data, size_t n, char out[65]);

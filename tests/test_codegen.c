@@ -67,8 +67,11 @@ static char *function_text(const char *src, const char *name) {
     char sig[300];
     snprintf(sig, sizeof sig, " %s(", name);
     const char *p = strstr(src, sig);
-    while (p && strncmp(p - 6, "static", 6) && strncmp(p - 3, "int", 3) &&
-           strncmp(p - 4, "void", 4))
+    /* the definition, not its prototype (the line after the prelude's
+     * prototypes ends in ';') */
+    while (p && ((strncmp(p - 6, "static", 6) && strncmp(p - 3, "int", 3) &&
+                  strncmp(p - 4, "void", 4)) ||
+                 (strchr(p, '\n') && strchr(p, '\n')[-1] == ';')))
         p = strstr(p + 1, sig);
     if (!p) return NULL;
     const char *end = strstr(p, "\n}\n");

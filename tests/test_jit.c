@@ -85,6 +85,19 @@ static void write_file(const char *path, const char *text) {
     }
 }
 
+/* CC := a script in dir that logs each compile's arguments to log (dir/cc.log)
+ * before exec'ing cc; false when it cannot be made. */
+static bool logging_cc(const char *dir, char log[600]) {
+    char script[600], text[1400];
+    snprintf(script, sizeof script, "%s/logcc.sh", dir);
+    snprintf(log, 600, "%s/cc.log", dir);
+    snprintf(text, sizeof text, "#!/bin/sh\necho \"$*\" >> '%s'\nexec cc \"$@\"\n", log);
+    write_file(script, text);
+    if (chmod(script, 0755) != 0) return false;
+    setenv("CC", script, 1);
+    return true;
+}
+
 /* Compile src and return f(41) (or -1000 on a failure, with a message). */
 static int compile_call(const char *src, JitStats *stats) {
     char err[8192];
@@ -116,13 +129,8 @@ JIT_TEST(jit_compile_and_call) {
  * compile (its -o argument), and the log must hold one line after two. */
 JIT_TEST(jit_cache_hit_runs_no_compiler) {
     const char *dir = scratch("jit_cache_hit", 1);
-    char script[600], log[600], text[1400];
-    snprintf(script, sizeof script, "%s/logcc.sh", dir);
-    snprintf(log, sizeof log, "%s/cc.log", dir);
-    snprintf(text, sizeof text, "#!/bin/sh\necho \"$*\" >> '%s'\nexec cc \"$@\"\n", log);
-    write_file(script, text);
-    CHECK(chmod(script, 0755) == 0);
-    setenv("CC", script, 1);
+    char log[600];
+    CHECK(logging_cc(dir, log));
     JitStats a, b;
     CHECK(compile_call(src_inc, &a) == 42);
     CHECK(a.cache_hit == 0 && a.compile_ms > 0);
@@ -349,4 +357,98 @@ TEST(jit_sha256_matches_sha256sum) {
     }
     jit_sha256_hex("abc", 3, got);
     CHECK(strcmp(got, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
+}
+
+/* ---- a large program in two translation units ------------------------------ */
+
+/* A program with parallel kernels, a matmul with its epilogue and a
+ * reduction, every kernel split from the others by the forced split. */
+static const char *split_src = "input x: f32[256, 512]\n"
+                               "weight w: f32[512, 128] = randn(3)\n"
+                               "y = relu(x @ w + 1)\n"
+                               "z = sum(exp(y * 0.25), 1)\n"
+                               "s = tanh(x) + sigmoid(x)\n"
+                               "output z, s\n";
+
+/* With the split forced (every size): the compiler runs three times (two
+ * units at once with KILN_PART 1 and 2, then the link), the program gives
+ * the interpreter's answer, and the profiler's pointer, one variable for
+ * both units, reaches every parallel kernel's threads. */
+JIT_TEST(jit_split_two_units) {
+    const char *dir = scratch("jit_split", 1);
+    char log[600];
+    CHECK(logging_cc(dir, log));
+    jit_set_split_min(1);
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_parse(g, split_src, "split.kiln") == KILN_OK, "%s", kiln_error(g));
+    kiln_options o = kiln_default_options();
+    o.threads = 2;
+    o.fixed_threads = 1;
+    kiln_program *p = NULL;
+    kiln_status st = kiln_compile_with(g, &o, &p);
+    jit_set_split_min(0);
+    CHECKF(st == KILN_OK, "%s", kiln_error(g));
+    RtProgram *rp = kiln_program_rt(p);
+    EXPECT(rt_stats(rp)->jit_units == 2, "units %d", rt_stats(rp)->jit_units);
+    EXPECT(count_lines_with(log, "-DKILN_PART=1 -c") == 1 &&
+               count_lines_with(log, "-DKILN_PART=2 -c") == 1 && count_lines_with(log, " -o ") == 3,
+           "compiler runs:\n%s", log);
+    CHECK(rt_set_profile(rp, true, false) == KILN_OK);
+    kiln_tensor in = kiln_input_desc(g, 0), got[2], want[2];
+    CHECK(kiln_tensor_alloc(&in) == KILN_OK);
+    kiln_fill_randn(in.data, kiln_tensor_numel(&in), 5);
+    CHECK(kiln_program_run(p, &in, got) == KILN_OK);
+    CHECK(kiln_interpret(g, &in, want) == KILN_OK);
+    for (int i = 0; i < 2; i++) {
+        int64_t n = kiln_tensor_numel(&want[i]);
+        double worst = 0;
+        for (int64_t k = 0; k < n; k++)
+            worst = fmax(worst, fabs(((float *)got[i].data)[k] - ((float *)want[i].data)[k]) /
+                                    (1e-4 + fabs(((float *)want[i].data)[k])));
+        EXPECT(worst < 1e-2, "output %d off the interpreter by %g (relative)", i, worst);
+        kiln_tensor_free(&got[i]);
+        kiln_tensor_free(&want[i]);
+    }
+    const CgOutput *code = rt_code(rp);
+    int parallel = 0;
+    for (int c = 0; c < code->ncalls; c++)
+        if (code->calls[c].parallel) {
+            parallel++;
+            EXPECT(prof_call(rt_profile(rp), c)->busy_ns > 0,
+                   "parallel call %d: no thread reported", c);
+        }
+    EXPECT(parallel >= 1, "no parallel kernel");
+    kiln_tensor_free(&in);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+}
+
+/* A unit the compiler fails on: the message names the kept source, and no
+ * unit, object or partial .so is left in the cache directory. */
+JIT_TEST(jit_split_unit_fails) {
+    const char *dir = scratch("jit_split_fail", 1);
+    char script[600], text[1400], cmd[1400];
+    snprintf(script, sizeof script, "%s/failcc.sh", dir);
+    snprintf(
+        text, sizeof text,
+        "#!/bin/sh\ncase \"$*\" in *KILN_PART=2*) echo 'cc: unit 2 refused' >&2; exit 1;; esac\n"
+        "exec cc \"$@\"\n");
+    write_file(script, text);
+    CHECK(chmod(script, 0755) == 0);
+    setenv("CC", script, 1);
+    jit_set_split_min(1);
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_parse(g, split_src, "split.kiln") == KILN_OK, "%s", kiln_error(g));
+    kiln_program *p = NULL;
+    kiln_status st = kiln_compile(g, 1, &p);
+    jit_set_split_min(0);
+    EXPECT(st == KILN_ERR_ENV && p == NULL, "status %d", st);
+    EXPECT(strstr(kiln_error(g), "failed (exit 1)") && strstr(kiln_error(g), "(source kept)") &&
+               strstr(kiln_error(g), "unit 2 refused"),
+           "message: %s", kiln_error(g));
+    snprintf(cmd, sizeof cmd,
+             "ls '%s' | grep -v -E '^[0-9a-f]{32}\\.c$|^compiler-|\\.sh$' | grep -q .", dir);
+    EXPECT(system(cmd) != 0, "files left in %s", dir);
+    kiln_program_free(p);
+    kiln_graph_free(g);
 }

@@ -153,7 +153,7 @@ static void extern_call(Gen *g, Str *o, int kidx) {
 void cg_entry_text(Gen *g, const bool *returns_int) {
     Str o;
     str_init(&o, g->pool);
-    str_putf(&o, "/* The program: every kernel and extern kernel in call order. */\n");
+    str_putf(&o, "%s\n", CG_ENTRY_COMMENT);
     str_putf(&o, "int %skiln_entry(float *const *bufs, const KilnRT *rt)\n{\n", g->prefix);
     /* the profiler (KilnRT.prof, NULL when off): a hook around each call,
      * and for the threads of the parallel regions */

@@ -165,15 +165,19 @@ static void kernel_comment(KGen *K, Str *o) {
 
 static void signature(KGen *K, Str *o, bool returns_int) {
     Gen *g = K->g;
-    str_putf(o, "static %s %s%s(", returns_int ? "int" : "void", g->prefix, K->k->kernel);
+    Str sig;
+    str_init(&sig, g->pool);
+    str_putf(&sig, "KILN_FN %s %s%s(", returns_int ? "int" : "void", g->prefix, K->k->kernel);
     bool first = true;
     for (int b = 0; b < g->p->nbufs; b++) {
         if (!K->use[b]) continue;
-        str_putf(o, "%s%sfloat *restrict %s", first ? "" : ", ",
+        str_putf(&sig, "%s%sfloat *restrict %s", first ? "" : ", ",
                  K->use[b] & USE_WRITE ? "" : "const ", g->bufname[b]);
         first = false;
     }
-    str_putf(o, "%s)\n", first ? "void" : "");
+    str_putf(&sig, "%s)", first ? "void" : "");
+    str_putf(o, "%s\n", str_get(&sig));
+    str_putf(&g->protos, "%s;\n", str_get(&sig));
 }
 
 static bool scratch_on_stack(const Scratch *s) {
@@ -326,6 +330,7 @@ kiln_status cg_generate_opts(const Schedule *s, const CgOptions *opt, CgOutput *
     g->double_acc = o->double_acc;
     g->status = KILN_ERR_INPUT;
     str_init(&g->out, g->pool);
+    str_init(&g->protos, g->pool);
     out->pool.oom = &g->jb;
     int r = setjmp(g->jb);
     if (r) {

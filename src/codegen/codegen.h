@@ -39,6 +39,14 @@
 /* The marker comment on the `for` line of every innermost loop, so a test can
  * match the compiler's vectorization report to the loops it must cover. */
 #define CG_INNER_MARK "/* inner loop */"
+/* The line after the prototypes of the kernels' functions: what precedes
+ * it every translation unit of a split compile repeats (jit.c). */
+#define CG_PROTOS_END "/* ===== end of prototypes ===== */"
+/* Opens the comment above each of the kernels' functions (an epilogue's
+ * two together): where a split compile may cut (jit.c). */
+#define CG_FN_COMMENT "\n/*\n * "
+/* The comment above kiln_entry. */
+#define CG_ENTRY_COMMENT "/* The program: every kernel and extern kernel in call order. */"
 
 /* The generated entry point: bufs[i] holds buffer i of the loop program
  * (NULL for buffers that never exist in memory), rt the extern kernels
@@ -183,6 +191,7 @@ typedef struct {
     bool double_acc;
     const char **bufname; /* the C name of each buffer */
     Str out;
+    Str protos; /* a prototype of every function of the kernels (cg_prepend_prelude) */
     CgCall *calls;
     struct Epi *epi; /* per kernel: an extern's epilogue (gen_epilogue) */
 } Gen;

@@ -99,21 +99,30 @@ static void epilogue_text(KGen *K, Str *o, const Kernel *ext, const Epi *e) {
     str_init(&body, g->pool);
     str_init(&args, g->pool);
     epilogue_comment(K, o, ext, e);
-    str_putf(o, "static void %s%s(float *restrict out, int64_t start, int64_t count", g->prefix,
+    Str sig;
+    str_init(&sig, g->pool);
+    /* static wherever the program compiles: only its _cb is called from
+     * elsewhere (kiln_entry), and a global one was compiled twice, on its
+     * own and inlined into the _cb (jit.c: two translation units) */
+    str_putf(&sig, "static void %s%s(float *restrict out, int64_t start, int64_t count", g->prefix,
              K->k->kernel);
     for (int b = 0; b < g->p->nbufs; b++) {
         if (!e->use[b]) continue;
-        str_putf(o, ", %sfloat *restrict %s", e->use[b] & USE_WRITE ? "" : "const ", g->bufname[b]);
+        str_putf(&sig, ", %sfloat *restrict %s", e->use[b] & USE_WRITE ? "" : "const ",
+                 g->bufname[b]);
         str_putf(&args, ", bufs[%d]", b);
     }
-    str_putf(o, ")\n{\n");
+    str_putf(o, "%s)\n{\n", str_get(&sig));
+    str_putf(&g->protos,
+             "KILN_FN void %s%s_cb(void *ctx, float *c, int64_t start, int64_t count);\n",
+             g->prefix, K->k->kernel);
     if (K->npl == 0)
         str_putf(&body, "    if (start > 0 || count < 1) return;   /* one element */\n");
     cg_put_indented(&body, str_get(&K->block[0]), 4);
     cg_nest_text(K, &body, true, K->pnest, 0, K->npl, 0, 4, NULL);
     str_putf(o, "%s}\n\n", str_get(&body));
     str_putf(o,
-             "static void %s%s_cb(void *ctx, float *c, int64_t start, int64_t count)\n{\n"
+             "KILN_FN void %s%s_cb(void *ctx, float *c, int64_t start, int64_t count)\n{\n"
              "    float *const *bufs = ctx;\n    (void)bufs;\n"
              "    %s%s(c, start, count%s);\n}\n\n",
              g->prefix, K->k->kernel, g->prefix, K->k->kernel, str_get(&args));

@@ -149,6 +149,15 @@ static const char prelude_head[] =
 
 /* After vecmath.h and kiln_rt.h. */
 static const char prelude_tail[] =
+    "\n/* KILN_FN: the kernels' linkage. The JIT may compile a large program as\n"
+    " * two translation units at once (KILN_PART 1 and 2, each with this prelude\n"
+    " * and the prototypes, the kernels split between them): its kernels are\n"
+    " * then hidden globals. */\n"
+    "#ifdef KILN_PART\n"
+    "#define KILN_FN __attribute__((visibility(\"hidden\")))\n"
+    "#else\n"
+    "#define KILN_FN static\n"
+    "#endif\n"
     "\n/* ===== vector functions =====\n"
     " * The expensive functions out of line, with OpenMP SIMD clones: GCC\n"
     " * compiles each body once (a vector clone that vectorized loops call once\n"
@@ -177,7 +186,13 @@ static const char prelude_tail[] =
                   "\n"
                   "/* The profiler of the run in progress (KilnRT.prof, set by kiln_entry)\n"
                   " * for the threads of a parallel region: NULL when not profiling. */\n"
+                  "#if KILN_PART == 1\n"
+                  "extern __attribute__((visibility(\"hidden\"))) _Atomic(KilnProf *) kiln_prof_now;\n"
+                  "#elif KILN_PART == 2\n"
+                  "__attribute__((visibility(\"hidden\"))) _Atomic(KilnProf *) kiln_prof_now;\n"
+                  "#else\n"
                   "static _Atomic(KilnProf *) kiln_prof_now;\n"
+                  "#endif\n"
                   "#define KILN_PROF(rt, k, e) \\\n"
                   "    do { if ((rt)->prof) (rt)->prof->hook((rt)->prof, (k), (e)); } while (0)\n"
                   "#define KILN_TPROF(k, e) do { \\\n"
@@ -292,11 +307,12 @@ void cg_prepend_prelude(Gen *g) {
     bool gelu = strstr(body, "kiln_gelu_v(");
     Str o;
     str_init(&o, g->pool);
-    str_putf(&o, "%s%s%s%s%s\n%s\n%s", prelude_head,
+    str_putf(&o, "%s%s%s%s%s\n%s\n/* ===== prototypes ===== */\n\n%s\n" CG_PROTOS_END "\n%s",
+             prelude_head,
              trig ? "" : "#define KILN_VM_NO_TRIG_DISPATCH 1 /* no sin or cos here */\n",
              exp ? "" : "#define KILN_VM_NO_EXP_DISPATCH 1 /* no exp or tanh here */\n",
              gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n", g->owned_vm,
-             prelude_tail, body);
+             prelude_tail, str_get(&g->protos), body);
     g->out = o;
     kfree(g->owned_vm);
     g->owned_vm = NULL;

@@ -362,6 +362,7 @@ static kiln_status finish(RtProgram *p, char *err, size_t errlen) {
 
 static void set_jit_stats(RtProgram *p, const JitStats *js, double ms) {
     p->stats.cache_hit = js->cache_hit;
+    p->stats.jit_units = js->units;
     p->stats.compile_ms = js->compile_ms;
     p->stats.load_ms = ms;
 }

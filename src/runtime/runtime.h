@@ -104,6 +104,7 @@ typedef struct JitLib JitLib; /* a loaded shared object */
 typedef struct {
     int cache_hit;      /* 1: loaded from the cache, no compiler ran */
     double compile_ms;  /* wall time of the compiler run; 0 on a hit */
+    int units;          /* translation units compiled (2: in parallel, jit.c); 0 on a hit */
     char path[512];     /* the loaded .so */
     char src_path[512]; /* the cached source, kept for error reports */
 } JitStats;
@@ -131,6 +132,7 @@ typedef struct {
     double compile_ms;          /* the C compiler; 0 on a JIT cache hit */
     double load_ms;             /* JIT total: cache lookup, compiler, dlopen */
     int cache_hit;              /* 1: no compiler ran */
+    int jit_units;              /* translation units compiled (JitStats.units) */
     int ncalls;                 /* kernels + extern calls */
     int64_t arena_bytes;        /* one block holding every intermediate buffer */
     int64_t io_bytes;           /* inputs + outputs (the caller's memory) */
