@@ -341,9 +341,9 @@ static void part_new(DnnlConv *d, const dnnl_memory_desc_t *dst, const dnnl_memo
 /* Did oneDNN answer with one of its reference implementations ("ref:any"),
  * plain C loops it keeps for layouts its kernels do not take? */
 static bool is_ref(dnnl_primitive_desc_t pd) {
-    const char *impl = NULL;
-    return dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
-           impl && !strncmp(impl, "ref", 3);
+    char impl[32];
+    ext_dnnl_impl_of(pd, impl);
+    return !strncmp(impl, "ref", 3);
 }
 
 /* A new entry for this shape, or NULL when oneDNN declines it. */

@@ -564,10 +564,16 @@ static kiln_status write_source(const Job *j, const char *source) {
 }
 
 /* The compiler's argv: cc words, flags, -o out, the source, -lm. */
-static Argv compile_argv(const Job *j, const char *out) {
+/* The compiler's argv so far: the cc words, then the flags. */
+static Argv cc_argv(const Job *j) {
     Argv a = {0};
     argv_words(&a, j->cc);
     argv_words(&a, j->flags);
+    return a;
+}
+
+static Argv compile_argv(const Job *j, const char *out) {
+    Argv a = cc_argv(j);
     argv_add(&a, "-o");
     argv_add(&a, out);
     argv_add(&a, j->stats->src_path);
@@ -583,6 +589,14 @@ static kiln_status compiler_failed(const Job *j, int status, const char *output)
     return fail(j->err, j->errlen, KILN_ERR_ENV,
                 "C compiler '%s' failed (exit %d) compiling %s (source kept):\n%s", j->cc,
                 WEXITSTATUS(status), j->stats->src_path, output);
+}
+
+/* A compiler run's outcome: rc, the errno that kept it from starting, or
+ * else its wait status. */
+static kiln_status compiler_outcome(const Job *j, int rc, int status, const char *output) {
+    if (rc != 0) return spawn_error(j->cc, rc, j->err, j->errlen);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return compiler_failed(j, status, output);
+    return KILN_OK;
 }
 
 /* The compiled tmp into place as the cached .so. */
@@ -608,13 +622,13 @@ static kiln_status compile_whole(Job *j) {
         argv_free(&a);
         return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
     }
-    int status;
+    int status = 0;
     int rc = run_capture(a.v, output, sizeof output, &status);
     argv_free(&a);
-    if (rc != 0) return spawn_error(j->cc, rc, j->err, j->errlen);
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    kiln_status st = compiler_outcome(j, rc, status, output);
+    if (st != KILN_OK) {
         unlink(tmp);
-        return compiler_failed(j, status, output);
+        return st;
     }
     return into_place(j, tmp, output);
 }
@@ -694,8 +708,7 @@ static kiln_status compile_split(Job *j, const char *source, size_t head, size_t
     int fd[2], started = 0, status[2] = {0, 0}, rc = 0;
     Argv a[2] = {{0}, {0}};
     for (int k = 0; k < 2 && st == KILN_OK; k++) {
-        argv_words(&a[k], j->cc);
-        argv_words(&a[k], j->flags);
+        a[k] = cc_argv(j);
         argv_add(&a[k], k ? "-DKILN_PART=2" : "-DKILN_PART=1");
         argv_add(&a[k], "-c");
         argv_add(&a[k], "-o");
@@ -708,25 +721,21 @@ static kiln_status compile_split(Job *j, const char *source, size_t head, size_t
     for (int k = 0; k < started; k++)
         spawn_wait(pid[k], fd[k], output[k], sizeof output[k], &status[k]);
     if (st == KILN_OK && rc != 0) st = spawn_error(j->cc, rc, j->err, j->errlen);
-    for (int k = 0; k < 2 && st == KILN_OK; k++)
-        if (!WIFEXITED(status[k]) || WEXITSTATUS(status[k]) != 0)
-            st = compiler_failed(j, status[k], output[k]);
+    for (int k = 0; k < 2 && st == KILN_OK; k++) st = compiler_outcome(j, 0, status[k], output[k]);
     argv_free(&a[0]);
     argv_free(&a[1]);
     if (st == KILN_OK) { /* link */
-        Argv l = {0};
-        argv_words(&l, j->cc);
-        argv_words(&l, j->flags);
+        Argv l = cc_argv(j);
         argv_add(&l, "-o");
         argv_add(&l, so);
         argv_add(&l, o[0]);
         argv_add(&l, o[1]);
         argv_add(&l, "-lm");
         if (l.oom) st = fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
-        if (st == KILN_OK && (rc = run_capture(l.v, output[0], sizeof output[0], &status[0])) != 0)
-            st = spawn_error(j->cc, rc, j->err, j->errlen);
-        else if (st == KILN_OK && (!WIFEXITED(status[0]) || WEXITSTATUS(status[0]) != 0))
-            st = compiler_failed(j, status[0], output[0]);
+        if (st == KILN_OK) {
+            rc = run_capture(l.v, output[0], sizeof output[0], &status[0]);
+            st = compiler_outcome(j, rc, status[0], output[0]);
+        }
         argv_free(&l);
     }
     for (int k = 0; k < 2; k++) unlink(c[k]), unlink(o[k]);

@@ -700,11 +700,13 @@ kiln_status rt_env_profile(bool *on, const char **trace, char *err, size_t errle
     return KILN_ERR_INPUT;
 }
 
-/* Start p's profiler as the environment asks. */
-static kiln_status start_env_profile(kiln_program *p, char *err, size_t errlen) {
-    const char *trace;
-    kiln_status st = rt_env_profile(&p->env_profile, &trace, err, errlen);
-    if (st != KILN_OK || !p->env_profile) return st;
+/* Start p's profiler as the environment asked (rt_env_profile's on and
+ * trace, read before p was compiled). */
+static kiln_status start_env_profile(kiln_program *p, bool on, const char *trace, char *err,
+                                     size_t errlen) {
+    kiln_status st = KILN_OK;
+    p->env_profile = on;
+    if (!on) return st;
     if (trace && !(p->trace = kmalloc(strlen(trace) + 1))) st = KILN_ERR_NOMEM;
     if (trace && p->trace) strcpy(p->trace, trace);
     if (st == KILN_OK) st = rt_set_profile(p->rt, true, trace != NULL);
@@ -753,7 +755,7 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
     }
     rt_set_program_threads(p->rt, p->threads, o.fixed_threads != 0);
     pthread_mutex_init(&p->shapes_lock, NULL);
-    if ((st = start_env_profile(p, g->err, sizeof g->err)) != KILN_OK) {
+    if ((st = start_env_profile(p, env_on, env_trace, g->err, sizeof g->err)) != KILN_OK) {
         kiln_program_free(p);
         return st;
     }
