@@ -218,7 +218,15 @@ TEST(npy_numpy_rejected) {
     REJECT(fixture("c64_2.npy"), KILN_ERR_INPUT, "unsupported dtype '<c8'");
     REJECT(fixture("structured_2.npy"), KILN_ERR_INPUT, "structured dtypes");
     REJECT(fixture("structured_utf8_v3.npy"), KILN_ERR_INPUT, "structured dtypes");
-    REJECT(fixture("empty_0x3.npy"), KILN_ERR_INPUT, "empty arrays are not supported");
+}
+
+/* An empty array, as NumPy saves one: read with its shape, written back
+ * byte for byte the same. */
+TEST(npy_numpy_empty) {
+    kiln_tensor t;
+    if (!READ_OK(fixture("empty_0x3.npy"), &t, KILN_F32, 2, 0, 3)) return;
+    EXPECT(kiln_tensor_numel(&t) == 0, "%lld elements", (long long)kiln_tensor_numel(&t));
+    kiln_tensor_free(&t);
 }
 
 /* ---- writing: byte-identical to np.save --------------------------------- */
@@ -251,6 +259,7 @@ TEST(npy_write_matches_numpy) {
     SAME_AS_NUMPY("i64_5.npy", KILN_I64, i64_5, 1, 5);
     SAME_AS_NUMPY("bool_2x2.npy", KILN_BOOL, bool_2x2, 2, 2, 2);
     SAME_AS_NUMPY("f32_rank0.npy", KILN_F32, f32_rank0, 0, 0);
+    SAME_AS_NUMPY("empty_0x3.npy", KILN_F32, NULL, 2, 0, 3);
 }
 
 /* ---- round trips ------------------------------------------------------- */
@@ -511,7 +520,7 @@ static const struct {
     {"{'descr': '|O', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '|O'"},
     {"{'descr': '<f4\x01', 'fortran_order': False, 'shape': (2, 3)}\n", "unsupported dtype '<f4?'"},
     {"{'descr': '<f4', 'fortran_order': False, 'shape': (2, 0, 3)}\n",
-     "empty arrays are not supported (shape (2, 0, 3))"},
+     "trailing data: expected 0 bytes, found 24"}, /* an empty array has no data */
 };
 
 TEST(npy_reject_headers) {
@@ -718,11 +727,12 @@ TEST(npy_write_bad_tensor) {
     unsigned char b[3] = {0, 2, 1};
     kiln_tensor bad[] = {
         {KILN_BOOL, 1, {3}, b},
-        {KILN_F32, 2, {2, 0}, (void *)f32_2x3},
+        {KILN_F32, 2, {2, -1}, (void *)f32_2x3},
         {KILN_F32, KILN_MAX_RANK + 1, {1}, (void *)f32_2x3},
         {KILN_F32, 1, {6}, NULL},
     };
-    const char *phrase[] = {"bool element 1 holds 2", "dim 1 is 0", "invalid rank 9", "no data"};
+    const char *phrase[] = {"bool element 1 holds 2", "dim 1 is -1, negative", "invalid rank 9",
+                            "no data"};
     for (int i = 0; i < 4; i++) {
         char err[512] = "";
         const char *p = tmp("bad.npy");

@@ -355,15 +355,16 @@ static void expect_error(kiln_value v, kiln_graph *g, const char *want) {
 
 TEST(pad_concat_pool_errors) {
     static const int64_t s4[4] = {1, 2, 5, 5}, s3[3] = {1, 2, 5}, s2[3] = {1, 3, 5};
-    static const int64_t b1[4] = {0, 0, 1, 1}, b5[4] = {0, 0, 5, 0}, bneg[4] = {0, 0, -3, 0};
-    static const int64_t a0[4] = {0, 0, 0, 0}, aneg[4] = {0, 0, -2, 0};
+    static const int64_t b1[4] = {0, 0, 1, 1}, b5[4] = {0, 0, 5, 0}, bneg[4] = {0, 0, -5, 0};
+    static const int64_t a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 1, 0};
+    static const int64_t e2[2] = {0, 3}, b1e[2] = {1, 0};
     struct {
         int what;
         const char *want;
     } cases[] = {
         {0, "pad: 3 pad widths given for a tensor of rank 4"},
         {1, "pad: reflect padding of 5 and 0 needs dim 2"},
-        {2, "pad: cropping 3 and 2 leaves nothing of dim 2"},
+        {2, "pad: cropping 5 of dim 2 (size 5) leaves nothing to repeat"},
         {3, "pad: unknown mode 7"},
         {4, "concat: part 1 is f32[1, 3, 5], part 0 is f32[1, 2, 5]: all dims but dim 0"},
         {5, "concat: needs at least one value"},
@@ -372,7 +373,7 @@ TEST(pad_concat_pool_errors) {
         {8, "max_pool: the window (extent 7) is larger than the padded input (6) in dim 2"},
         {9, "avg_pool: kernel, stride and dilation must be >= 1"},
         {10, "slice: step must not be 0"},
-        {11, "slice: 1:3:-1 of dim 1 (size 2) is empty"},
+        {11, "pad: dim 0 is empty (size 0): there is nothing to reflect"},
         {12, "pad: widths -6, 0 of dim 2"},
         {13, "pad: a bool tensor pads with 0 or 1, got 0.5"},
     };
@@ -387,7 +388,7 @@ TEST(pad_concat_pool_errors) {
         switch (cases[i].what) {
         case 0: v = kiln_pad(g, x, KILN_PAD_CONSTANT, 3, b1, b1, 0); break;
         case 1: v = kiln_pad(g, x, KILN_PAD_REFLECT, 4, b5, a0, 0); break;
-        case 2: v = kiln_pad(g, x, KILN_PAD_EDGE, 4, bneg, aneg, 0); break;
+        case 2: v = kiln_pad(g, x, KILN_PAD_EDGE, 4, bneg, a1, 0); break;
         case 3: v = kiln_pad(g, x, (kiln_pad_mode)7, 4, b1, b1, 0); break;
         case 4: v = kiln_concat(g, 2, parts, 1); break;
         case 5: v = kiln_concat(g, 0, parts, 0); break;
@@ -408,7 +409,9 @@ TEST(pad_concat_pool_errors) {
             v = kiln_avg_pool(g, x, &pp);
             break;
         case 10: v = kiln_slice(g, x, 3, 0, 5, 0); break;
-        case 11: v = kiln_slice(g, x, 1, 1, 3, -1); break;
+        case 11: /* an empty dim has no edge to reflect */
+            v = kiln_pad(g, kiln_input(g, "e", KILN_F32, 2, e2), KILN_PAD_REFLECT, 2, b1e, b1e, 0);
+            break;
         case 12: v = kiln_pad(g, x, KILN_PAD_CONSTANT, 4, crop, a0, 0); break;
         case 13:
             v = kiln_pad(g, kiln_binary(g, "gt", x, kiln_scalar(g, 0)), KILN_PAD_CONSTANT, 4, b1,

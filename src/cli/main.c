@@ -498,7 +498,11 @@ static void print_summary(const char *name, const kiln_tensor *t) {
     printf("%s: %s%s", name, kiln_dtype_name(t->dtype), shape);
     for (int64_t k = 0; k < n; k++)
         sum += t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
-    printf("  mean %.6g  [", n ? sum / (double)n : 0.0);
+    if (n == 0) {
+        printf("  empty\n");
+        return;
+    }
+    printf("  mean %.6g  [", sum / (double)n);
     for (int64_t k = 0; k < n && k < 6; k++) {
         double v = t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
         printf("%s%.6g", k ? ", " : "", v);

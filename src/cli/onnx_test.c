@@ -72,12 +72,6 @@ static bool read_set(const char *dir, DataSet *d, char *why, size_t whylen) {
             return util_fmt(why, whylen, "unsupported: %s %d is f64 (kiln computes in f32)",
                             i < a ? "input" : "output", i < a ? i : i - a),
                    false;
-        if (kiln_tensor_numel(t) == 0 && (i >= a || t->dtype == KILN_F32))
-            return util_fmt(why, whylen,
-                            "unsupported: %s %d is empty (kiln tensors are "
-                            "non-empty)",
-                            i < a ? "input" : "output", i < a ? i : i - a),
-                   false;
     }
     return true;
 }

@@ -389,9 +389,7 @@ static bool check_header(Reader *r, const Header *h, kiln_tensor *out, size_t *n
     out->rank = h->rank;
     memcpy(out->shape, h->shape, sizeof h->shape);
     fmt_shape(sbuf, sizeof sbuf, h->rank, h->shape);
-    int64_t n = util_numel(h->rank, h->shape);
-    for (int i = 0; i < h->rank; i++) n = h->shape[i] ? n : 0;
-    if (n == 0) return rfail(r, KILN_ERR_INPUT, "empty arrays are not supported (shape %s)", sbuf);
+    int64_t n = util_numel(h->rank, h->shape); /* 0 for an empty array: no data follows */
     size_t es = kiln_dtype_size(out->dtype);
     if (n < 0 || (uint64_t)n > (uint64_t)INT64_MAX / es || (uint64_t)n > SIZE_MAX / es)
         return rfail(r, KILN_ERR_INPUT, "shape %s is too large", sbuf);
@@ -561,13 +559,12 @@ static kiln_status check_tensor(Writer *w, const kiln_tensor *t, size_t *nbytes)
     int64_t n = kiln_tensor_numel(t);
     size_t es = kiln_dtype_size(t->dtype);
     for (int i = 0; i < t->rank; i++)
-        if (t->shape[i] <= 0)
-            return wfail(w, KILN_ERR_INPUT,
-                         "cannot write: dim %d is %" PRId64 " (kiln tensors are non-empty)", i,
+        if (t->shape[i] < 0)
+            return wfail(w, KILN_ERR_INPUT, "cannot write: dim %d is %" PRId64 ", negative", i,
                          t->shape[i]);
     if (n < 0 || (uint64_t)n > SIZE_MAX / es)
         return wfail(w, KILN_ERR_INPUT, "cannot write: the shape is too large");
-    if (!t->data) return wfail(w, KILN_ERR_INPUT, "cannot write: the tensor has no data");
+    if (!t->data && n > 0) return wfail(w, KILN_ERR_INPUT, "cannot write: the tensor has no data");
     const unsigned char *b = t->data;
     for (int64_t i = 0; t->dtype == KILN_BOOL && i < n; i++)
         if (b[i] > 1)
@@ -606,8 +603,9 @@ static kiln_status write_tmp(Writer *w, const char *hdr, size_t hlen, const void
     remove(w->tmp);
     FILE *f = fopen(w->tmp, "wbx");
     if (!f) return wfail(w, KILN_ERR_ENV, "cannot create %s: %s", w->tmp, strerror(errno));
-    bool ok = fwrite(hdr, 1, hlen, f) == hlen && fwrite(data, 1, nbytes, f) == nbytes &&
-              fflush(f) == 0 && fsync(fileno(f)) == 0;
+    bool ok = fwrite(hdr, 1, hlen, f) == hlen &&
+              (!nbytes || fwrite(data, 1, nbytes, f) == nbytes) && fflush(f) == 0 &&
+              fsync(fileno(f)) == 0;
     int e = errno;
     if (fclose(f) != 0 && ok) {
         ok = false;

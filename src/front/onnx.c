@@ -518,13 +518,13 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
     v->type = type;
     const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
     if (!input_shape(im, vi, given, v)) return false;
-    if (ox_numel(v) == 0 && given && given->value)
-        return set_value(im, v, given->value); /* empty axes or scales: a constant only */
-    if (ox_numel(v) == 0)
-        return fail(im, "input '%s' is empty: unsupported (kiln tensors are non-empty)%s", name,
-                    "");
     v->v = kiln_input(im->g, name, type == OT_BOOL ? KILN_BOOL : KILN_F32, v->rank, v->shape);
     if (v->v < 0) return rewrap(im, "input '%s'", name);
+    if (ox_numel(v) == 0) /* empty: its value (nothing) is known, a constant too */ {
+        if (!(v->c = arena_alloc(&im->arena, sizeof(double))))
+            return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
+        return true;
+    }
     return !given || !given->value || set_value(im, v, given->value);
 }
 

@@ -182,10 +182,6 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
     if (!graph_type_ok(v->type))
         return ox_nfail(n, "unsupported: element type %s in the graph", ox_type_name(v->type)),
                KILN_NONE;
-    if (numel == 0)
-        return ox_nfail(n, "unsupported: the constant '%s' is empty (kiln tensors are non-empty)",
-                        v->name ? v->name : ""),
-               KILN_NONE;
     for (int64_t k = 0; ox_is_int_type(v->type) && k < numel; k++)
         if (fabs(v->c[k]) > 16777216.0)
             return ox_nfail(n,
@@ -194,7 +190,7 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
                             v->name, v->c[k]),
                    KILN_NONE;
     if (v->rank == 0 && v->type != OT_BOOL) return kiln_scalar(g, (float)v->c[0]);
-    float *f = kmalloc(sizeof(float) * (size_t)numel);
+    float *f = kmalloc(sizeof(float) * (size_t)(numel ? numel : 1));
     if (!f) return ox_nomem(n), KILN_NONE;
     for (int64_t k = 0; k < numel; k++) f[k] = (float)v->c[k];
     char buf[64], pbuf[300];

@@ -73,11 +73,17 @@ static bool reduce_const(OxNode *n, const char *op) {
         count *= red[i] ? x->shape[i] : 1;
         if (!red[i] || keep) os[orank++] = ks[i];
     }
-    if (ox_numel(x) == 0) return ox_nfail(n, "unsupported: reducing an empty constant");
     OxVal *o = ox_set_const(n, 0, x->type, orank, os);
     if (!o) return ox_nomem(n);
     int64_t m = ox_numel(o);
-    for (int64_t k = 0; k < m; k++) o->c[k] = !strcmp(op, "Prod") ? 1 : NAN;
+    /* NaN marks "no value yet"; over nothing, the identity (mean 0 / 0) */
+    double none = !strcmp(op, "Prod")  ? 1
+                  : ox_numel(x) > 0    ? NAN
+                  : !strcmp(op, "Sum") ? 0
+                  : !strcmp(op, "Max") ? -INFINITY
+                  : !strcmp(op, "Min") ? INFINITY
+                                       : NAN;
+    for (int64_t k = 0; k < m; k++) o->c[k] = none;
     for (int64_t k = 0; k < ox_numel(x); k++, ox_next_index(r, x->shape, idx)) {
         int64_t at = 0;
         for (int i = 0; i < r; i++) at = at * ks[i] + (red[i] ? 0 : idx[i]);

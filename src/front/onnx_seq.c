@@ -168,8 +168,7 @@ static bool op_split_to_sequence(OxNode *n) {
     OxVal **ep = arena_alloc(&n->im->arena, sizeof(OxVal *) * (size_t)(m + 1));
     if (!els || !ep) return ox_nomem(n);
     for (int i = 0, at = 0; i < m; at += (int)sizes[i], i++) {
-        if (sizes[i] < 1)
-            return ox_nfail(n, "unsupported: an empty piece (kiln tensors are non-empty)");
+        if (sizes[i] < 0) return ox_nfail(n, "split %lld is negative", (long long)sizes[i]);
         int64_t s[KILN_MAX_RANK];
         int r = 0;
         for (int k = 0; k < x->rank; k++)

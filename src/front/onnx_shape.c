@@ -261,7 +261,11 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
                       int64_t step, int64_t *outlen) {
     int64_t d = xv->shape[axis];
     if (step == 0) return ox_nfail(n, "a step is 0");
-    if (d == 0) return *outlen = 0, x ? ox_nfail(n, "unsupported: slicing an empty dim") : true;
+    if (d == 0) { /* nothing to slice: empty again */
+        *outlen = 0;
+        if (x) *x = kiln_slice(n->im->g, *x, (int)axis, 0, 0, 1);
+        return true;
+    }
     if (step > d) step = d; /* one element either way; keeps -step defined */
     if (step < -d) step = -d;
     if (st < 0) st += d;
@@ -276,8 +280,6 @@ static bool slice_dim(OxNode *n, kiln_value *x, OxVal *xv, int64_t axis, int64_t
         *outlen = st > en ? (st - en + (-step) - 1) / (-step) : 0;
         if (en == -1) en = -d - 1; /* Python: before the first element */
     }
-    if (*outlen == 0 && x) /* a constant may be empty (shape arithmetic) */
-        return ox_nfail(n, "unsupported: the slice of dim %lld is empty", (long long)axis);
     if (x) *x = kiln_slice(n->im->g, *x, (int)axis, st, en, step);
     return true;
 }
@@ -654,11 +656,9 @@ static bool op_tile(OxNode *n) {
     Graph *g = n->im->g;
     kiln_value v = ox_graph(n, x);
     for (int i = 0; i < r && v >= 0; i++) {
-        if (rep[i] < 1)
-            return ox_nfail(n, "unsupported: repeats %lld (kiln tensors are non-empty)",
-                            (long long)rep[i]);
+        if (rep[i] < 0) return ox_nfail(n, "repeats %lld is negative", (long long)rep[i]);
         if (rep[i] == 1) continue;
-        if (rep[i] > ((int64_t)1 << 40) / x->shape[i])
+        if (x->shape[i] && rep[i] > ((int64_t)1 << 40) / x->shape[i])
             return ox_nfail(n, "repeats %lld is too large", (long long)rep[i]);
         if (r == KILN_MAX_RANK) return ox_nfail(n, "unsupported: tiling a rank-6 tensor");
         v = tile_dim(g, v, i, rep[i]);

@@ -1080,9 +1080,8 @@ static bool parse_dtype(Parser *p, Type *ty) {
 static bool parse_dim(Parser *p, int64_t *dim) {
     const Token *t = peek(p), *n = peek2(p);
     if (tok_is(p, t, T_PUNCT, "-") && n->kind == T_NUMBER && n->is_int)
-        return error_at(p, t, "dim must be positive, got -%.*s", n->len, p->src + n->pos);
-    if (t->kind != T_NUMBER || !t->is_int) return error_at(p, t, "expected a positive dim");
-    if (t->ival == 0) return error_at(p, t, "dim must be positive, got 0");
+        return error_at(p, t, "dim must not be negative, got -%.*s", n->len, p->src + n->pos);
+    if (t->kind != T_NUMBER || !t->is_int) return error_at(p, t, "expected a dim (0 or more)");
     *dim = t->ival;
     advance(p);
     return true;

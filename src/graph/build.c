@@ -58,8 +58,8 @@ static bool check_shape(Graph *g, const char *what, int rank, const int64_t *sha
         return false;
     }
     for (int i = 0; i < rank; i++)
-        if (shape[i] <= 0) {
-            graph_fail(g, KILN_ERR_INPUT, "%s: dim %d is %lld; dims must be positive", what, i,
+        if (shape[i] < 0) {
+            graph_fail(g, KILN_ERR_INPUT, "%s: dim %d is %lld; dims must not be negative", what, i,
                        (long long)shape[i]);
             return false;
         }
@@ -111,11 +111,12 @@ kiln_value kiln_weight(kiln_graph *g, const char *name, int rank, const int64_t 
                        const float *data) {
     int v = add_source(g, OP_WEIGHT, name, KILN_F32, rank, shape);
     if (v < 0) return v;
-    if (!data) return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
+    if (!data && node_numel(&g->nodes[v]) > 0)
+        return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
     size_t bytes = sizeof(float) * (size_t)node_numel(&g->nodes[v]);
-    float *d = arena_alloc_lines(&g->arena, bytes);
+    float *d = arena_alloc_lines(&g->arena, bytes ? bytes : sizeof(float));
     if (!d) return graph_nomem(g);
-    memcpy(d, data, bytes);
+    if (bytes) memcpy(d, data, bytes);
     g->nodes[v].data = d;
     return v;
 }
@@ -449,15 +450,19 @@ kiln_value kiln_reshape(kiln_graph *g, kiln_value x, int n, const int64_t *shape
         if (shape[i] == -1) {
             if (infer >= 0) return graph_fail(g, KILN_ERR_INPUT, "reshape: only one dim may be -1");
             infer = i;
-        } else if (shape[i] <= 0) {
-            return graph_fail(g, KILN_ERR_INPUT, "reshape: dim %d is %lld; dims must be positive",
-                              i, (long long)shape[i]);
-        } else if (known > INT64_MAX / shape[i]) {
+        } else if (shape[i] < 0) {
+            return graph_fail(g, KILN_ERR_INPUT,
+                              "reshape: dim %d is %lld; dims must not be negative", i,
+                              (long long)shape[i]);
+        } else if (shape[i] && known > INT64_MAX / shape[i]) {
             return graph_fail(g, KILN_ERR_INPUT, "reshape: shape has too many elements");
         } else {
             known *= shape[i];
         }
     }
+    if (infer >= 0 && known == 0) /* numpy: cannot reshape an empty array to an unknown dim */
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "reshape: dim %d is -1 beside a dim of 0: its size is unknown", infer);
     if (infer >= 0) out[infer] = numel % known == 0 ? numel / known : -1;
     if ((infer >= 0 && out[infer] < 0) || util_numel(n, out) != numel) {
         char a[128], b[128];
@@ -480,7 +485,7 @@ kiln_value kiln_expand(kiln_graph *g, kiln_value x, int n, const int64_t *shape)
         int xd = i - (n - xn->rank);
         int64_t have = xd >= 0 ? xn->shape[xd] : 1, want = shape[i];
         if (want == -1 && xd >= 0) want = have;
-        if (want <= 0 || (have != 1 && have != want)) {
+        if (want < 0 || (have != 1 && have != want)) {
             char a[128], b[128];
             graph_shape_str(a, sizeof a, xn->rank, xn->shape);
             graph_shape_str(b, sizeof b, n, shape);
@@ -517,15 +522,13 @@ kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64
     if (step == 0 || step == INT64_MIN)
         return graph_fail(g, KILN_ERR_INPUT, "slice: step must not be %s",
                           step ? "INT64_MIN" : "0");
-    int64_t size = xn->shape[d], s0 = start, e0 = end;
+    int64_t size = xn->shape[d];
     int64_t len = slice_indices(size, step, &start, &end);
-    if (len == 0 && step > 0)
-        return graph_fail(
-            g, KILN_ERR_INPUT, "slice: range [%lld, %lld) of dim %d (size %lld) is empty",
-            (long long)(s0 < 0 ? start : s0), (long long)end, (int)d, (long long)size);
-    if (len == 0)
-        return graph_fail(g, KILN_ERR_INPUT, "slice: %lld:%lld:%lld of dim %d (size %lld) is empty",
-                          (long long)s0, (long long)e0, (long long)step, (int)d, (long long)size);
+    if (len == 0) { /* an empty result, as in NumPy */
+        start = 0;
+        end = 0;
+        step = 1;
+    }
     int64_t shape[KILN_MAX_RANK];
     memcpy(shape, xn->shape, sizeof shape);
     shape[d] = len;
@@ -536,11 +539,16 @@ kiln_value kiln_slice(kiln_graph *g, kiln_value x, int dim, int64_t start, int64
 /* The kept size of a dim for edge and reflect padding, after cropping. */
 static bool pad_border_ok(Graph *g, kiln_pad_mode mode, int d, int64_t size, int64_t b, int64_t a) {
     int64_t m = size + (b < 0 ? b : 0) + (a < 0 ? a : 0);
+    if (m < 1 && b <= 0 && a <= 0) return true; /* an empty result: nothing is repeated */
+    if (size == 0) {
+        graph_fail(g, KILN_ERR_INPUT, "pad: dim %d is empty (size 0): there is nothing to %s", d,
+                   mode == KILN_PAD_EDGE ? "repeat" : "reflect");
+        return false;
+    }
     if (m < 1) {
         graph_fail(g, KILN_ERR_INPUT,
-                   "pad: cropping %lld and %lld leaves nothing of dim %d "
-                   "(size %lld) to %s",
-                   (long long)-b, (long long)-a, d, (long long)size,
+                   "pad: cropping %lld of dim %d (size %lld) leaves nothing to %s",
+                   (long long)(size - m), d, (long long)size,
                    mode == KILN_PAD_EDGE ? "repeat" : "reflect");
         return false;
     }
@@ -796,6 +804,9 @@ kiln_value kiln_gather(kiln_graph *g, kiln_value data, kiln_value indices, int a
     for (int d = 0; d < ax; d++) n.shape[n.rank++] = D->shape[d];
     for (int d = 0; d < I->rank; d++) n.shape[n.rank++] = I->shape[d];
     for (int d = (int)ax + 1; d < D->rank; d++) n.shape[n.rank++] = D->shape[d];
+    if (D->shape[ax] == 0 && node_numel(&n) > 0)
+        return graph_fail(g, KILN_ERR_INPUT,
+                          "gather: dim %d of the data is empty: no index is in range", (int)ax);
     n.nin = 2;
     n.in[0] = data;
     n.in[1] = indices;
@@ -938,6 +949,11 @@ static int pool(Graph *g, Op op, kiln_value x, const kiln_pool_params *p) {
                               "the padded input (%lld) in dim %d",
                               name, (long long)(p->dilation[i] * (p->kernel[i] - 1) + 1),
                               (long long)(xn->shape[d] + p->pad_begin[i] + p->pad_end[i]), d);
+        if (xn->shape[d] == 0 && node_numel(xn) == 0 && r.shape[0] && r.shape[1])
+            return graph_fail(g, KILN_ERR_INPUT,
+                              "%s: dim %d of the input is empty (size 0): its padded windows "
+                              "hold only padding",
+                              name, d);
         const int64_t v[5] = {p->kernel[i], p->stride[i], p->dilation[i], p->pad_begin[i],
                               p->pad_end[i]};
         for (int k = 0; k < 5; k++) r.attr[1 + k * ns + i] = v[k];

@@ -16,6 +16,7 @@
  */
 #include "graph/graph.h"
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 static int bin(Graph *g, const char *op, int a, int b) { return kiln_binary(g, op, a, b); }
@@ -315,6 +316,100 @@ static int expand_composite(Graph *dst, const Node *n, const int *map) {
  * primitive views. */
 static bool border_pad(const Node *n) { return n->op == OP_PAD && n->attr[0] != KILN_PAD_CONSTANT; }
 
+/* ---- empty values -------------------------------------------------------
+ *
+ * A value with no elements (a dim of 0) needs no kernel: whatever computes
+ * it writes nothing. So dec_run copies no node whose result is empty, and
+ * lowering, the scheduler and the interpreter never meet one: an empty
+ * input stays declared (callers still pass it) and is never read, and an
+ * empty output becomes an empty weight. A node whose result is not empty
+ * but which reads an empty operand follows from its kind alone, whatever
+ * the op:
+ *   - a reduction over nothing is its identity (sum 0, prod 1, amax -inf,
+ *     amin +inf); mean is 0 / 0, NaN, as in NumPy and PyTorch;
+ *   - a concat leaves the empty part out;
+ *   - a constant pad of nothing is all padding;
+ *   - a matmul or convolution whose contraction is empty is zeros, plus the
+ *     convolution's bias.
+ * A pool, a gather or an edge or reflect pad of nothing has no window,
+ * index or edge to read: refused. */
+
+static bool reads_empty(const Node *n, const bool *empty) {
+    for (int k = 0; k < n->nin; k++)
+        if (n->in[k] >= 0 && empty[n->in[k]]) return true;
+    return false;
+}
+
+/* v broadcast to n's shape (and dtype). */
+static int fill_like(Graph *g, const Node *n, int v) {
+    int y = n->rank ? kiln_expand(g, v, n->rank, n->shape) : kiln_unary(g, "contiguous", v);
+    return n->dtype == KILN_BOOL ? bin(g, "ne", y, num(g, 0.0)) : y;
+}
+
+/* A constant fill for node n (id) that reads an empty operand, noted. */
+static int fill_noted(Graph *g, const Node *n, int id, double v, const char *what) {
+    graph_note(g, "%s %%%d reads an empty value (a dim of 0): %s %g", op_info[n->op].name, id, what,
+               v);
+    return fill_like(g, n, num(g, v));
+}
+
+/* The value of node n (id; not empty) that reads an empty operand, or a
+ * failure. */
+static int of_empty(Graph *g, const Node *n, int id, const int *map, const bool *empty) {
+    switch (n->op) {
+    case OP_SUM: return fill_noted(g, n, id, 0.0, "its identity,");
+    case OP_PROD: return fill_noted(g, n, id, 1.0, "its identity,");
+    case OP_AMAX: return fill_noted(g, n, id, -INFINITY, "its identity,");
+    case OP_AMIN: return fill_noted(g, n, id, INFINITY, "its identity,");
+    case OP_MEAN: return fill_noted(g, n, id, NAN, "0 / 0,");
+    case OP_MATMUL: return fill_noted(g, n, id, 0.0, "an empty contraction,");
+    case OP_PAD:
+        if (n->attr[0] == KILN_PAD_CONSTANT) return fill_noted(g, n, id, n->f[0], "all padding,");
+        break;
+    case OP_CONV2D:
+    case OP_CONV_TRANSPOSE2D: {
+        if (n->nin < 3 || n->in[2] < 0) return fill_noted(g, n, id, 0.0, "an empty contraction,");
+        graph_note(g, "%s %%%d reads an empty value (a dim of 0): an empty contraction, its bias",
+                   op_info[n->op].name, id);
+        int64_t shape[KILN_MAX_RANK];
+        shape[0] = n->shape[1];
+        for (int d = 1; d < n->rank - 1; d++) shape[d] = 1;
+        return fill_like(g, n, kiln_reshape(g, map[n->in[2]], n->rank - 1, shape));
+    }
+    case OP_CONCAT: {
+        int parts[MAX_IN], np = 0;
+        for (int k = 0; k < n->nin; k++)
+            if (!empty[n->in[k]]) parts[np++] = map[n->in[k]];
+        graph_note(g, "concat %%%d leaves out %d empty part%s", id, n->nin - np,
+                   n->nin - np > 1 ? "s" : "");
+        return np == 1 ? parts[0] : kiln_concat(g, np, parts, (int)n->attr[0]);
+    }
+    default: break;
+    }
+    char s[128];
+    graph_shape_str(s, sizeof s, n->rank, n->shape);
+    return graph_fail(g, KILN_ERR_INPUT,
+                      "%s: unsupported: an empty operand (a dim of 0) for a result of shape %s",
+                      op_info[n->op].name, s);
+}
+
+/* An empty output: a weight with no elements, "NAME (empty)". */
+static int empty_weight(Graph *g, const Node *like, const char *output) {
+    Node n;
+    memset(&n, 0, sizeof n);
+    n.op = OP_WEIGHT;
+    n.dtype = like->dtype;
+    n.rank = like->rank;
+    memcpy(n.shape, like->shape, sizeof n.shape);
+    for (int i = 0; i < MAX_IN; i++) n.in[i] = -1;
+    char name[300];
+    snprintf(name, sizeof name, "%.*s (empty)", (int)sizeof name - 10, output ? output : "");
+    n.name = arena_strdup(&g->arena, name);
+    n.data = arena_alloc_lines(&g->arena, sizeof(float));
+    if (!n.name || !n.data) return graph_nomem(g);
+    return graph_add(g, &n);
+}
+
 kiln_status dec_run(const Graph *src, Graph *dst) {
     if (src->status != KILN_OK) {
         graph_fail(dst, src->status, "%s", src->err);
@@ -322,12 +417,33 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
     }
     RwPlan rw;
     int *map = kcalloc((size_t)(src->n ? src->n : 1), sizeof(int));
-    if (!map || rw_plan(src, dst, &rw) != KILN_OK) {
+    bool *empty = kcalloc((size_t)(src->n ? src->n : 1), sizeof(bool));
+    if (!map || !empty || rw_plan(src, dst, &rw) != KILN_OK) {
         kfree(map);
+        kfree(empty);
         return (graph_fail(dst, KILN_ERR_NOMEM, "out of memory"), KILN_ERR_NOMEM);
     }
+    int ndropped = 0;
     for (int i = 0; i < src->n && dst->status == KILN_OK; i++) {
         const Node *n = &src->nodes[i];
+        if ((empty[i] = node_numel(n) == 0) && n->op != OP_INPUT) {
+            map[i] = KILN_NONE; /* computes nothing; nothing reads it */
+            ndropped++;
+            continue;
+        }
+        if (n->op != OP_INPUT && reads_empty(n, empty)) {
+            if (rw.bn_conv[i] >= 0) {
+                map[i] = graph_fail(dst, KILN_ERR_INPUT,
+                                    "batch_norm: unsupported: folding a conv2d of an empty "
+                                    "operand (a dim of 0)");
+                continue;
+            }
+            dst->origin = arena_strdup(&dst->arena, n->origin ? n->origin : op_info[n->op].name);
+            map[i] = dst->origin ? of_empty(dst, n, i, map, empty)
+                                 : graph_fail(dst, KILN_ERR_NOMEM, "out of memory");
+            dst->origin = NULL;
+            continue;
+        }
         if (rw.drop[i]) {
             map[i] = KILN_NONE; /* replaced by a rewrite: nothing refers to it */
             continue;
@@ -345,9 +461,16 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
                              : graph_fail(dst, KILN_ERR_NOMEM, "out of memory");
         dst->origin = NULL;
     }
-    for (int i = 0; i < src->noutputs && dst->status == KILN_OK; i++)
-        kiln_output(dst, map[src->outputs[i]], src->outnames[i]);
+    if (ndropped && dst->status == KILN_OK)
+        graph_note(dst, "%d op%s with an empty result (a dim of 0) compute%s nothing: no kernel",
+                   ndropped, ndropped > 1 ? "s" : "", ndropped > 1 ? "" : "s");
+    for (int i = 0; i < src->noutputs && dst->status == KILN_OK; i++) {
+        int o = src->outputs[i];
+        int v = empty[o] ? empty_weight(dst, &src->nodes[o], src->outnames[i]) : map[o];
+        kiln_output(dst, v, src->outnames[i]);
+    }
     rw_plan_free(&rw);
     kfree(map);
+    kfree(empty);
     return dst->status;
 }

@@ -113,7 +113,7 @@ int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map) {
     if (n.name && !(n.name = arena_strdup(&dst->arena, n.name))) return graph_nomem(dst);
     if (n.data) {
         int64_t cnt = node_numel(&n);
-        float *d = arena_alloc_lines(&dst->arena, sizeof(float) * (size_t)cnt);
+        float *d = arena_alloc_lines(&dst->arena, sizeof(float) * (size_t)(cnt ? cnt : 1));
         if (!d) return graph_nomem(dst);
         memcpy(d, src->nodes[id].data, sizeof(float) * (size_t)cnt);
         n.data = d;
@@ -231,7 +231,7 @@ kiln_status graph_check_input(const Graph *g, int i, const kiln_tensor *t, char 
         util_fmt(err, errlen, "input '%s': expected %s, got %s", name, a, b);
         return KILN_ERR_INPUT;
     }
-    if (!t->data) {
+    if (!t->data && kiln_tensor_numel(t) > 0) {
         util_fmt(err, errlen, "input '%s': no data", name);
         return KILN_ERR_INPUT;
     }

@@ -241,8 +241,11 @@ static bool check_buffer(Check *C, int i, int *ncomputed) {
     }
     if (!dtype_ok(b->dtype)) return fail(C, "has dtype %d", (int)b->dtype);
     if (b->rank < 0 || b->rank > KILN_MAX_RANK) return fail(C, "has rank %d", b->rank);
+    /* Only an input or weight may be empty (decompose.c drops every node
+     * that computes nothing): nothing reads it. */
     for (int d = 0; d < b->rank; d++)
-        if (b->shape[d] < 1) return fail(C, "has dim %d of size %lld", d, (long long)b->shape[d]);
+        if (b->shape[d] < (buf_computed(b) ? 1 : 0))
+            return fail(C, "has dim %d of size %lld", d, (long long)b->shape[d]);
     if (util_numel(b->rank, b->shape) != b->numel)
         return fail(C, "has numel %lld for its shape of %lld elements", (long long)b->numel,
                     (long long)util_numel(b->rank, b->shape));

@@ -9,7 +9,8 @@
 # opset 11-13 forms are in Debian's test data); and, for the ops whose
 # Debian tests are f64 or few (CumSum, TopK, ReverseSequence, the
 # inverse trigonometric functions, Mod, DFT, STFT, Compress, NonZero,
-# EyeLike, MaxUnpool, GridSample), the cases those leave out. Expected outputs are computed here with NumPy (float64, then
+# EyeLike, MaxUnpool, GridSample), the cases those leave out; and empty
+# tensors (a dim of 0). Expected outputs are computed here with NumPy (float64, then
 # rounded to float32): an oracle independent of kiln. Writes text
 # protobufs; tests/onnx/gen.sh encodes them. `kiln onnx-test tests/onnx/ops/*`
 # runs them (tests/cli.sh).
@@ -1216,3 +1217,46 @@ uv, ui, uinv, uc = np.unique(um, axis=0, return_index=True, return_inverse=True,
 case("unique_const_axis0", 11, [("Unique", ["u"], ["y", "i", "v", "c"], {"axis": 0})], {}, {"u": um},
      {"y": uv, "i": ui.astype(np.int64), "v": uinv.reshape(-1).astype(np.int64),
       "c": uc.astype(np.int64)}, "Unique rows of a constant (axis 0), sorted")
+
+# Empty tensors (a dim of 0): results that are empty, and results that are
+# not but read an empty value (the identity of a reduction, a concat's
+# other parts, zeros of an empty contraction), from run-time inputs and
+# from an empty input. Oracle: NumPy on the same empty arrays.
+xe = randn(3, 4)
+ye = randn(4, 5)
+i64 = lambda *v: np.array(v, np.int64)  # noqa: E731
+case("empty_runtime_slices", 13,
+     [("Slice", ["x", "s3", "e3", "a0"], ["none"], {}),         # x[3:] : [0, 4]
+      ("Concat", ["none", "x", "none"], ["cat"], {"axis": 0}),
+      ("ReduceSum", ["none", "a0"], ["sum0"], {"keepdims": 0}),
+      ("ReduceMax", ["none"], ["max0"], {"axes": [0], "keepdims": 1}),
+      ("Slice", ["x", "s4", "e4", "a1"], ["xk"], {}),           # x[:, 4:] : [3, 0]
+      ("Slice", ["y", "s0", "e0", "a0"], ["yk"], {}),           # y[0:0] : [0, 5]
+      ("MatMul", ["xk", "yk"], ["mm"], {}),
+      ("Relu", ["none"], ["r"], {})],
+     {"x": xe, "y": ye},
+     {"s3": i64(3), "e3": i64(9), "a0": i64(0), "s4": i64(4), "e4": i64(9), "a1": i64(1),
+      "s0": i64(0), "e0": i64(0)},
+     {"cat": xe, "sum0": np.zeros(4, np.float32),
+      "max0": np.full((1, 4), -np.inf, np.float32), "mm": np.zeros((3, 5), np.float32),
+      "r": np.zeros((0, 4), np.float32)},
+     "empty slices of run-time inputs: a concat, reductions and a matmul over nothing")
+case("empty_results", 13,
+     [("TopK", ["x", "k0"], ["tv", "ti"], {"axis": 1}),
+      ("Tile", ["x", "reps"], ["tile"], {}),
+      ("Compress", ["x", "none"], ["comp"], {"axis": 0}),
+      ("Add", ["tv", "tv"], ["tv2"], {})],
+     {"x": xe}, {"k0": i64(0), "reps": i64(0, 2), "none": np.zeros(3, np.bool_)},
+     {"tv2": np.zeros((3, 0), np.float32), "ti": np.zeros((3, 0), np.int64),
+      "tile": np.zeros((0, 8), np.float32), "comp": np.zeros((0, 4), np.float32)},
+     "TopK with K 0, Tile by 0 and a Compress that keeps nothing: empty results")
+ee, we = np.zeros((0, 3), np.float32), randn(2, 3)
+case("empty_input_reductions", 18,
+     [("ReduceSum", ["e", "a0"], ["s"], {"keepdims": 0}),
+      ("ReduceProd", ["e", "a0"], ["p"], {"keepdims": 0}),
+      ("ReduceMin", ["e", "a0"], ["mn"], {"keepdims": 0}),
+      ("Concat", ["e", "w"], ["c"], {"axis": 0})],
+     {"e": ee, "w": we}, {"a0": i64(0)},
+     {"s": ee.sum(0), "p": ee.prod(0), "mn": np.full(3, np.inf, np.float32),
+      "c": np.concatenate([ee, we])},
+     "an empty input: reductions over nothing and a concat")
