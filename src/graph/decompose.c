@@ -428,16 +428,10 @@ kiln_status dec_run(const Graph *src, Graph *dst) {
         const Node *n = &src->nodes[i];
         if ((empty[i] = node_numel(n) == 0) && n->op != OP_INPUT) {
             map[i] = KILN_NONE; /* computes nothing; nothing reads it */
-            ndropped++;
+            ndropped += op_info[n->op].kind != KIND_SOURCE;
             continue;
         }
-        if (n->op != OP_INPUT && reads_empty(n, empty)) {
-            if (rw.bn_conv[i] >= 0) {
-                map[i] = graph_fail(dst, KILN_ERR_INPUT,
-                                    "batch_norm: unsupported: folding a conv2d of an empty "
-                                    "operand (a dim of 0)");
-                continue;
-            }
+        if (n->op != OP_INPUT && reads_empty(n, empty)) { /* (rw_plan folds no such conv) */
             dst->origin = arena_strdup(&dst->arena, n->origin ? n->origin : op_info[n->op].name);
             map[i] = dst->origin ? of_empty(dst, n, i, map, empty)
                                  : graph_fail(dst, KILN_ERR_NOMEM, "out of memory");

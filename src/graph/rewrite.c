@@ -70,6 +70,9 @@ static bool folds(const Graph *g, const Node *bn, int c, const int *uses, char *
     for (int i = 0; i < g->noutputs && !r; i++)
         if (g->outputs[i] == c) r = "the conv's output is a program output";
     if (!r && uses[c] > 1) r = "the conv's output has another user";
+    if (!r && (node_numel(&g->nodes[conv->in[0]]) == 0 || node_numel(&g->nodes[conv->in[1]]) == 0 ||
+               node_numel(bn) == 0))
+        r = "an empty value (a dim of 0): the conv is its bias, or nothing";
     if (!r && !fold_params(g, bn, conv, NULL, NULL)) r = "a folded value would not be finite";
     if (r) util_fmt(why, len, "%s", r);
     return !r;
