@@ -1063,3 +1063,66 @@ TEST(onnx_conformance_fixed_list) {
                sizeof must_pass_builders / sizeof must_pass_builders[0]);
     CHECK(failed == 0);
 }
+
+/* ---- memory at import ----------------------------------------------------------- */
+
+typedef struct {
+    int64_t live, peak;
+} Peak;
+
+static void *peak_alloc(void *ud, void *ptr, size_t old, size_t n) {
+    Peak *p = ud;
+    if (n == 0) {
+        free(ptr);
+        p->live -= (int64_t)old;
+        return NULL;
+    }
+    void *q = realloc(ptr, n);
+    if (q) {
+        p->live += (int64_t)n - (int64_t)old;
+        if (p->live > p->peak) p->peak = p->live;
+    }
+    return q;
+}
+
+/* Importing a model file holds its weights about three times over at
+ * most: as protobuf bytes or as the importer's constants (doubles, twice
+ * the bytes), then as the graph's weights. The file's bytes go once
+ * unpacked, each initializer's protobuf payload once read, and the bytes
+ * kept for importing again at other shapes are copied only after the
+ * import's own memory is freed (a symbolic dim here, so they are kept).
+ * Before, the file, its unpacked copy, the constants and the weights were
+ * all held at once, with a buffer between constants and weights: 7 times. */
+TEST(onnx_import_memory_peak) {
+    BlockList pool = {0};
+    enum { K = 1024, N = 256 };
+    int64_t ws[2] = {K, N}, xs[2] = {-1, K}, ys[2] = {-1, N};
+    float *w = palloc(&pool, sizeof(float) * K * N);
+    kiln_fill_randn(w, K * N, 5);
+    Model m = {.opset = 13, .nin = 1, .nout = 1, .ninit = 1, .nnodes = 1};
+    m.in[0] = vinfo(&pool, "x", 1, 2, xs);
+    m.out[0] = vinfo(&pool, "y", 1, 2, ys);
+    m.init[0] = tensor(&pool, "w", 2, ws, w, NULL);
+    m.nodes[0] = node(&pool, "MatMul", "x w", "y", NULL);
+    size_t len;
+    uint8_t *buf = pack(&pool, &m, &len);
+    char path[600];
+    snprintf(path, sizeof path, "%s/peak.onnx", test_tmpdir());
+    FILE *f = fopen(path, "wb");
+    CHECK(f && fwrite(buf, 1, len, f) == len && fclose(f) == 0);
+    kiln_onnx_input given = {.name = "x", .rank = 2, .shape = {2, K}};
+    Peak pk = {0, 0};
+    kiln_graph *g = kiln_graph_new();
+    kiln_set_allocator(peak_alloc, &pk);
+    pk.live = pk.peak = 0;
+    kiln_status st = kiln_onnx_import(g, path, 1, &given, NULL);
+    kiln_set_allocator(NULL, NULL);
+    EXPECT(st == KILN_OK, "%s", kiln_error(g));
+    double bytes = sizeof(float) * K * N, ratio = (double)pk.peak / bytes;
+    printf("  import peak %.2f x the weights\n", ratio);
+    EXPECT(ratio < 3.5, "peak %.2f MiB during import, %.2f x the weights' %.2f MiB",
+           (double)pk.peak / 1048576.0, ratio, bytes / 1048576.0);
+    kiln_graph_free(g);
+    remove(path);
+    blocks_free(&pool);
+}

@@ -50,7 +50,13 @@ static bool read_file(const char *path, unsigned char **data, size_t *len, char 
         util_fmt(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return false;
     }
-    size_t cap = 1 << 16, n = 0;
+    /* a regular file's size first (one read, no doubling); then grow if it
+     * grew */
+    struct stat sb;
+    size_t cap = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0
+                     ? (size_t)sb.st_size + 1
+                     : (size_t)1 << 16,
+           n = 0;
     unsigned char *buf = kmalloc(cap);
     while (buf) {
         n += fread(buf + n, 1, cap - n, f);
@@ -377,12 +383,27 @@ static int find_opset(OxImp *im, const Onnx__ModelProto *m) {
     return 1;
 }
 
+/* An initializer's values, once read into its constant, are not read
+ * again: its payload goes at once (freed through the unpacking allocator,
+ * as protobuf-c would free it), so the model's weights are not held as
+ * protobuf bytes and as constants at the same time (ResNet-18: 46 MB). */
+static void drop_payload(Onnx__TensorProto *t) {
+    kfree(t->raw_data.data);
+    t->raw_data.data = NULL;
+    t->raw_data.len = 0;
+    t->has_raw_data = 0;
+    kfree(t->float_data);
+    t->float_data = NULL;
+    t->n_float_data = 0;
+}
+
 static bool add_initializers(OxImp *im, const Onnx__GraphProto *gp) {
     for (size_t i = 0; i < gp->n_initializer; i++) {
-        const Onnx__TensorProto *t = gp->initializer[i];
+        Onnx__TensorProto *t = gp->initializer[i];
         OxVal *v = ox_val(im, t->name ? t->name : "");
         if (!v) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
         if (!ox_tensor_const(im, t, v)) return rewrap(im, "initializer%s", "");
+        drop_payload(t);
     }
     return true;
 }
@@ -1019,9 +1040,38 @@ static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
     return true;
 }
 
-kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
-                                    const char *filename, int nshapes,
-                                    const kiln_onnx_input *shapes, kiln_onnx_io *io) {
+/* Keep the model's bytes in g (kiln_program_run imports it again at other
+ * shapes): a copy of data, or, when data is NULL, the file read again. */
+static void keep_model(kiln_graph *g, const void *data, size_t len, const char *filename) {
+    size_t nl = strlen(filename) + 1;
+    unsigned char *bytes = NULL;
+    size_t n = len;
+    char err[64];
+    kiln_status st;
+    if (data && (bytes = kmalloc(len ? len : 1))) memcpy(bytes, data, len);
+    if (!data && (!read_file(filename, &bytes, &n, err, sizeof err, &st) || n != len)) {
+        kfree(bytes); /* changed under us: fixed shape only */
+        bytes = NULL;
+    }
+    g->model_name = bytes ? kmalloc(nl) : NULL;
+    if (bytes && g->model_name) {
+        memcpy(g->model_name, filename, nl);
+        g->model = bytes;
+        g->model_len = len;
+    } else {
+        kfree(bytes);
+        kfree(g->model_name);
+        g->model = NULL, g->model_name = NULL; /* fixed shape only */
+    }
+}
+
+/* Import from memory. *owned (may be NULL), when set, is data's kmalloc'd
+ * buffer, which the import frees as soon as the model is unpacked (from a
+ * file, kept bytes are read again at the end): the model's bytes are not
+ * held beside its weights. */
+static kiln_status import_buffer(kiln_graph *g, const void *data, size_t len, const char *filename,
+                                 int nshapes, const kiln_onnx_input *shapes, kiln_onnx_io *io,
+                                 unsigned char **owned) {
     if (g->status != KILN_OK) return g->status;
     if (g->n)
         return graph_fail(g, KILN_ERR_INPUT, "%s: import into a graph that is not empty", filename),
@@ -1029,6 +1079,11 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
     bool oom = false;
     ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, &oom};
     Onnx__ModelProto *m = onnx__model_proto__unpack(&pb_allocator, len, data);
+    if (owned) { /* protobuf-c copied what it keeps */
+        kfree(*owned);
+        *owned = NULL;
+        data = NULL;
+    }
     if (!m && oom) return graph_fail(g, KILN_ERR_NOMEM, "%s: out of memory", filename), g->status;
     if (!m) {
         graph_fail(g, KILN_ERR_INPUT,
@@ -1043,23 +1098,18 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
      * value: the program may import the model again at other shapes */
     bool values = false;
     for (int i = 0; i < nshapes; i++) values |= shapes[i].value != NULL;
-    if (g->status == KILN_OK && im.given[0] && !values) {
-        size_t nl = strlen(filename) + 1;
-        g->model = kmalloc(len ? len : 1);
-        g->model_name = kmalloc(nl);
-        if (g->model && g->model_name) {
-            memcpy(g->model, data, len);
-            memcpy(g->model_name, filename, nl);
-            g->model_len = len;
-        } else {
-            kfree(g->model), kfree(g->model_name);
-            g->model = NULL, g->model_name = NULL; /* fixed shape only */
-        }
-    }
+    bool keep = g->status == KILN_OK && im.given[0] && !values;
     onnx__model_proto__free_unpacked(m, &pb_allocator);
     arena_free(&im.arena);
     kfree(im.tab);
+    if (keep) keep_model(g, data, len, filename); /* after the import's memory went */
     return g->status;
+}
+
+kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
+                                    const char *filename, int nshapes,
+                                    const kiln_onnx_input *shapes, kiln_onnx_io *io) {
+    return import_buffer(g, data, len, filename, nshapes, shapes, io, NULL);
 }
 
 kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
@@ -1071,8 +1121,8 @@ kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
     if (g->status != KILN_OK) return g->status;
     if (!read_file(path, &data, &len, err, sizeof err, &st))
         return graph_fail(g, st, "%s", err), g->status;
-    st = kiln_onnx_import_buffer(g, data, len, path, nshapes, shapes, io);
-    kfree(data);
+    st = import_buffer(g, data, len, path, nshapes, shapes, io, &data);
+    kfree(data); /* NULL unless the import stopped before unpacking */
     return st;
 }
 

@@ -190,17 +190,15 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
                             v->name, v->c[k]),
                    KILN_NONE;
     if (v->rank == 0 && v->type != OT_BOOL) return kiln_scalar(g, (float)v->c[0]);
-    float *f = kmalloc(sizeof(float) * (size_t)(numel ? numel : 1));
-    if (!f) return ox_nomem(n), KILN_NONE;
-    for (int64_t k = 0; k < numel; k++) f[k] = (float)v->c[k];
     char buf[64], pbuf[300];
     const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
     if (n->im->pass) { /* one body's names in every pass */
         util_fmt(pbuf, sizeof pbuf, "%s#%d", name, n->im->pass);
         name = pbuf;
     }
-    kiln_value w = kiln_weight(g, name, v->rank, v->shape, f);
-    kfree(f);
+    float *f = NULL; /* converted straight into the weight: no buffer between */
+    kiln_value w = graph_weight_alloc(g, name, v->rank, v->shape, &f);
+    for (int64_t k = 0; w >= 0 && k < numel; k++) f[k] = (float)v->c[k];
     if (v->type == OT_BOOL) w = kiln_binary(g, "ne", w, kiln_scalar(g, 0));
     return w;
 }

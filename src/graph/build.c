@@ -107,6 +107,16 @@ kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype, int ran
     return v;
 }
 
+int graph_weight_alloc(Graph *g, const char *name, int rank, const int64_t *shape, float **data) {
+    int v = add_source(g, OP_WEIGHT, name, KILN_F32, rank, shape);
+    if (v < 0) return v;
+    size_t bytes = sizeof(float) * (size_t)node_numel(&g->nodes[v]);
+    float *d = arena_alloc_lines(&g->arena, bytes ? bytes : sizeof(float));
+    if (!d) return graph_nomem(g);
+    *data = g->nodes[v].data = d;
+    return v;
+}
+
 kiln_value kiln_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,
                        const float *data) {
     int v = add_source(g, OP_WEIGHT, name, KILN_F32, rank, shape);

@@ -163,6 +163,10 @@ void graph_dump_node(FILE *f, const Graph *g, int id);
  * interpreter and the compiled runtime check every run's inputs with it. */
 kiln_status graph_check_input(const Graph *g, int i, const kiln_tensor *t, char *err,
                               size_t errlen);
+/* A new weight whose data (zeroed, numel floats, arena-owned) the caller
+ * fills through *data: kiln_weight without a buffer to copy from (the
+ * ONNX importer converts its constants straight into it). */
+int graph_weight_alloc(Graph *g, const char *name, int rank, const int64_t *shape, float **data);
 /* Copy a node into another graph with operands remapped by map[]. */
 int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map);
 
