@@ -9,7 +9,9 @@
  * composites (softmax, layer_norm) and max/avg pooling. Values stay in
  * a numerically tame range (no exp of a big value, no log of a negative one)
  * so that fused and unfused results can be compared with a tight tolerance.
- * The same seed always gives the same program.
+ * The same seed always gives the same program. randprog_empty(seed) is the
+ * same generator with a dim of 0 in about half the inputs (empty values:
+ * every op on them, and the non-empty results some compute from them).
  */
 #include "randprog.h"
 #include <stdarg.h>
@@ -24,6 +26,7 @@ typedef struct {
     char *buf;
     size_t len, cap;
     int nv;
+    bool empty; /* randprog_empty */
     int rank[MAXV];
     int64_t shape[MAXV][6];
 } Gen;
@@ -74,6 +77,7 @@ static void add_input(Gen *g) {
         while (n * shape[d] > 4096) shape[d] = 1 + pick(g, 3);
         n *= shape[d];
     }
+    if (g->empty && rank > 0 && pick(g, 2)) shape[pick(g, rank)] = 0;
     int v = new_value(g, rank, shape);
     char s[128];
     shape_str(g, v, s, sizeof s);
@@ -110,7 +114,7 @@ static int broadcast_partner(Gen *g, int v) {
             int du = d - (r - g->rank[u]), dv = d - (r - g->rank[v]);
             int64_t a = du >= 0 ? g->shape[u][du] : 1, b = dv >= 0 ? g->shape[v][dv] : 1;
             ok = a == b || a == 1 || b == 1;
-            out *= a > b ? a : b;
+            out *= a == 1 ? b : a; /* 0 with 1 is 0 */
         }
         if (ok && out <= 8192) cands[n++] = u;
     }
@@ -128,7 +132,7 @@ static void binary(Gen *g, int v) {
     for (int d = 0; d < r; d++) {
         int du = d - (r - g->rank[u]), dv = d - (r - g->rank[v]);
         int64_t a = du >= 0 ? g->shape[u][du] : 1, b = dv >= 0 ? g->shape[v][dv] : 1;
-        shape[d] = a > b ? a : b;
+        shape[d] = a == 1 ? b : a; /* numpy: 0 with 1 is 0 */
     }
     int w = new_value(g, r, shape);
     if (op < 3)
@@ -174,8 +178,8 @@ static void reduction(Gen *g, int v) {
 /* slice with a negative step, from a random start down to the first element */
 static void reverse_slice(Gen *g, int v, int64_t *shape) {
     int d = pick(g, g->rank[v]);
-    int64_t n = shape[d], start = pick(g, (int)n), step = 1 + pick(g, 3);
-    shape[d] = (start + step) / step;
+    int64_t n = shape[d], start = n ? pick(g, (int)n) : 0, step = 1 + pick(g, 3);
+    shape[d] = n ? (start + step) / step : 0;
     int w = new_value(g, g->rank[v], shape);
     emit(g, "v%d = slice(v%d, %d, %lld, %lld, step=%lld)\n", w, v, d, (long long)start,
          (long long)-(n + 1), (long long)-step);
@@ -186,13 +190,13 @@ static void pad(Gen *g, int v, int64_t *shape) {
     static const char *modes[] = {"constant", "replicate", "reflect"};
     int r = g->rank[v], mode = pick(g, 3);
     int64_t n = shape[r - 1], b = pick(g, 3), a = pick(g, 3);
-    if (mode == 2 && n == 1) mode = 0;
+    if ((mode == 2 && n == 1) || n == 0) mode = 0; /* nothing to repeat or reflect */
     if (mode == 2) {
         b = b < n - 1 ? b : n - 1;
         a = a < n - 1 ? a : n - 1;
     }
     if (mode == 0 && n > 2 && pick(g, 3) == 0) b = -1;
-    if (numel(g, v) / n * (n + b + a) > 8192) b = a = 0;
+    if (n && numel(g, v) / n * (n + b + a) > 8192) b = a = 0;
     shape[r - 1] = n + b + a;
     int w = new_value(g, r, shape);
     emit(g, "v%d = pad(v%d, [%lld, %lld], mode=\"%s\", value=%s)\n", w, v, (long long)b,
@@ -237,7 +241,7 @@ static void view(Gen *g, int v) {
         emit(g, "v%d = transpose(v%d, %d, %d)\n", w, v, a, b);
     } else if (kind == 1 && r >= 1) { /* slice with a step */
         int d = pick(g, r);
-        int64_t n = shape[d], start = pick(g, (int)n), step = 1 + pick(g, 3);
+        int64_t n = shape[d], start = n ? pick(g, (int)n) : 0, step = 1 + pick(g, 3);
         shape[d] = (n - start + step - 1) / step;
         int w = new_value(g, r, shape);
         emit(g, "v%d = slice(v%d, %d, %lld, %lld, step=%lld)\n", w, v, d, (long long)start,
@@ -308,7 +312,10 @@ static void composite(Gen *g, int v) {
         return;
     }
     if (r >= 3 && pick(g, 3) == 0) {
-        pool(g, v);
+        if (numel(g, v) == 0) /* an empty window holds only padding: refused */
+            unary(g, v);
+        else
+            pool(g, v);
         return;
     }
     int w = new_value(g, r, g->shape[v]);
@@ -318,8 +325,8 @@ static void composite(Gen *g, int v) {
         emit(g, "v%d = layer_norm(v%d, [%lld])\n", w, v, (long long)g->shape[v][r - 1]);
 }
 
-size_t randprog(uint64_t seed, char *buf, size_t cap) {
-    Gen g = {seed * 0x9E3779B97F4A7C15ull + 1, buf, 0, cap, 0, {0}, {{0}}};
+static size_t generate(uint64_t seed, char *buf, size_t cap, bool empty) {
+    Gen g = {seed * 0x9E3779B97F4A7C15ull + 1, buf, 0, cap, 0, empty, {0}, {{0}}};
     buf[0] = 0;
     emit(&g, "# random program, seed %llu\n", (unsigned long long)seed);
     int ninputs = 1 + pick(&g, 3);
@@ -351,4 +358,10 @@ size_t randprog(uint64_t seed, char *buf, size_t cap) {
     }
     emit(&g, "\n");
     return g.len;
+}
+
+size_t randprog(uint64_t seed, char *buf, size_t cap) { return generate(seed, buf, cap, false); }
+
+size_t randprog_empty(uint64_t seed, char *buf, size_t cap) {
+    return generate(seed, buf, cap, true);
 }

@@ -6,4 +6,6 @@
 #include <stdbool.h>
 /* Write the program for `seed` into buf (cap bytes); returns its length. */
 size_t randprog(uint64_t seed, char *buf, size_t cap);
+/* The same generator with a dim of 0 in about half the inputs. */
+size_t randprog_empty(uint64_t seed, char *buf, size_t cap);
 #endif
