@@ -347,6 +347,8 @@ check onnx_sequence_output 1 "$ox/seq_output.onnx: output 's': unsupported: a se
     "$kiln" run $ox/seq_output.onnx
 check onnx_index_range 1 "$ox/index_range.onnx: node 0 ('rev', ReverseSequence): unsupported: a time-by-batch plane of 16781312 elements (kiln computes indices in f32, exact below 2^24)" -- \
     "$kiln" explain $ox/index_range.onnx
+check onnx_dft_bool 1 "$ox/dft_bool.onnx: node 0 ('', DFT): the signal is bool: this op takes a float tensor" -- \
+    "$kiln" explain $ox/dft_bool.onnx
 check onnx_gathernd_range 1 "$ox/gathernd.onnx: gather: index 6 out of range for dim 0 of size 6" -- \
     "$kiln" run $ox/gathernd.onnx -i x=$ox/x23.pb -i i=$ox/gathernd_bad.pb
 check onnx_opset 1 "$ox/opset22.onnx: unsupported opset 22 (kiln reads opsets 1 to 21)" -- \

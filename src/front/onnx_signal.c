@@ -73,6 +73,7 @@ static kiln_value dft_last(OxNode *n, kiln_value re, kiln_value im, int64_t rows
         yr = kiln_binary(g, "sub", yr, kiln_matmul(g, im, S));
         yi = kiln_binary(g, "add", yi, kiln_matmul(g, im, C));
     }
+    if (yr < 0 || yi < 0) return KILN_NONE; /* the graph's error says why */
     int r = kiln_value_rank(g, yr);
     int64_t s[KILN_MAX_RANK];
     memcpy(s, kiln_value_shape(g, yr), sizeof(int64_t) * (size_t)r);
@@ -86,6 +87,8 @@ static kiln_value dft_last(OxNode *n, kiln_value re, kiln_value im, int64_t rows
 static bool complex_parts(OxNode *n, OxVal *x, kiln_value *re, kiln_value *im) {
     Graph *g = n->im->g;
     int r = x->rank;
+    if (x->type == OT_BOOL || ox_is_int_type(x->type))
+        return ox_nfail(n, "the signal is %s: this op takes a float tensor", ox_type_name(x->type));
     int64_t last = x->shape[r - 1];
     if (r < 2 || (last != 1 && last != 2))
         return ox_nfail(n, "the input's last dim must be 1 (real) or 2 (complex), not %lld",
