@@ -99,7 +99,10 @@ kiln_graph *kiln_graph_new(void);          /* NULL only when out of memory */
 void kiln_graph_free(kiln_graph *g);
 const char *kiln_error(const kiln_graph *g); /* "" when no error happened */
 
-/* A runtime input. Programs compute in f32 and bool: dtype is one of them. */
+/* A runtime input. Programs compute in f32 and bool: dtype is one of them.
+ * A dim may be 0: such a value is empty, and no kernel computes one (the
+ * results of ops on it are empty too, or follow from the op's kind: a
+ * reduction over nothing is its identity; docs/design.md, "Empty values"). */
 kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype,
                       int rank, const int64_t *shape);
 /* A compile-time constant; data (numel floats) is copied. */
@@ -315,7 +318,8 @@ kiln_status kiln_compile_with(kiln_graph *g, const kiln_options *opt, kiln_progr
  * outputs receive new tensors (kiln_tensor_free). */
 kiln_status kiln_program_run(kiln_program *p, const kiln_tensor *inputs, kiln_tensor *outputs);
 /* The same into memory the caller owns: outputs[i] must have output i's
- * dtype and shape and data for it (kiln_output_desc + kiln_tensor_alloc).
+ * dtype and shape and data for it (kiln_output_desc + kiln_tensor_alloc;
+ * an empty output, with a dim of 0, needs none, as an empty input).
  * Reusing outputs across runs saves the page faults of fresh memory, which
  * on a large output cost more than the kernels themselves. */
 kiln_status kiln_program_run_into(kiln_program *p, const kiln_tensor *inputs,

@@ -183,3 +183,33 @@ TEST(empty_tensors_refused) {
         kiln_graph_free(g);
     }
 }
+
+/* kiln_program_run_into takes an empty output with no memory at all, as
+ * it takes an empty input: nothing is written through it. A bool one too. */
+TEST(empty_tensors_run_into) {
+    test_use_shared_cache();
+    static const char *src = "input x: f32[0, 3]\n"
+                             "input y: f32[2, 3]\n"
+                             "z = x * 2\n"
+                             "b = x > 0\n"
+                             "s = sum(x, 0) + y\n"
+                             "output z\noutput b\noutput s\n";
+    kiln_graph *g = kiln_graph_new();
+    kiln_program *p = NULL;
+    if (kiln_parse(g, src, "empty") != KILN_OK || kiln_compile(g, 0, &p) != KILN_OK) {
+        EXPECT(false, "compile: %s", kiln_error(g));
+        kiln_graph_free(g);
+        return;
+    }
+    float y[6] = {1, 2, 3, 4, 5, 6}, s[6] = {0};
+    kiln_tensor in[2] = {kiln_input_desc(g, 0), kiln_input_desc(g, 1)};
+    in[1].data = y;
+    kiln_tensor out[3] = {kiln_output_desc(g, 0), kiln_output_desc(g, 1), kiln_output_desc(g, 2)};
+    out[2].data = s;
+    kiln_status st = kiln_program_run_into(p, in, out);
+    EXPECT(st == KILN_OK, "run_into: %s", kiln_program_error(p));
+    EXPECT(out[1].dtype == KILN_BOOL && out[1].shape[0] == 0, "b: dtype %d", (int)out[1].dtype);
+    for (int k = 0; st == KILN_OK && k < 6; k++) EXPECT(s[k] == y[k], "s[%d] = %g", k, s[k]);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+}
