@@ -48,18 +48,25 @@ static void check_output(const char *who, const kiln_tensor *t, const Want *w) {
     }
 }
 
+/* Parse and compile src into *g and *p; false (recorded, nothing left)
+ * when either fails. */
+static bool compile_src(const char *src, kiln_graph **g, kiln_program **p) {
+    *g = kiln_graph_new();
+    *p = NULL;
+    if (kiln_parse(*g, src, "empty") == KILN_OK && kiln_compile(*g, 0, p) == KILN_OK) return true;
+    EXPECT(false, "compile: %s", kiln_error(*g));
+    kiln_graph_free(*g);
+    return false;
+}
+
 /* Parse src, bind its inputs (an empty one with no data at all), run it
  * compiled and interpreted, and compare every output with want. *ncalls
  * receives the compiled program's kernel and library calls. */
 static void run_and_check(const char *src, int nin, const float *const *data, const Want *want,
                           int nout, int *ncalls) {
-    kiln_graph *g = kiln_graph_new();
-    kiln_program *p = NULL;
-    if (kiln_parse(g, src, "empty") != KILN_OK || kiln_compile(g, 0, &p) != KILN_OK) {
-        EXPECT(false, "compile: %s", kiln_error(g));
-        kiln_graph_free(g);
-        return;
-    }
+    kiln_graph *g;
+    kiln_program *p;
+    if (!compile_src(src, &g, &p)) return;
     kiln_tensor in[4], got[16], ref[16];
     for (int i = 0; i < nin; i++) {
         in[i] = kiln_input_desc(g, i);
@@ -194,13 +201,9 @@ TEST(empty_tensors_run_into) {
                              "b = x > 0\n"
                              "s = sum(x, 0) + y\n"
                              "output z\noutput b\noutput s\n";
-    kiln_graph *g = kiln_graph_new();
-    kiln_program *p = NULL;
-    if (kiln_parse(g, src, "empty") != KILN_OK || kiln_compile(g, 0, &p) != KILN_OK) {
-        EXPECT(false, "compile: %s", kiln_error(g));
-        kiln_graph_free(g);
-        return;
-    }
+    kiln_graph *g;
+    kiln_program *p;
+    if (!compile_src(src, &g, &p)) return;
     float y[6] = {1, 2, 3, 4, 5, 6}, s[6] = {0};
     kiln_tensor in[2] = {kiln_input_desc(g, 0), kiln_input_desc(g, 1)};
     in[1].data = y;
