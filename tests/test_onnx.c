@@ -1122,6 +1122,27 @@ TEST(onnx_import_memory_peak) {
     printf("  import peak %.2f x the weights\n", ratio);
     EXPECT(ratio < 3.5, "peak %.2f MiB during import, %.2f x the weights' %.2f MiB",
            (double)pk.peak / 1048576.0, ratio, bytes / 1048576.0);
+    /* the bytes kept (read again from the file) import it at a new batch */
+    kiln_program *p = NULL;
+    CHECK(st == KILN_OK && kiln_compile(g, 1, &p) == KILN_OK);
+    for (int64_t b = 2; b <= 3; b++) {
+        kiln_tensor in = {KILN_F32, 2, {b, K}, palloc(&pool, sizeof(float) * (size_t)(b * K))}, out;
+        kiln_fill_randn(in.data, b * K, (uint64_t)b);
+        EXPECT(kiln_program_run(p, &in, &out) == KILN_OK, "batch %lld: %s", (long long)b,
+               kiln_program_error(p));
+        for (int64_t r = 0; r < b && out.data; r++)
+            for (int64_t c = 0; c < N; c += 51) {
+                double want = 0;
+                for (int64_t k = 0; k < K; k++)
+                    want += (double)((float *)in.data)[r * K + k] * w[k * N + c];
+                float got = ((float *)out.data)[r * N + c];
+                EXPECT(fabs(got - want) <= 1e-3 * (1 + fabs(want)), "[%lld, %lld]: %g, want %g",
+                       (long long)r, (long long)c, got, want);
+            }
+        kiln_tensor_free(&out);
+    }
+    EXPECT(kiln_program_shapes(p) == 2, "%d shapes compiled", kiln_program_shapes(p));
+    kiln_program_free(p);
     kiln_graph_free(g);
     remove(path);
     blocks_free(&pool);

@@ -395,6 +395,18 @@ static void drop_payload(Onnx__TensorProto *t) {
     kfree(t->float_data);
     t->float_data = NULL;
     t->n_float_data = 0;
+    kfree(t->int32_data);
+    t->int32_data = NULL;
+    t->n_int32_data = 0;
+    kfree(t->int64_data);
+    t->int64_data = NULL;
+    t->n_int64_data = 0;
+    kfree(t->double_data);
+    t->double_data = NULL;
+    t->n_double_data = 0;
+    kfree(t->uint64_data);
+    t->uint64_data = NULL;
+    t->n_uint64_data = 0;
 }
 
 static bool add_initializers(OxImp *im, const Onnx__GraphProto *gp) {
@@ -1040,16 +1052,27 @@ static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
     return true;
 }
 
+/* The same file as when it was read (was): device, inode, size, mtime. */
+static bool same_file(const char *path, const struct stat *was) {
+    struct stat now;
+    return was && stat(path, &now) == 0 && now.st_dev == was->st_dev && now.st_ino == was->st_ino &&
+           now.st_size == was->st_size && now.st_mtim.tv_sec == was->st_mtim.tv_sec &&
+           now.st_mtim.tv_nsec == was->st_mtim.tv_nsec;
+}
+
 /* Keep the model's bytes in g (kiln_program_run imports it again at other
- * shapes): a copy of data, or, when data is NULL, the file read again. */
-static void keep_model(kiln_graph *g, const void *data, size_t len, const char *filename) {
+ * shapes): a copy of data, or, when data is NULL, the file read again if
+ * it is still the one read first (was). */
+static void keep_model(kiln_graph *g, const void *data, size_t len, const char *filename,
+                       const struct stat *was) {
     size_t nl = strlen(filename) + 1;
     unsigned char *bytes = NULL;
     size_t n = len;
     char err[64];
     kiln_status st;
     if (data && (bytes = kmalloc(len ? len : 1))) memcpy(bytes, data, len);
-    if (!data && (!read_file(filename, &bytes, &n, err, sizeof err, &st) || n != len)) {
+    if (!data && (!same_file(filename, was) ||
+                  !read_file(filename, &bytes, &n, err, sizeof err, &st) || n != len)) {
         kfree(bytes); /* changed under us: fixed shape only */
         bytes = NULL;
     }
@@ -1071,7 +1094,7 @@ static void keep_model(kiln_graph *g, const void *data, size_t len, const char *
  * held beside its weights. */
 static kiln_status import_buffer(kiln_graph *g, const void *data, size_t len, const char *filename,
                                  int nshapes, const kiln_onnx_input *shapes, kiln_onnx_io *io,
-                                 unsigned char **owned) {
+                                 unsigned char **owned, const struct stat *was) {
     if (g->status != KILN_OK) return g->status;
     if (g->n)
         return graph_fail(g, KILN_ERR_INPUT, "%s: import into a graph that is not empty", filename),
@@ -1102,14 +1125,14 @@ static kiln_status import_buffer(kiln_graph *g, const void *data, size_t len, co
     onnx__model_proto__free_unpacked(m, &pb_allocator);
     arena_free(&im.arena);
     kfree(im.tab);
-    if (keep) keep_model(g, data, len, filename); /* after the import's memory went */
+    if (keep) keep_model(g, data, len, filename, was); /* after the import's memory went */
     return g->status;
 }
 
 kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
                                     const char *filename, int nshapes,
                                     const kiln_onnx_input *shapes, kiln_onnx_io *io) {
-    return import_buffer(g, data, len, filename, nshapes, shapes, io, NULL);
+    return import_buffer(g, data, len, filename, nshapes, shapes, io, NULL, NULL);
 }
 
 kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
@@ -1119,9 +1142,11 @@ kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
     char err[1024];
     kiln_status st;
     if (g->status != KILN_OK) return g->status;
+    struct stat was;
+    bool known = stat(path, &was) == 0;
     if (!read_file(path, &data, &len, err, sizeof err, &st))
         return graph_fail(g, st, "%s", err), g->status;
-    st = import_buffer(g, data, len, path, nshapes, shapes, io, &data);
+    st = import_buffer(g, data, len, path, nshapes, shapes, io, &data, known ? &was : NULL);
     kfree(data); /* NULL unless the import stopped before unpacking */
     return st;
 }
