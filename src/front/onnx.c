@@ -409,12 +409,46 @@ static void drop_payload(Onnx__TensorProto *t) {
     t->n_uint64_data = 0;
 }
 
+/* A large f32 initializer of rank 2 or 4 (a matmul's or a 2-D
+ * convolution's weight) becomes a graph weight at once, straight from its
+ * payload, and not an importer constant: its values as doubles (twice its
+ * bytes) are never held (ddddocr: its 8210-class classifier, 34 MB of
+ * doubles). Every op reading it takes it as a graph value, as MatMul, Gemm
+ * and Conv take their weights anyway; nothing folds it at import
+ * (exporters fold constants themselves). Ranks 3 and 5 (1-D and 3-D
+ * convolution weights, which the importer reshapes into weights of their
+ * own, and the recurrences') and external data keep the constant. */
+#define DIRECT_WEIGHT_MIN ((int64_t)1 << 18)
+static bool direct_weight(OxImp *im, const Onnx__TensorProto *t, OxVal *v) {
+    int rank;
+    int64_t shape[KILN_MAX_RANK], n;
+    if (!t->name || !*t->name || !t->has_data_type || t->data_type != OT_FLOAT ||
+        tensor_dims(t, &rank, shape, &n) || n < DIRECT_WEIGHT_MIN || (rank != 2 && rank != 4) ||
+        (t->has_data_location && t->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+        return false;
+    bool raw = t->has_raw_data && t->raw_data.len == (size_t)n * sizeof(float);
+    if (!raw && t->n_float_data != (size_t)n) return false; /* the constant path says why */
+    float *f = NULL;
+    v->type = OT_FLOAT;
+    v->rank = rank;
+    memcpy(v->shape, shape, sizeof(int64_t) * (size_t)rank);
+    v->c = NULL;
+    v->v = graph_weight_alloc(im->g, t->name, rank, shape, &f);
+    if (v->v < 0) return false;
+    memcpy(f, raw ? (const void *)t->raw_data.data : (const void *)t->float_data,
+           sizeof(float) * (size_t)n); /* raw data is little-endian, as this machine */
+    return true;
+}
+
 static bool add_initializers(OxImp *im, const Onnx__GraphProto *gp) {
     for (size_t i = 0; i < gp->n_initializer; i++) {
         Onnx__TensorProto *t = gp->initializer[i];
         OxVal *v = ox_val(im, t->name ? t->name : "");
         if (!v) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
-        if (!ox_tensor_const(im, t, v)) return rewrap(im, "initializer%s", "");
+        if (!direct_weight(im, t, v)) {
+            if (im->g->status != KILN_OK) return rewrap(im, "initializer%s", "");
+            if (!ox_tensor_const(im, t, v)) return rewrap(im, "initializer%s", "");
+        }
         drop_payload(t);
     }
     return true;
