@@ -1107,7 +1107,6 @@ static int cmd_bench(const Options *o) {
             goto done;
         }
     }
-    nin = kiln_num_inputs(g);
     if (o->fused_only) { /* as a deployment would: the program alone from here (peak memory) */
         kiln_graph_free(g);
         g = b.g = NULL;

@@ -387,27 +387,17 @@ static int find_opset(OxImp *im, const Onnx__ModelProto *m) {
  * again: its payload goes at once (freed through the unpacking allocator,
  * as protobuf-c would free it), so the model's weights are not held as
  * protobuf bytes and as constants at the same time (ResNet-18: 46 MB). */
+#define DROP(field, count) (kfree(field), (field) = NULL, (count) = 0)
 static void drop_payload(Onnx__TensorProto *t) {
-    kfree(t->raw_data.data);
-    t->raw_data.data = NULL;
-    t->raw_data.len = 0;
+    DROP(t->raw_data.data, t->raw_data.len);
     t->has_raw_data = 0;
-    kfree(t->float_data);
-    t->float_data = NULL;
-    t->n_float_data = 0;
-    kfree(t->int32_data);
-    t->int32_data = NULL;
-    t->n_int32_data = 0;
-    kfree(t->int64_data);
-    t->int64_data = NULL;
-    t->n_int64_data = 0;
-    kfree(t->double_data);
-    t->double_data = NULL;
-    t->n_double_data = 0;
-    kfree(t->uint64_data);
-    t->uint64_data = NULL;
-    t->n_uint64_data = 0;
+    DROP(t->float_data, t->n_float_data);
+    DROP(t->int32_data, t->n_int32_data);
+    DROP(t->int64_data, t->n_int64_data);
+    DROP(t->double_data, t->n_double_data);
+    DROP(t->uint64_data, t->n_uint64_data);
 }
+#undef DROP
 
 /* A large f32 initializer of rank 2 or 4 (a matmul's or a 2-D
  * convolution's weight) becomes a graph weight at once, straight from its
