@@ -41,9 +41,10 @@ static void pb_free(void *ud, void *p) {
     kfree(p);
 }
 
-/* A whole file into a kmalloc'd buffer; false with err set. */
+/* A whole file into a kmalloc'd buffer; false with err set. sb (may be
+ * NULL) receives the open file's status (fstat), all zero when unknown. */
 static bool read_file(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen,
-                      kiln_status *st) {
+                      kiln_status *st, struct stat *sb) {
     FILE *f = fopen(path, "rb");
     *st = KILN_ERR_INPUT;
     if (!f) {
@@ -52,10 +53,10 @@ static bool read_file(const char *path, unsigned char **data, size_t *len, char 
     }
     /* a regular file's size first (one read, no doubling); then grow if it
      * grew */
-    struct stat sb;
-    size_t cap = fstat(fileno(f), &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size > 0
-                     ? (size_t)sb.st_size + 1
-                     : (size_t)1 << 16,
+    struct stat own, *fs = sb ? sb : &own;
+    if (fstat(fileno(f), fs) != 0) memset(fs, 0, sizeof *fs);
+    size_t cap =
+               S_ISREG(fs->st_mode) && fs->st_size > 0 ? (size_t)fs->st_size + 1 : (size_t)1 << 16,
            n = 0;
     unsigned char *buf = kmalloc(cap);
     while (buf) {
@@ -1076,12 +1077,11 @@ static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
     return true;
 }
 
-/* The same file as when it was read (was): device, inode, size, mtime. */
-static bool same_file(const char *path, const struct stat *was) {
-    struct stat now;
-    return was && stat(path, &now) == 0 && now.st_dev == was->st_dev && now.st_ino == was->st_ino &&
-           now.st_size == was->st_size && now.st_mtim.tv_sec == was->st_mtim.tv_sec &&
-           now.st_mtim.tv_nsec == was->st_mtim.tv_nsec;
+/* Is now the same file as was (read first): device, inode, size, mtime? */
+static bool same_file(const struct stat *now, const struct stat *was) {
+    return was && now->st_dev == was->st_dev && now->st_ino == was->st_ino &&
+           now->st_size == was->st_size && now->st_mtim.tv_sec == was->st_mtim.tv_sec &&
+           now->st_mtim.tv_nsec == was->st_mtim.tv_nsec;
 }
 
 /* Keep the model's bytes in g (kiln_program_run imports it again at other
@@ -1094,9 +1094,10 @@ static void keep_model(kiln_graph *g, const void *data, size_t len, const char *
     size_t n = len;
     char err[64];
     kiln_status st;
+    struct stat now;
     if (data && (bytes = kmalloc(len ? len : 1))) memcpy(bytes, data, len);
-    if (!data && (!same_file(filename, was) ||
-                  !read_file(filename, &bytes, &n, err, sizeof err, &st) || n != len)) {
+    if (!data && (!read_file(filename, &bytes, &n, err, sizeof err, &st, &now) ||
+                  !same_file(&now, was) || n != len)) {
         kfree(bytes); /* changed under us: fixed shape only */
         bytes = NULL;
     }
@@ -1167,10 +1168,9 @@ kiln_status kiln_onnx_import(kiln_graph *g, const char *path, int nshapes,
     kiln_status st;
     if (g->status != KILN_OK) return g->status;
     struct stat was;
-    bool known = stat(path, &was) == 0;
-    if (!read_file(path, &data, &len, err, sizeof err, &st))
+    if (!read_file(path, &data, &len, err, sizeof err, &st, &was))
         return graph_fail(g, st, "%s", err), g->status;
-    st = import_buffer(g, data, len, path, nshapes, shapes, io, &data, known ? &was : NULL);
+    st = import_buffer(g, data, len, path, nshapes, shapes, io, &data, was.st_ino ? &was : NULL);
     kfree(data); /* NULL unless the import stopped before unpacking */
     return st;
 }
@@ -1182,7 +1182,7 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
     size_t len;
     kiln_status st;
     memset(out, 0, sizeof *out);
-    if (!read_file(path, &data, &len, err, errlen, &st)) return st;
+    if (!read_file(path, &data, &len, err, errlen, &st, NULL)) return st;
     bool oom = false;
     ProtobufCAllocator pb_allocator = {pb_alloc, pb_free, &oom};
     Onnx__TensorProto *t = onnx__tensor_proto__unpack(&pb_allocator, len, data);

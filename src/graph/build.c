@@ -119,15 +119,12 @@ int graph_weight_alloc(Graph *g, const char *name, int rank, const int64_t *shap
 
 kiln_value kiln_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,
                        const float *data) {
-    int v = add_source(g, OP_WEIGHT, name, KILN_F32, rank, shape);
+    float *d = NULL;
+    int v = graph_weight_alloc(g, name, rank, shape, &d);
     if (v < 0) return v;
-    if (!data && node_numel(&g->nodes[v]) > 0)
-        return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
     size_t bytes = sizeof(float) * (size_t)node_numel(&g->nodes[v]);
-    float *d = arena_alloc_lines(&g->arena, bytes ? bytes : sizeof(float));
-    if (!d) return graph_nomem(g);
+    if (!data && bytes) return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
     if (bytes) memcpy(d, data, bytes);
-    g->nodes[v].data = d;
     return v;
 }
 

@@ -393,21 +393,15 @@ static int of_empty(Graph *g, const Node *n, int id, const int *map, const bool 
                       op_info[n->op].name, s);
 }
 
-/* An empty output: a weight with no elements, "NAME (empty)". */
+/* An empty output: a weight with no elements, "NAME (empty)", of like's
+ * dtype (bool included: it holds nothing). */
 static int empty_weight(Graph *g, const Node *like, const char *output) {
-    Node n;
-    memset(&n, 0, sizeof n);
-    n.op = OP_WEIGHT;
-    n.dtype = like->dtype;
-    n.rank = like->rank;
-    memcpy(n.shape, like->shape, sizeof n.shape);
-    for (int i = 0; i < MAX_IN; i++) n.in[i] = -1;
     char name[300];
+    float *data;
     snprintf(name, sizeof name, "%.*s (empty)", (int)sizeof name - 10, output ? output : "");
-    n.name = arena_strdup(&g->arena, name);
-    n.data = arena_alloc_lines(&g->arena, sizeof(float));
-    if (!n.name || !n.data) return graph_nomem(g);
-    return graph_add(g, &n);
+    int v = graph_weight_alloc(g, name, like->rank, like->shape, &data);
+    if (v >= 0) g->nodes[v].dtype = like->dtype;
+    return v;
 }
 
 kiln_status dec_run(const Graph *src, Graph *dst) {
