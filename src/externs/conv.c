@@ -37,14 +37,16 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
 }
 
 /* Depthwise (one input and one output channel per group): direct loops
- * on kiln's NCHW planes, no reorder. Each thread copies a plane into a
- * zero-padded buffer of its own (pad_plane), so that every filter tap is a
- * plain load without bounds tests; a 3x3 filter (MobileNet's) then computes
- * each output row in one vectorized pass with its nine taps in registers;
- * other sizes at stride 1 compute the whole plane as one flattened row
- * (dw_plane), at other strides a row in one pass per tap (dw_row). The
- * thread that computed a plane runs
- * the epilogue on it while it is in cache. */
+ * on kiln's NCHW planes, no reorder. A 3x3 or 5x5 at stride 1 or 2 runs
+ * in blocks of output rows: with AVX-512 from the plane itself (dw3_rows),
+ * with AVX2 from a padded copy (dw8_rows). Otherwise each thread copies a
+ * plane into a zero-padded buffer of its own (pad_plane), so that every
+ * filter tap is a plain load without bounds tests; a 3x3 filter then
+ * computes each output row in one vectorized pass with its nine taps in
+ * registers; other sizes at stride 1 compute the whole plane as one
+ * flattened row (dw_plane), at other strides a row in one pass per tap
+ * (dw_row). The thread that computed a plane runs the epilogue on it
+ * while it is in cache. */
 typedef struct {
     int64_t ph, pw; /* rows and columns of the padded plane */
 } PadDims;
@@ -191,6 +193,15 @@ DW_VERSIONS(dw_row3_sn, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
  * may run up to 16 * stride floats past its row: the padded plane has
  * DW_SLACK floats more than its rows, zeroed. */
 #define DW_SLACK 64
+
+/* The shapes the row blocks (dw3_rows, dw8_rows) take, DW3_ROWS output
+ * rows at a time. */
+#define DW3_ROWS 4
+
+static bool dw3_fits(const ConvShape *s) {
+    return s->kh == s->kw && (s->kh == 3 || s->kh == 5) && s->dh == 1 && s->dw == 1 &&
+           s->sh == s->sw && (s->sw == 1 || s->sw == 2);
+}
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define DW_AVX512 1
 #define DW_TARGET __attribute__((target("avx512f")))
@@ -240,8 +251,133 @@ static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *
                                  float b, int64_t e1, int64_t ow, float *yr) {
     dw_row3_v(2, r0, r1, r2, k, b, e1, ow, yr);
 }
+
+/* 3x3 and 5x5 filters at strides 1x1 and 2x2 (dilation 1), with AVX-512,
+ * straight from the NCHW plane: no padded copy (at stride 2 that copy took
+ * as long as the arithmetic), each tap's vector a masked load that reads
+ * zero where its columns fall in the padding, rows in the padding skipped.
+ * A block of DW3_ROWS output rows at a time: each input row is loaded once
+ * per vector of 16 outputs and used by every output row of the block it
+ * serves (K at stride 1, about K / 2 at stride 2), its shifted taps made
+ * by valignd (stride 1) or by permutes of its even and odd columns (stride
+ * 2). dw_row3_v loads every tap of every output row, nine unaligned loads
+ * per vector from a padded copy, and ran MobileNetV2's layers at 9-37
+ * GFLOP/s on an AMD Zen 4 where oneDNN's blocked kernel reaches 40-80
+ * (docs/decisions.md: Depthwise filters in row blocks). Each output adds
+ * b, then its taps row by row, as FMAs. */
+
+/* The lanes of 16 floats from column c on that lie in [0, w). */
+static inline __attribute__((always_inline)) __mmask16 dw3_cols(int64_t c, int64_t w) {
+    if (c >= 0 && c + 16 <= w) return (__mmask16)0xffff;
+    int64_t lo = c < 0 ? -c : 0, hi = w - c < 16 ? w - c : 16;
+    if (hi <= lo) return 0;
+    return (__mmask16)((((1u << hi) - 1u) >> lo) << lo);
+}
+
+/* R output rows from input rows ih0, ih0 + 1, ... of the plane xp (h x w),
+ * K and sw constants: input row ih0 + t serves output row r with filter
+ * row t - sw r. */
+static inline __attribute__((always_inline)) DW_TARGET void
+dw3_rows(const int R, const int K, const int sw, const ConvShape *s, const float *xp, int64_t ih0,
+         const float *k, __m512 bv, float *y) {
+    const __m512i even =
+        _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd =
+        _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    /* a vector's lanes 1..15, then lane 0 (next0) or 1 (next1) of the one
+     * after; next2: lanes 2..15, then 0 and 2 of the one after */
+    const __m512i next0 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16);
+    const __m512i next1 = _mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 17);
+    const __m512i next2 = _mm512_setr_epi32(2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 18);
+    int64_t w = s->w, ow = s->ow;
+    for (int64_t o = 0; o < ow; o += 16) {
+        int64_t c0 = o * sw - s->pw; /* the column of output o's first tap */
+        __mmask16 m0 = dw3_cols(c0, w), m1 = dw3_cols(c0 + 16, w), m2 = dw3_cols(c0 + 32, w);
+        __m512 acc[DW3_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = bv;
+#pragma GCC unroll 11
+        for (int t = 0; t < sw * (R - 1) + K; t++) {
+            int64_t ih = ih0 + t;
+            if (ih < 0 || ih >= s->h) continue;
+            const float *row = xp + ih * w;
+            __m512 v[5];
+            if (sw == 1) {
+                __m512i a = _mm512_castps_si512(_mm512_maskz_loadu_ps(m0, row + c0));
+                __m512i n = _mm512_castps_si512(_mm512_maskz_loadu_ps(m1, row + c0 + 16));
+                v[0] = _mm512_castsi512_ps(a);
+                v[1] = _mm512_castsi512_ps(_mm512_alignr_epi32(n, a, 1));
+                v[2] = _mm512_castsi512_ps(_mm512_alignr_epi32(n, a, 2));
+                if (K > 3) {
+                    v[3] = _mm512_castsi512_ps(_mm512_alignr_epi32(n, a, 3));
+                    v[4] = _mm512_castsi512_ps(_mm512_alignr_epi32(n, a, 4));
+                }
+            } else {
+                __m512 a = _mm512_maskz_loadu_ps(m0, row + c0);
+                __m512 b = _mm512_maskz_loadu_ps(m1, row + c0 + 16);
+                __m512 c = _mm512_maskz_loadu_ps(m2, row + c0 + 32);
+                v[0] = _mm512_permutex2var_ps(a, even, b);
+                v[1] = _mm512_permutex2var_ps(a, odd, b);
+                v[2] = _mm512_permutex2var_ps(v[0], next0, c);
+                if (K > 3) {
+                    v[3] = _mm512_permutex2var_ps(v[1], next1, c);
+                    v[4] = _mm512_permutex2var_ps(v[0], next2, c);
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                int i = t - sw * r;
+                if (i < 0 || i >= K) continue;
+#pragma GCC unroll 5
+                for (int j = 0; j < K; j++)
+                    acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(k[i * K + j]), v[j], acc[r]);
+            }
+        }
+        __mmask16 m = ow - o >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (ow - o)) - 1u);
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) _mm512_mask_storeu_ps(y + r * ow + o, m, acc[r]);
+    }
+}
+
+#define DW3_PLANE(K, SW)                                                              \
+    static DW_TARGET void dw3_plane_##K##_##SW(const ConvShape *s, const float *xp,   \
+                                               const float *k, float b, float *yp) {  \
+        __m512 bv = _mm512_set1_ps(b);                                                \
+        int64_t oh = 0;                                                               \
+        for (; oh + DW3_ROWS <= s->oh; oh += DW3_ROWS)                                \
+            dw3_rows(DW3_ROWS, K, SW, s, xp, oh *SW - s->ph, k, bv, yp + oh * s->ow); \
+        int64_t ih0 = oh * SW - s->ph;                                                \
+        float *yr = yp + oh * s->ow;                                                  \
+        switch (s->oh - oh) {                                                         \
+        case 3: dw3_rows(3, K, SW, s, xp, ih0, k, bv, yr); break;                     \
+        case 2: dw3_rows(2, K, SW, s, xp, ih0, k, bv, yr); break;                     \
+        case 1: dw3_rows(1, K, SW, s, xp, ih0, k, bv, yr); break;                     \
+        default: break;                                                               \
+        }                                                                             \
+    }
+DW3_PLANE(3, 1)
+DW3_PLANE(3, 2)
+DW3_PLANE(5, 1)
+DW3_PLANE(5, 2)
+
+/* One plane of a shape dw3_fits. */
+static DW_TARGET void dw3_plane(const ConvShape *s, const float *xp, const float *k, float b,
+                                float *yp) {
+    if (s->kh == 3)
+        (s->sw == 1 ? dw3_plane_3_1 : dw3_plane_3_2)(s, xp, k, b, yp);
+    else
+        (s->sw == 1 ? dw3_plane_5_1 : dw3_plane_5_2)(s, xp, k, b, yp);
+}
+
+static bool dw3_runs(const ConvShape *s) {
+    return ext_isa_level(ext_cpu_features()) >= 2 && dw3_fits(s);
+}
 #else
 #define DW_AVX512 0
+static bool dw3_runs(const ConvShape *s) {
+    (void)s;
+    return false;
+}
 #endif
 
 static void dw_row3(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
@@ -352,6 +488,94 @@ static void dw_plane(int level, DW_PLANE_PARAMS) {
 }
 #endif
 
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+/* The row blocks of dw3_rows without AVX-512 (AVX2 + FMA, 8 lanes): the
+ * same blocks of output rows, each input row loaded once per vector for
+ * all of them, from the zero-padded plane (pad_plane; at stride 2 split
+ * into even and odd columns, pad_plane_split, so every tap is a
+ * contiguous load): AVX2 has no masked loads that are cheap on AMD nor
+ * permutes across its two halves that are. The last vector's loads run up
+ * to 7 + K floats past a row, into the next or DW_SLACK; its store is
+ * masked. */
+#define DW8_BODY(R)                                                                    \
+    for (int64_t o = 0; o < s->ow; o += 8) {                                           \
+        __m256 acc[R];                                                                 \
+        _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++) acc[r] = bv;             \
+        _Pragma("GCC unroll 11") for (int t = 0; t < sw * ((R)-1) + K; t++) {          \
+            const float *row = P + t * pw + o;                                         \
+            __m256 v[5];                                                               \
+            _Pragma("GCC unroll 5") for (int j = 0; j < K; j++) v[j] =                 \
+                _mm256_loadu_ps(sw == 1 ? row + j                                      \
+                                : j % 2 ? row + ne + (j - 1) / 2                       \
+                                        : row + j / 2);                                \
+            _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++) {                    \
+                int i = t - sw * r;                                                    \
+                if (i < 0 || i >= K) continue;                                         \
+                _Pragma("GCC unroll 5") for (int j = 0; j < K; j++) acc[r] =           \
+                    _mm256_fmadd_ps(_mm256_set1_ps(k[i * K + j]), v[j], acc[r]);       \
+            }                                                                          \
+        }                                                                              \
+        if (s->ow - o >= 8) {                                                          \
+            _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                      \
+                _mm256_storeu_ps(y + r * s->ow + o, acc[r]);                           \
+        } else {                                                                       \
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(s->ow - o)),        \
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
+            _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                      \
+                _mm256_maskstore_ps(y + r * s->ow + o, m, acc[r]);                     \
+        }                                                                              \
+    }
+
+/* R output rows from the padded rows at P on (pw floats apart; the odd
+ * columns ne floats into a row at stride 2), K and sw constants. */
+static inline __attribute__((always_inline)) DW_ISA1 void
+dw8_rows(const int R, const int K, const int sw, const ConvShape *s, const float *P, int64_t pw,
+         int64_t ne, const float *k, __m256 bv, float *y) {
+    switch (R) {
+    case 4: DW8_BODY(4) break;
+    case 3: DW8_BODY(3) break;
+    case 2: DW8_BODY(2) break;
+    default: DW8_BODY(1) break;
+    }
+}
+
+#define DW8_PLANE(K, SW)                                                                        \
+    static DW_ISA1 void dw8_plane_##K##_##SW(const ConvShape *s, PadDims d, const float *P,     \
+                                             const float *k, float b, float *yp) {              \
+        __m256 bv = _mm256_set1_ps(b);                                                          \
+        int64_t ne = (d.pw + 1) / 2, oh = 0;                                                    \
+        for (; oh + DW3_ROWS <= s->oh; oh += DW3_ROWS)                                          \
+            dw8_rows(DW3_ROWS, K, SW, s, P + oh * SW * d.pw, d.pw, ne, k, bv, yp + oh * s->ow); \
+        const float *p = P + oh * SW * d.pw;                                                    \
+        float *yr = yp + oh * s->ow;                                                            \
+        switch (s->oh - oh) {                                                                   \
+        case 3: dw8_rows(3, K, SW, s, p, d.pw, ne, k, bv, yr); break;                           \
+        case 2: dw8_rows(2, K, SW, s, p, d.pw, ne, k, bv, yr); break;                           \
+        case 1: dw8_rows(1, K, SW, s, p, d.pw, ne, k, bv, yr); break;                           \
+        default: break;                                                                         \
+        }                                                                                       \
+    }
+DW8_PLANE(3, 1)
+DW8_PLANE(3, 2)
+DW8_PLANE(5, 1)
+DW8_PLANE(5, 2)
+
+static void dw8_plane(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
+                      float *yp) {
+    if (s->kh == 3)
+        (s->sw == 1 ? dw8_plane_3_1 : dw8_plane_3_2)(s, d, P, k, b, yp);
+    else
+        (s->sw == 1 ? dw8_plane_5_1 : dw8_plane_5_2)(s, d, P, k, b, yp);
+}
+#define DW8 1
+#else
+#define DW8 0
+static void dw8_plane(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
+                      float *yp) {
+    (void)s, (void)d, (void)P, (void)k, (void)b, (void)yp;
+}
+#endif
+
 static bool dw_flat(const ConvShape *s) {
     return s->sh == 1 && s->sw == 1 && !(s->kh == 3 && s->kw == 3);
 }
@@ -363,11 +587,26 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
     int level = ext_isa_level(ext_cpu_features());
     int failed = 0;
     /* stride 2 in split rows (see dw_row3_split), but not where dw_row3_v2 runs */
-    bool split = s->sw == 2 && s->kh == 3 && s->kw == 3 && !(DW_AVX512 && level >= 2);
+    /* row blocks (dw8_rows) on the padded plane with AVX2 */
+    bool blk8 = DW8 && level == 1 && dw3_fits(s);
+    bool split = s->sw == 2 && ((s->kh == 3 && s->kw == 3 && !(DW_AVX512 && level >= 2)) || blk8);
     int64_t ne = (d.pw + 1) / 2, t1 = (s->dw & 1 ? ne : 0) + s->dw / 2, t2 = s->dw;
+#if DW_AVX512
+    if (dw3_runs(s)) {
+#pragma omp parallel for collapse(2) schedule(static)
+        for (int64_t n = 0; n < s->n; n++)
+            for (int64_t c = 0; c < s->c; c++) {
+                int64_t at = (n * s->c + c) * s->oh * s->ow;
+                dw3_plane(s, x + (n * s->c + c) * s->h * s->w, w + c * s->kh * s->kw,
+                          bias ? bias[c] : 0.0f, y + at);
+                if (epi) epi(ctx, y, at, s->oh * s->ow);
+            }
+        return 0;
+    }
+#endif
 #pragma omp parallel
     {
-        bool flat = dw_flat(s);
+        bool flat = dw_flat(s) && !blk8;
         float *P = kcalloc((size_t)(d.ph * d.pw + DW_SLACK), sizeof(float));
         float *Q = flat ? kmalloc(sizeof(float) * (size_t)(s->oh * d.pw + 16)) : NULL;
         if (flat && !Q) kfree(P), P = NULL;
@@ -381,7 +620,13 @@ static int conv_depthwise(const ConvShape *s, const float *x, const float *w, co
                 if (!P) continue;
                 const float *k = w + c * s->kh * s->kw;
                 float b = bias ? bias[c] : 0.0f, *yp = y + (n * s->c + c) * s->oh * s->ow;
-                (split ? pad_plane_split : pad_plane)(s, d, x + (n * s->c + c) * s->h * s->w, P);
+                const float *xp = x + (n * s->c + c) * s->h * s->w;
+                (split ? pad_plane_split : pad_plane)(s, d, xp, P);
+                if (blk8) {
+                    dw8_plane(s, d, P, k, b, yp);
+                    if (epi) epi(ctx, y, (n * s->c + c) * s->oh * s->ow, s->oh * s->ow);
+                    continue;
+                }
                 if (flat) {
                     dw_plane(level, s, d, P, k, b, Q);
                     for (int64_t oh = 0; oh < s->oh; oh++)
@@ -464,8 +709,10 @@ static ConvPath conv_path(const ConvShape *s) {
      * most shapes). A depthwise one with output planes of DW_DIRECT_PLANE
      * or more runs the direct loops on NCHW: oneDNN's depthwise kernel
      * wants NHWC, and on planes that large the two reorders cost more than
-     * the loops (docs/decisions.md: conv2d paths: 1x1 and depthwise). */
-    bool dw_direct = depthwise && s->oh * s->ow >= DW_DIRECT_PLANE;
+     * the loops (docs/decisions.md: conv2d paths: 1x1 and depthwise); with
+     * AVX-512 a 3x3 or 5x5 at stride 1 or 2 does on any plane (dw3_rows
+     * beat oneDNN with its reorders on 7x7 planes too). */
+    bool dw_direct = depthwise && (s->oh * s->ow >= DW_DIRECT_PLANE || dw3_runs(s));
     bool dnnl = conv_backend == EXT_CONV_DNNL;
     if (dnnl && direct && s->groups == 1 && (ext_cpu_features() & EXT_CPU_AVX512)) return PATH_C1;
     if (dnnl && !direct && !dw_direct) return PATH_DNNL;
