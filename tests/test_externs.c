@@ -149,11 +149,23 @@ TEST(externs_matmul_const) {
     CHECK(!check_mm(a, &ad, b, &bt, 2, cs));
     CHECK(!check_mm(a, &ad, b, &bo, 2, cs));
     /* a's rows further apart than K (a slice of wider rows); a transposed
-     * (column stride not 1: OpenBLAS) */
+     * (its columns dense: oneDNN reads it as it is); a's rows reversed (a
+     * bidirectional RNN's backward input projection) and every other
+     * column: oneDNN on a dense copy of a */
     ExtView awide = {2, {M, K}, {2 * K, 1}, 3}, at_ = {2, {M, K}, {1, M}, 0};
+    ExtView arev = {2, {M, K}, {-K, 1}, (M - 1) * K}, askip = {2, {M, K}, {2 * K, 2}, 1};
     CHECK(!check_mm(a, &awide, b, &bo, 2, cs));
     CHECK(!check_mm(a, &at_, b, &bo, 2, cs));
-    EXPECT(strstr(ext_matmul_path(&at_, &bo, 2, cs, true), "OpenBLAS") != NULL, "transposed a");
+    CHECK(!check_mm(a, &arev, b, &bo, 2, cs));
+    CHECK(!check_mm(a, &askip, b, &bo, 2, cs));
+    const char *pt = ext_matmul_path(&at_, &bo, 2, cs, true);
+    EXPECT(strstr(pt, "oneDNN") && !strstr(pt, "packed"), "transposed a: %s", pt);
+    EXPECT(strstr(ext_matmul_path(&arev, &bo, 2, cs, true), "A packed dense") != NULL,
+           "reversed a");
+    EXPECT(strstr(ext_matmul_path(&askip, &bo, 2, cs, true), "A packed dense") != NULL,
+           "strided a");
+    EXPECT(strstr(ext_matmul_path(&arev, &bo, 2, cs, false), "OpenBLAS") != NULL,
+           "reversed a, b not constant");
     /* [1, 9, 11] @ [11, 6] (batch of 1) and [4, 9, 11] @ [11, 6] (folded) */
     ExtView a1 = {3, {1, M, K}, {0, K, 1}, 0}, a4 = {3, {4, M, K}, {M * K, K, 1}, 0};
     int64_t c1[3] = {1, M, N}, c4[3] = {4, M, N};

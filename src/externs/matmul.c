@@ -340,12 +340,28 @@ static bool dnnl_views(const float *a, const ExtView *av, const ExtView *bv, int
     return as_batched(av, bv, crank, cshape, a2, b2) && ext_matmul_dnnl_takes(a2, b2, a2->shape[1]);
 }
 
+/* A 2-D product whose A oneDNN cannot read where it is (its rows reversed:
+ * a bidirectional RNN's input projection for the backward direction, A
+ * the sequence with time running backwards) but could once A is dense:
+ * the dense view it gets, in *ad. Packing A costs M K copies against the
+ * product's 2 M K N flops. */
+static bool dnnl_packed(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
+                        ExtView *ad) {
+    if (crank != 2 || av->rank != 2 || bv->rank != 2) return false;
+    int64_t M = cshape[0], K = av->shape[1];
+    *ad = (ExtView){2, {M, K}, {K, 1}, 0};
+    return M > 0 && K > 0 && ext_matmul_dnnl_takes(ad, bv, M);
+}
+
 const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
                             bool wconst) {
     int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[av->rank - 1];
     ExtView a2, b2;
     if (wconst && dnnl_views(NULL, av, bv, crank, cshape, &a2, &b2))
         return "oneDNN matmul (the constant B in the layout it picks, reordered once)";
+    if (wconst && dnnl_packed(av, bv, crank, cshape, &a2))
+        return "oneDNN matmul (the constant B in the layout it picks, reordered once; A packed "
+               "dense first)";
     if (crank > 2 && fold_batches(NULL, av, bv, crank - 2, cshape, &a2, &b2)) M = a2.shape[0];
     return as_gemv(M, N, K) ? "OpenBLAS sgemv (one row)" : "OpenBLAS sgemm";
 }
@@ -400,6 +416,13 @@ int ext_matmul_const_epi(const float *a, const ExtView *av, const float *b, cons
         int r =
             ext_matmul_dnnl(a, &a2, b, &b2, c, a2.shape[a2.rank - 2], cshape[crank - 1], epi, ctx);
         if (r <= 0) return r; /* else declined: OpenBLAS */
+    } else if (dnnl_packed(av, bv, crank, cshape, &a2)) {
+        float *ap = kmalloc(sizeof(float) * (size_t)(a2.shape[0] * a2.shape[1]));
+        if (!ap) return -1;
+        pack(a + av->offset, a2.shape[0], a2.shape[1], av->stride[0], av->stride[1], ap);
+        int r = ext_matmul_dnnl(ap, &a2, b, bv, c, a2.shape[0], cshape[1], epi, ctx);
+        kfree(ap);
+        if (r <= 0) return r;
     }
     return ext_matmul_epi(a, av, b, bv, c, crank, cshape, epi, ctx);
 }

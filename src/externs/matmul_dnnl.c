@@ -21,10 +21,14 @@
  * encoder at batch 8: A is [128, 8, 256] seen through the sequence-first
  * transpose) run as oneDNN's batched matmul, A's batch stride as it is.
  *
- * Declined (returns 1, the caller runs OpenBLAS): A's rows not dense (its
- * column stride not 1), more than one batch dim above 1, oneDNN
- * failing to make the primitive for a reason other than memory. Out of
- * memory anywhere is -1, as every extern reports it.
+ * A 2-D A may also be a transpose (its columns dense: an RNN's input
+ * projection of a sequence stored feature-major); matmul.c packs any
+ * other 2-D A dense before calling here (dnnl_packed).
+ *
+ * Declined (returns 1, the caller runs OpenBLAS): A's rows not dense
+ * (its column stride not 1) unless a 2-D transpose, more than one batch
+ * dim above 1, oneDNN failing to make the primitive for a reason other
+ * than memory. Out of memory anywhere is -1, as every extern reports it.
  */
 #include "externs/externs.h"
 #include <oneapi/dnnl/dnnl.h>
@@ -33,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { K_M, K_K, K_N, K_SA, K_SB0, K_SB1, K_THREADS, K_BATCH, K_SBATCH, KEY_LEN };
+enum { K_M, K_K, K_N, K_SA, K_SAC, K_SB0, K_SB1, K_THREADS, K_BATCH, K_SBATCH, KEY_LEN };
 enum { M_SRC, M_WEI_PLAIN, M_WEI, M_DST, M_PAD, M_COUNT };
 
 typedef struct {
@@ -71,7 +75,7 @@ static dnnl_status_t mm_make(DnnlMm *d) {
     int nd = b3 ? 3 : 2, o = b3 ? 0 : 1; /* o: the first dim used */
     dnnl_dims_t da = {k[K_BATCH], k[K_M], k[K_K]}, db = {1, k[K_K], k[K_N]};
     dnnl_dims_t dc = {k[K_BATCH], k[K_M], k[K_N]};
-    dnnl_dims_t sa = {k[K_SBATCH], k[K_SA], 1}, sb = {k[K_K] * k[K_N], k[K_SB0], k[K_SB1]};
+    dnnl_dims_t sa = {k[K_SBATCH], k[K_SA], k[K_SAC]}, sb = {k[K_K] * k[K_N], k[K_SB0], k[K_SB1]};
     dnnl_memory_desc_t src, wei, wei_any, dst;
     dnnl_status_t st = dnnl_memory_desc_init_by_strides(&src, nd, da + o, dnnl_f32, sa + o);
     if (!st) st = dnnl_memory_desc_init_by_strides(&wei, nd, db + o, dnnl_f32, sb + o);
@@ -239,8 +243,10 @@ static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
 bool ext_matmul_dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M) {
     int r = av->rank;
     int64_t K = av->shape[r - 1];
-    return (r == 2 || r == 3) && bv->rank == 2 && av->stride[r - 1] == 1 &&
-           (M == 1 || av->stride[r - 2] >= K) && (r == 2 || av->stride[0] > 0) &&
+    /* A's rows dense, or (2-D) A a transpose: its columns dense */
+    bool rows = av->stride[r - 1] == 1 && (M == 1 || av->stride[r - 2] >= K);
+    bool cols = r == 2 && M > 1 && K > 1 && av->stride[0] == 1 && av->stride[1] >= M;
+    return (r == 2 || r == 3) && bv->rank == 2 && (rows || cols) && (r == 2 || av->stride[0] > 0) &&
            bv->stride[0] > 0 && bv->stride[1] > 0 && M > 0 && K > 0 && bv->shape[1] > 0;
 }
 
@@ -249,12 +255,14 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
     if (!ext_matmul_dnnl_takes(av, bv, M)) return 1;
     int r = av->rank;
     int64_t K = av->shape[r - 1], batch = r == 3 ? av->shape[0] : 1;
-    ext_dnnl_isa(); /* the ISA cap before the first kernel */
-    int64_t srow = M > 1 ? av->stride[r - 2] : K;
+    ext_dnnl_isa();                     /* the ISA cap before the first kernel */
+    bool cols = av->stride[r - 1] != 1; /* A a transpose (ext_matmul_dnnl_takes) */
+    int64_t srow = M > 1 ? av->stride[r - 2] : K, scol = cols ? av->stride[r - 1] : 1;
     int64_t key[KEY_LEN] = {M,
                             K,
                             N,
                             srow,
+                            scol,
                             bv->stride[0],
                             bv->stride[1],
                             omp_get_max_threads(),

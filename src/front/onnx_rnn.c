@@ -133,6 +133,22 @@ static kiln_value initial(OxNode *n, int k, int d, int64_t B, int64_t H) {
     return kiln_reshape(g, kiln_slice(g, ox_gin(n, k), batch_first ? 1 : 0, d, d + 1, 1), 2, bh);
 }
 
+/* Initial state k absent (zeros) or a constant of zeros: the products
+ * with it at step 0 are zero, and are left out. */
+static bool zero_initial(OxNode *n, int k) {
+    OxVal *v = ox_in(n, k);
+    if (!v) return true;
+    if (!v->c) return false;
+    for (int64_t i = 0, m = ox_numel(v); i < m; i++)
+        if (v->c[i] != 0) return false;
+    return true;
+}
+
+/* x + y, or x where y is KILN_NONE (a product left out). */
+static kiln_value add_or(Graph *g, kiln_value x, kiln_value y) {
+    return y < 0 ? x : kiln_binary(g, "add", x, y);
+}
+
 typedef struct {
     int kind, nd, reverse_only;
     int64_t S, B, I, H;
@@ -206,6 +222,7 @@ static kiln_value run_dir(OxNode *n, const Rnn *r, int d, const Act *acts, kiln_
     kiln_value hv = initial(n, 5, d, B, H),
                cv = r->kind == RNN_LSTM ? initial(n, 6, d, B, H) : KILN_NONE;
     if (hv < 0 || (r->kind == RNN_LSTM && cv < 0)) return KILN_NONE;
+    bool h0 = zero_initial(n, 5); /* step 0's hv @ R^T is zero: no matmul */
     kiln_value *ys = arena_alloc(&n->im->arena, sizeof(kiln_value) * (size_t)S);
     if (!ys) return ox_nomem(n), KILN_NONE;
     int64_t b1[2] = {B, 1}, one_bh[3] = {1, B, H};
@@ -213,24 +230,29 @@ static kiln_value run_dir(OxNode *n, const Rnn *r, int d, const Act *acts, kiln_
         kiln_value xt =
             kiln_reshape(g, kiln_slice(g, xw, 0, t, t + 1, 1), 2, (int64_t[]){B, G * H});
         kiln_value hn, cn = KILN_NONE;
+        bool zero = h0 && t == 0;
         if (r->kind == RNN_PLAIN) {
-            hn = gate(n, r, &acts[0],
-                      kiln_binary(g, "add", xt, kiln_matmul(g, hv, kiln_transpose(g, R, 0, 1))));
+            hn = gate(
+                n, r, &acts[0],
+                add_or(g, xt, zero ? KILN_NONE : kiln_matmul(g, hv, kiln_transpose(g, R, 0, 1))));
         } else if (r->kind == RNN_GRU) {
-            kiln_value hr = kiln_matmul(g, hv, kiln_transpose(g, rows(g, R, 0, 2 * H), 0, 1));
-            kiln_value zr = kiln_binary(g, "add", cols(g, xt, 0, 2 * H), hr);
+            kiln_value hr = zero
+                                ? KILN_NONE
+                                : kiln_matmul(g, hv, kiln_transpose(g, rows(g, R, 0, 2 * H), 0, 1));
+            kiln_value zr = add_or(g, cols(g, xt, 0, 2 * H), hr);
             kiln_value z = gate(n, r, &acts[0], cols(g, zr, 0, H));
             kiln_value rr = gate(n, r, &acts[0], cols(g, zr, H, 2 * H));
             kiln_value Rh = kiln_transpose(g, rows(g, R, 2 * H, 3 * H), 0, 1), pre;
             if (r->lbr) {
-                kiln_value hh = kiln_matmul(g, hv, Rh);
-                if (rbh >= 0) hh = kiln_binary(g, "add", hh, rbh);
-                pre =
-                    kiln_binary(g, "add", cols(g, xt, 2 * H, 3 * H), kiln_binary(g, "mul", rr, hh));
+                kiln_value hh = zero ? KILN_NONE : kiln_matmul(g, hv, Rh);
+                if (rbh >= 0) hh = hh < 0 ? rbh : kiln_binary(g, "add", hh, rbh);
+                pre = add_or(g, cols(g, xt, 2 * H, 3 * H),
+                             hh < 0 ? KILN_NONE : kiln_binary(g, "mul", rr, hh));
             } else {
-                kiln_value hh = kiln_matmul(g, kiln_binary(g, "mul", rr, hv), Rh);
-                if (rbh >= 0) hh = kiln_binary(g, "add", hh, rbh);
-                pre = kiln_binary(g, "add", cols(g, xt, 2 * H, 3 * H), hh);
+                kiln_value hh =
+                    zero ? KILN_NONE : kiln_matmul(g, kiln_binary(g, "mul", rr, hv), Rh);
+                if (rbh >= 0) hh = hh < 0 ? rbh : kiln_binary(g, "add", hh, rbh);
+                pre = add_or(g, cols(g, xt, 2 * H, 3 * H), hh);
             }
             kiln_value hc = gate(n, r, &acts[1], pre);
             hn = kiln_binary(g, "add",
@@ -238,7 +260,7 @@ static kiln_value run_dir(OxNode *n, const Rnn *r, int d, const Act *acts, kiln_
                              kiln_binary(g, "mul", z, hv));
         } else {
             kiln_value all =
-                kiln_binary(g, "add", xt, kiln_matmul(g, hv, kiln_transpose(g, R, 0, 1)));
+                add_or(g, xt, zero ? KILN_NONE : kiln_matmul(g, hv, kiln_transpose(g, R, 0, 1)));
             kiln_value pi = cols(g, all, 0, H), po = cols(g, all, H, 2 * H),
                        pf = cols(g, all, 2 * H, 3 * H), pc = cols(g, all, 3 * H, 4 * H);
             if (peep >= 0) {
