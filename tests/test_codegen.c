@@ -680,6 +680,20 @@ TEST(codegen_inner_loops_vectorized) {
          "input x: f32[64, 56]\ninput b: f32[64, 1]\ny = exp(x) * b + sin(x)\noutput y\n"},
         {"pool56", "input x: f32[2, 3, 112, 112]\ny = max_pool2d(x, 3, stride=2, padding=1)\n"
                    "output y\n"},
+        /* ocr_det's FPN: nearest 8x, 4x and 2x upsamples (expand and
+         * reshape) concatenated along channels: loads guarded by tests of
+         * the channel, which the inner loop does not change; GCC 12 leaves
+         * the loop scalar ("no vectype for stmt: .MASK_LOAD") unless it
+         * unswitches it first (CG_GCC_FLAGS) */
+        {"upcat", "input p: f32[1, 24, 10, 10]\ninput q: f32[1, 24, 20, 20]\n"
+                  "input r: f32[1, 24, 40, 40]\ninput s: f32[1, 24, 80, 80]\n"
+                  "p8 = reshape(expand(reshape(p, [1, 24, 10, 1, 10, 1]), [1, 24, 10, 8, 10, 8]), "
+                  "[1, 24, 80, 80])\n"
+                  "q4 = reshape(expand(reshape(q, [1, 24, 20, 1, 20, 1]), [1, 24, 20, 4, 20, 4]), "
+                  "[1, 24, 80, 80])\n"
+                  "r2 = reshape(expand(reshape(r, [1, 24, 40, 1, 40, 1]), [1, 24, 40, 2, 40, 2]), "
+                  "[1, 24, 80, 80])\n"
+                  "u = cat([p8, q4, r2, s], dim=1)\noutput u\n"},
     };
     int nex = (int)(sizeof examples / sizeof *examples), total = 0, missed_all = 0, exempt = 0;
     for (int i = 0; i < nex + (int)(sizeof extra / sizeof *extra); i++) {

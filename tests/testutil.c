@@ -50,10 +50,12 @@ int test_compile_report_with(const char *name, const char *source, const char *f
     fputs(source, f);
     fclose(f);
     const char *cc = test_cc_override ? test_cc_override : getenv("CC") ? getenv("CC") : "cc";
+    /* the JIT's own flags for GCC (jit.c adds them where cc is GCC) */
+    const char *gcc = strstr(cc, "clang") ? "" : CG_GCC_FLAGS;
     snprintf(cmd, sizeof cmd,
-             "%s -std=c11 -O3 %s -fopenmp -fPIC %s -fopt-info-optimized -c '%s' "
+             "%s -std=c11 -O3 %s -fopenmp -fPIC %s %s -fopt-info-optimized -c '%s' "
              "-o '%s' > '%s' 2>&1",
-             cc, flags, CG_EXTRA_FLAGS, c, o, log);
+             cc, flags, CG_EXTRA_FLAGS, gcc, c, o, log);
     if (system(cmd) != 0) return -1;
     *report = test_read_text(log);
     return *report ? 0 : -1;

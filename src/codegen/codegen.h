@@ -36,6 +36,19 @@
  * changes a value: kiln never reads errno or floating-point flags. */
 #define CG_EXTRA_FLAGS "-fno-math-errno -fno-trapping-math"
 
+/* Flags the JIT adds where the compiler is GCC (the params are its own;
+ * jit.c): loop unswitching on conditions the loop does not change, allowed
+ * on larger loops and more levels than GCC's defaults (50 insns, 3
+ * levels). A concat or a pad read in a loop guards its loads with tests of
+ * outer loop variables (`c ? x[i] : 0.0f`). GCC 12 does not vectorize a
+ * masked load whose mask is such a scalar (it finds "no vectype" for it)
+ * unless the loop is unswitched first, and with its defaults it unswitches
+ * only small loops. Unswitched, each copy of the loop has constant guards
+ * and vectorizes: nudenet's detection head (a concat under a sigmoid) took
+ * 0.47 ms and takes 0.05 (docs/decisions.md: Loop unswitching for guarded
+ * loads). */
+#define CG_GCC_FLAGS "--param max-unswitch-insns=2000 --param max-unswitch-level=10"
+
 /* The marker comment on the `for` line of every innermost loop, so a test can
  * match the compiler's vectorization report to the loops it must cover. */
 #define CG_INNER_MARK "/* inner loop */"

@@ -790,17 +790,26 @@ static void *try_cached(const Job *j) {
     return h;
 }
 
+/* Is the first line of `cc --version` GCC's ("gcc (Debian 12.2.0-14)
+ * 12.2.0", "cc (GCC) 13.2.1 ...")? Clang's names clang. */
+static bool is_gcc(const char *ver) {
+    return !strstr(ver, "clang") &&
+           (strstr(ver, "gcc") || strstr(ver, "GCC") || !strncmp(ver, "cc ", 3));
+}
+
 /* cc, flags, key and paths of a job. */
 static kiln_status job_init(Job *j, const char *source, const char *extra) {
     const char *cc = getenv("CC");
     j->cc = cc && cc[strspn(cc, " \t\n")] ? cc : "cc";
-    size_t n = strlen(JIT_FLAGS) + (extra ? strlen(extra) : 0) + 2;
-    if (!(j->flags = kmalloc(n))) return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
-    util_fmt(j->flags, n, "%s%s%s", JIT_FLAGS, extra && *extra ? " " : "", extra ? extra : "");
     char ver[256], cpu[65];
     kiln_status st = cache_dir(j->dir, sizeof j->dir, j->err, j->errlen);
     if (st == KILN_OK) st = compiler_facts(j->cc, j->dir, ver, sizeof ver, cpu, j->err, j->errlen);
     if (st != KILN_OK) return st;
+    const char *gcc = is_gcc(ver) ? " " CG_GCC_FLAGS : "";
+    size_t n = strlen(JIT_FLAGS) + strlen(gcc) + (extra ? strlen(extra) : 0) + 2;
+    if (!(j->flags = kmalloc(n))) return fail(j->err, j->errlen, KILN_ERR_NOMEM, "out of memory");
+    util_fmt(j->flags, n, "%s%s%s%s", JIT_FLAGS, gcc, extra && *extra ? " " : "",
+             extra ? extra : "");
     make_key(j, source, ver, cpu);
     if (!fmt_fits(j->stats->path, sizeof j->stats->path, "%s/%s.so", j->dir, j->key) ||
         !fmt_fits(j->stats->src_path, sizeof j->stats->src_path, "%s/%s.c", j->dir, j->key))
