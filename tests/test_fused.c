@@ -876,6 +876,34 @@ TEST(fused_guarded_outer_loop) {
     leave_cache();
 }
 
+/* Serial kernels whose first loop is split where a concat's guards change
+ * (codegen.c, row_nest_text), against the interpreter: concats along dim
+ * 0, one seen reversed, one under a padded dim 0, a BiLSTM's output (the
+ * forward steps in order, the backward ones reversed, side by side). */
+TEST(fused_outer_loop_split) {
+    enter_cache();
+    static const char *const progs[] = {
+        "input a: f32[3, 40]\ninput b: f32[5, 40]\ninput c: f32[2, 40]\n"
+        "y = exp(cat([a, b * 2, c], dim=0))\noutput y\n",
+        "input a: f32[3, 40]\ninput b: f32[5, 40]\ninput c: f32[2, 40]\n"
+        "y = slice(cat([a, b, c], dim=0), 0, -1, -1000, step=-1) + 1\noutput y\n",
+        "input a: f32[2, 7, 9]\ninput b: f32[3, 7, 9]\n"
+        "y = pad(cat([a, b], dim=0), [0, 0, 0, 0, 2, 1]) * 0.5\noutput y\n",
+        "input f0: f32[1, 16]\ninput f1: f32[1, 16]\ninput f2: f32[1, 16]\n"
+        "input r0: f32[1, 16]\ninput r1: f32[1, 16]\ninput r2: f32[1, 16]\n"
+        "y = cat([cat([f0, f1, f2], dim=0), cat([r2, r1, r0], dim=0)], dim=1)\noutput y\n",
+    };
+    for (int i = 0; i < (int)(sizeof progs / sizeof progs[0]); i++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor in[MAX_IO];
+        CHECK(kiln_parse(g, progs[i], "split") == KILN_OK && fill_inputs(g, in, 120 + (uint64_t)i));
+        EXPECT(check_graph(progs[i], g, in), "program %d differs from the interpreter", i);
+        free_tensors(in, kiln_num_inputs(g));
+        kiln_graph_free(g);
+    }
+    leave_cache();
+}
+
 /* ===== every target tier =============================================================== */
 
 /* The examples and the first TIER_PROGRAMS random programs again at every

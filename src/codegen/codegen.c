@@ -245,6 +245,110 @@ static void region_text(KGen *K, Str *o) {
     if (mal) str_putf(o, "    return failed;\n");
 }
 
+/* ---- the outer loop split where guards change ----
+ *
+ * A concat (or pad) along the kernel's first dim guards its loads with
+ * tests of that dim's variable (`int c1 = x0 < 17;` ... `c1 ? x[i] :
+ * 0.0f`). Every guard is evaluated, and every guarded load issued
+ * (masked), at every element, whichever input the element comes from: a
+ * BiLSTM's output, a concat of its 40 step outputs, ran 40 masked loads
+ * per element. A serial kernel whose first loop is that dim alone runs
+ * the loop as consecutive loops over the ranges between the points where
+ * such a test changes, each with the same body: within a range GCC knows
+ * every such test's value (from the loop's bounds) and drops the loads
+ * that are not taken. Any split gives the same results; the points only
+ * decide how many loads are left. */
+#define SPLIT_MAX 64
+
+typedef struct {
+    int nvars;
+    int64_t extent;
+    int64_t at[SPLIT_MAX + 2];
+    int n;
+    bool over; /* more points than SPLIT_MAX */
+} Splits;
+
+static void split_add(Splits *sp, int64_t x) {
+    if (x <= 0 || x >= sp->extent) return;
+    for (int i = 0; i < sp->n; i++)
+        if (sp->at[i] == x) return;
+    if (sp->n == SPLIT_MAX) {
+        sp->over = true;
+        return;
+    }
+    sp->at[sp->n++] = x;
+}
+
+static int64_t floor_div(int64_t a, int64_t b) {
+    int64_t q = a / b;
+    return (a % b != 0 && (a < 0) != (b < 0)) ? q - 1 : q;
+}
+
+/* The first x0 at which c x0 + off >= bound holds (c > 0) or stops
+ * holding (c < 0). */
+static int64_t crossing(int64_t c, int64_t off, int64_t bound) {
+    return c > 0 ? -floor_div(-(bound - off), c) : floor_div(bound - off, c) + 1;
+}
+
+static void split_select(const Expr *e, void *ud) {
+    Splits *sp = ud;
+    int64_t coef[MAXL], off;
+    if (!ix_affine(e->index, sp->nvars, coef, &off) || coef[0] == 0) return;
+    for (int d = 1; d < sp->nvars; d++)
+        if (coef[d]) return;
+    if (e->lo != EX_NOLO) split_add(sp, crossing(coef[0], off, e->lo));
+    if (e->hi != EX_NOHI) split_add(sp, crossing(coef[0], off, e->hi));
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The points at which to split the first loop (sorted, inside it), or 0
+ * when it stays one loop. */
+static int outer_splits(KGen *K, int64_t *at) {
+    if (K->npl < 1 || cg_is_parallel(K) || K->epi.on || K->st.on || K->ndims < 1) return 0;
+    const Loop *l = &K->loop[K->pnest[0]];
+    if (l->lo || l->hi || l->step != 1 || K->loop_of[0] != K->pnest[0]) return 0;
+    if (K->ndims > 1 && K->loop_of[1] == K->pnest[0]) return 0; /* dims merged */
+    Splits sp = {.extent = l->extent};
+    for (int i = 0; i < K->k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        sp.nvars = cg_member_vars(snode(K->g, K->k->members[i]));
+        if (b->expr) ex_selects(b->expr, split_select, &sp);
+    }
+    if (sp.over || sp.n < 2) return 0; /* a single point: a pad's edge, left as it is */
+    qsort(sp.at, (size_t)sp.n, sizeof *sp.at, cmp_i64);
+    memcpy(at, sp.at, sizeof(int64_t) * (size_t)sp.n);
+    return sp.n;
+}
+
+/* The row nest's text (as cg_nest_text writes it), its first loop split
+ * at the points of outer_splits. */
+static void row_nest_text(KGen *K, Str *o) {
+    int64_t at[SPLIT_MAX];
+    int n = outer_splits(K, at);
+    Str one;
+    str_init(&one, K->g->pool);
+    cg_nest_text(K, n ? &one : o, true, K->pnest, 0, K->npl, 0, 4, NULL);
+    if (!n) return;
+    const Loop *l = &K->loop[K->pnest[0]];
+    const char *text = str_get(&one);
+    const char *head = pool_printf(K->g->pool, "for (int64_t %s = 0; %s < %lld; %s++) {", l->name,
+                                   l->name, (long long)l->extent, l->name);
+    const char *at_head = strstr(text, head);
+    if (!at_head) cg_fail(K->g, "codegen: %s: no loop header to split", K->k->kernel);
+    size_t pre = (size_t)(at_head - text), hl = strlen(head);
+    str_putf(o, "%*s/* %s in %d ranges: the guards of its loads are constant in each */\n", 4, "",
+             l->name, n + 1);
+    for (int i = 0; i <= n; i++) {
+        int64_t lo = i ? at[i - 1] : 0, hi = i < n ? at[i] : l->extent;
+        str_putf(o, "%.*sfor (int64_t %s = %lld; %s < %lld; %s++) {%s", (int)pre, text, l->name,
+                 (long long)lo, l->name, (long long)hi, l->name, at_head + hl);
+    }
+}
+
 static void function_text(KGen *K, Str *o) {
     Str body;
     str_init(&body, K->g->pool);
@@ -254,7 +358,7 @@ static void function_text(KGen *K, Str *o) {
         region_text(K, &body);
     } else {
         cg_scratch_decls(K, &body, 4, false);
-        cg_nest_text(K, &body, true, K->pnest, 0, K->npl, 0, 4, NULL);
+        row_nest_text(K, &body);
         if (K->st.used) str_putf(&body, "    kiln_stream_fence();\n");
         scratch_frees(K, &body, 4);
         if (returns_int) str_putf(&body, "    return 0;\n");
