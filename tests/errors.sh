@@ -349,6 +349,8 @@ check onnx_index_range 1 "$ox/index_range.onnx: node 0 ('rev', ReverseSequence):
     "$kiln" explain $ox/index_range.onnx
 check onnx_dft_bool 1 "$ox/dft_bool.onnx: node 0 ('', DFT): the signal is bool: this op takes a float tensor" -- \
     "$kiln" explain $ox/dft_bool.onnx
+check onnx_scan_missing_input 1 "$ox/scan_missing.onnx: node 0 ('n0', Scan): input 1 (scan input 0) is missing" -- \
+    "$kiln" explain $ox/scan_missing.onnx
 check onnx_gathernd_range 1 "$ox/gathernd.onnx: gather: index 6 out of range for dim 0 of size 6" -- \
     "$kiln" run $ox/gathernd.onnx -i x=$ox/x23.pb -i i=$ox/gathernd_bad.pb
 check onnx_opset 1 "$ox/opset22.onnx: unsupported opset 22 (kiln reads opsets 1 to 21)" -- \

@@ -880,6 +880,10 @@ static bool op_scan(OxNode *n) {
     int K = (int)n->n->n_output - N;
     if (M < 1 || N < 0 || K < 0 || (int)b->n_input != N + M || (int)b->n_output != N + K)
         return ox_nfail(n, "num_scan_inputs, the inputs and the body do not match");
+    for (int k = 0; k < nin; k++)
+        if (!ox_in(n, first + k))
+            return ox_nfail(n, "input %d (%s %d) is missing", first + k,
+                            k < N ? "state" : "scan input", k < N ? k : k - N);
     if (v8) {
         if (ox_in(n, 0)) return ox_nfail(n, "unsupported: Scan-8 with sequence_lens");
         for (int k = 0; k < nin; k++)
