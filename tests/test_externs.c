@@ -518,6 +518,54 @@ TEST(externs_conv2d_depthwise_stride2_split) {
     ext_set_conv_backend(EXT_CONV_DNNL);
 }
 
+/* The depthwise row blocks (dw3_rows with AVX-512, dw8_rows with AVX2) on
+ * 300 shapes drawn from a fixed seed: 3x3 and 5x5, strides 1 and 2,
+ * padding 0 to the filter's size (rows and columns wholly in the padding),
+ * planes of 1 to 40 by 1 to 70, batch 1 or 2; against the naive loops at
+ * each level this CPU runs, on the im2col backend so that every plane
+ * size takes kiln's loops. */
+TEST(externs_conv2d_depthwise_blocks_sweep) {
+    static const unsigned caps[] = {0, EXT_CPU_AVX2, EXT_CPU_AVX2 | EXT_CPU_AVX512};
+    unsigned have = ext_cpu_features_all();
+    uint64_t st = 0x9e3779b97f4a7c15u;
+    ext_set_conv_backend(EXT_CONV_IM2COL);
+    int ran = 0;
+    for (int t = 0; t < 300; t++) {
+        st = st * 6364136223846793005u + 1442695040888963407u;
+        uint64_t r = st >> 11;
+        int64_t K = r % 2 ? 5 : 3, sd = (r >> 1) % 2 + 1,
+                p = (int64_t)((r >> 2) % (uint64_t)(K + 1));
+        int64_t h = (int64_t)((r >> 5) % 40) + 1, w = (int64_t)((r >> 11) % 70) + 1;
+        int64_t c = (int64_t)((r >> 18) % 5) + 1, nb = (int64_t)((r >> 21) % 2) + 1;
+        int64_t oh = (h + 2 * p - K) / sd + 1, ow = (w + 2 * p - K) / sd + 1;
+        if (h + 2 * p < K || w + 2 * p < K || oh < 1 || ow < 1) continue;
+        int64_t xs[4] = {nb, c, h, w}, ws[4] = {c, 1, K, K}, ys[4] = {nb, c, oh, ow};
+        int64_t at_[7] = {sd, sd, p, p, 1, 1, c};
+        int64_t nx = nb * c * h * w, ny = nb * c * oh * ow;
+        float *x = randbuf(nx, 200 + (uint64_t)t), *wt = randbuf(c * K * K, 500 + (uint64_t)t);
+        float *b = randbuf(c, 800 + (uint64_t)t), *want = malloc(sizeof(float) * (size_t)ny);
+        float *got = malloc(sizeof(float) * (size_t)ny);
+        naive_conv(x, xs, wt, ws, b, want, ys, at_);
+        for (int l = 0; l < 3; l++) {
+            if ((have & caps[l]) != caps[l]) continue;
+            unsigned prev = ext_isa_enter(caps[l]);
+            CHECK(ext_conv2d(x, xs, wt, ws, b, got, ys, at_) == 0);
+            double worst = 0;
+            for (int64_t k = 0; k < ny; k++) worst = fmax(worst, fabs(got[k] - want[k]));
+            EXPECT(worst < 1e-4,
+                   "shape %d: %lldx%lld over %lldx%lld, stride %lld, pad %lld, "
+                   "level %d: off by %g",
+                   t, (long long)K, (long long)K, (long long)h, (long long)w, (long long)sd,
+                   (long long)p, l, worst);
+            ext_isa_leave(prev);
+            ran++;
+        }
+        free(x), free(wt), free(b), free(want), free(got);
+    }
+    ext_set_conv_backend(EXT_CONV_DNNL);
+    EXPECT(ran > 300, "only %d shape-level runs", ran);
+}
+
 /* A batch split among the threads (ext_conv_dnnl_split): decided as the
  * header says, and run against the naive loops with the epilogue seeing
  * every element once, with runtime weights (reordered once per call for
