@@ -828,6 +828,18 @@ TEST(fused_lane_reductions) {
     leave_cache();
 }
 
+/* Each of the n programs, named name in messages, its inputs from seed +
+ * its index, fused against the interpreter. */
+static void check_programs(const char *const *progs, int n, const char *name, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        kiln_graph *g = kiln_graph_new();
+        kiln_tensor in[MAX_IO];
+        CHECK(kiln_parse(g, progs[i], name) == KILN_OK && fill_inputs(g, in, seed + (uint64_t)i));
+        EXPECT(check_graph(progs[i], g, in), "program %d differs from the interpreter", i);
+        free_tensors(in, kiln_num_inputs(g));
+        kiln_graph_free(g);
+    }
+}
 /* A padded pool whose guarded loads feed another padded pool (found by
  * make fuzz-diff, seed 1795995102551586): the second pool's kernel reads
  * the first's padded input at two depths under one guard, and GCC 12,
@@ -864,15 +876,7 @@ TEST(fused_guarded_outer_loop) {
         "input x: f32[8, 4, 3, 1]\ny = cat([x, relu(x)], dim=1)\nz = layer_norm(y * 0.5, [1])\n"
         "m = amax(z * y, dim=[0], keepdim=true)\noutput m\n",
     };
-    for (int i = 0; i < (int)(sizeof progs / sizeof progs[0]); i++) {
-        kiln_graph *g = kiln_graph_new();
-        kiln_tensor in[MAX_IO];
-        CHECK(kiln_parse(g, progs[i], "guarded") == KILN_OK &&
-              fill_inputs(g, in, 90 + (uint64_t)i));
-        EXPECT(check_graph(progs[i], g, in), "program %d differs from the interpreter", i);
-        free_tensors(in, kiln_num_inputs(g));
-        kiln_graph_free(g);
-    }
+    check_programs(progs, (int)(sizeof progs / sizeof progs[0]), "guarded", 90);
     leave_cache();
 }
 
@@ -893,14 +897,7 @@ TEST(fused_outer_loop_split) {
         "input r0: f32[1, 16]\ninput r1: f32[1, 16]\ninput r2: f32[1, 16]\n"
         "y = cat([cat([f0, f1, f2], dim=0), cat([r2, r1, r0], dim=0)], dim=1)\noutput y\n",
     };
-    for (int i = 0; i < (int)(sizeof progs / sizeof progs[0]); i++) {
-        kiln_graph *g = kiln_graph_new();
-        kiln_tensor in[MAX_IO];
-        CHECK(kiln_parse(g, progs[i], "split") == KILN_OK && fill_inputs(g, in, 120 + (uint64_t)i));
-        EXPECT(check_graph(progs[i], g, in), "program %d differs from the interpreter", i);
-        free_tensors(in, kiln_num_inputs(g));
-        kiln_graph_free(g);
-    }
+    check_programs(progs, (int)(sizeof progs / sizeof progs[0]), "split", 120);
     leave_cache();
 }
 

@@ -263,7 +263,7 @@ static void region_text(KGen *K, Str *o) {
 typedef struct {
     int nvars;
     int64_t extent;
-    int64_t at[SPLIT_MAX + 2];
+    int64_t at[SPLIT_MAX];
     int n;
     bool over; /* more points than SPLIT_MAX */
 } Splits;

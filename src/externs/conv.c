@@ -497,45 +497,42 @@ static void dw_plane(int level, DW_PLANE_PARAMS) {
  * permutes across its two halves that are. The last vector's loads run up
  * to 7 + K floats past a row, into the next or DW_SLACK; its store is
  * masked. */
-#define DW8_BODY(R)                                                                    \
-    for (int64_t o = 0; o < s->ow; o += 8) {                                           \
-        __m256 acc[R];                                                                 \
-        _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++) acc[r] = bv;             \
-        _Pragma("GCC unroll 11") for (int t = 0; t < sw * ((R)-1) + K; t++) {          \
-            const float *row = P + t * pw + o;                                         \
-            __m256 v[5];                                                               \
-            _Pragma("GCC unroll 5") for (int j = 0; j < K; j++) v[j] =                 \
-                _mm256_loadu_ps(sw == 1 ? row + j                                      \
-                                : j % 2 ? row + ne + (j - 1) / 2                       \
-                                        : row + j / 2);                                \
-            _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++) {                    \
-                int i = t - sw * r;                                                    \
-                if (i < 0 || i >= K) continue;                                         \
-                _Pragma("GCC unroll 5") for (int j = 0; j < K; j++) acc[r] =           \
-                    _mm256_fmadd_ps(_mm256_set1_ps(k[i * K + j]), v[j], acc[r]);       \
-            }                                                                          \
-        }                                                                              \
-        if (s->ow - o >= 8) {                                                          \
-            _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                      \
-                _mm256_storeu_ps(y + r * s->ow + o, acc[r]);                           \
-        } else {                                                                       \
-            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(s->ow - o)),        \
-                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7)); \
-            _Pragma("GCC unroll 4") for (int r = 0; r < (R); r++)                      \
-                _mm256_maskstore_ps(y + r * s->ow + o, m, acc[r]);                     \
-        }                                                                              \
-    }
-
 /* R output rows from the padded rows at P on (pw floats apart; the odd
- * columns ne floats into a row at stride 2), K and sw constants. */
+ * columns ne floats into a row at stride 2), R, K and sw constants. */
 static inline __attribute__((always_inline)) DW_ISA1 void
 dw8_rows(const int R, const int K, const int sw, const ConvShape *s, const float *P, int64_t pw,
          int64_t ne, const float *k, __m256 bv, float *y) {
-    switch (R) {
-    case 4: DW8_BODY(4) break;
-    case 3: DW8_BODY(3) break;
-    case 2: DW8_BODY(2) break;
-    default: DW8_BODY(1) break;
+    for (int64_t o = 0; o < s->ow; o += 8) {
+        __m256 acc[DW3_ROWS];
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) acc[r] = bv;
+#pragma GCC unroll 11
+        for (int t = 0; t < sw * (R - 1) + K; t++) {
+            const float *row = P + t * pw + o;
+            __m256 v[5];
+#pragma GCC unroll 5
+            for (int j = 0; j < K; j++)
+                v[j] = _mm256_loadu_ps(sw == 1 ? row + j
+                                       : j % 2 ? row + ne + (j - 1) / 2
+                                               : row + j / 2);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                int i = t - sw * r;
+                if (i < 0 || i >= K) continue;
+#pragma GCC unroll 5
+                for (int j = 0; j < K; j++)
+                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(k[i * K + j]), v[j], acc[r]);
+            }
+        }
+        if (s->ow - o >= 8) {
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) _mm256_storeu_ps(y + r * s->ow + o, acc[r]);
+        } else {
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32((int)(s->ow - o)),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) _mm256_maskstore_ps(y + r * s->ow + o, m, acc[r]);
+        }
     }
 }
 

@@ -255,9 +255,9 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
     if (!ext_matmul_dnnl_takes(av, bv, M)) return 1;
     int r = av->rank;
     int64_t K = av->shape[r - 1], batch = r == 3 ? av->shape[0] : 1;
-    ext_dnnl_isa();                     /* the ISA cap before the first kernel */
-    bool cols = av->stride[r - 1] != 1; /* A a transpose (ext_matmul_dnnl_takes) */
-    int64_t srow = M > 1 ? av->stride[r - 2] : K, scol = cols ? av->stride[r - 1] : 1;
+    ext_dnnl_isa(); /* the ISA cap before the first kernel */
+    /* scol: 1 for dense rows, A's column stride for a transpose */
+    int64_t srow = M > 1 ? av->stride[r - 2] : K, scol = av->stride[r - 1];
     int64_t key[KEY_LEN] = {M,
                             K,
                             N,
