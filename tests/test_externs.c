@@ -315,7 +315,8 @@ static const int64_t conv_cases[][15] = {
     {1, 2, 9, 4, 2, 5, 5, 2, 2, 2, 2, 1, 1, 2,
      0}, /* 5x5, stride 2, plane narrower than the filter */
     /* 1x1 stride 1, one group: conv1x1.c's kernel (tiles of 6 channels by
-     * up to 64 pixels, the last vector masked) where the CPU has AVX-512 */
+     * up to 64 pixels with AVX-512, 16 with AVX2; the last vector masked)
+     * where the CPU has AVX2 or AVX-512 */
     {2, 600, 13, 11, 13, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* pixels in chunks of 48, 48, 47 */
     {1, 1, 5, 7, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},      /* one input channel */
     {3, 5, 4, 4, 17, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},     /* 16 pixels: one whole vector */
@@ -323,13 +324,20 @@ static const int64_t conv_cases[][15] = {
     {1, 2048, 3, 3, 6, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},   /* a long K, 9 pixels */
     {1, 24, 56, 56, 144, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* MobileNetV2's expansion, in parallel */
     {2, 300, 32, 32, 7, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},  /* rows 4 KiB apart: chunks copied first */
+    /* AVX2: K in blocks of 256, chunks packed as strips from 8 tiles of
+     * channels: 45 pixels (16 + 16 + 13), 2 blocks, 9 tiles, the last of 2
+     * rows; 35 pixels (16 + 16 + 3), 3 blocks, the last tile 1 row */
+    {1, 300, 5, 9, 50, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
+    {2, 520, 7, 5, 49, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},
+    {1, 64, 9, 9, 48, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* 8 tiles exactly, 81 pixels */
 };
 #define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 
 /* One case through ext_conv2d_epi (dnnl_only: through ext_conv2d_dnnl,
- * which must not decline it) against the naive loops, with an epilogue
- * that must see every element once. */
-static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
+ * which must not decline it; wconst: ext_conv2d_const_epi, the weights
+ * constant, and forgotten after) against the naive loops, with an
+ * epilogue that must see every element once. */
+static void check_conv_case_w(size_t t, bool dnnl_only, bool wconst, const char *backend) {
     const int64_t *c = conv_cases[t];
     int64_t xs[4] = {c[0], c[1], c[2], c[3]}, ws[4] = {c[4], c[1] / c[13], c[5], c[6]};
     int64_t at_[7] = {c[7], c[8], c[9], c[10], c[11], c[12], c[13]};
@@ -341,8 +349,10 @@ static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
     float *y = malloc(sizeof(float) * (size_t)ny), *ref = malloc(sizeof(float) * (size_t)ny);
     Seen seen = {calloc((size_t)ny, 1), ny, 0};
     const float *bias = c[14] ? b : NULL;
-    int rc = dnnl_only ? ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, at_, false, plus_one, &seen)
+    int rc = dnnl_only ? ext_conv2d_dnnl(x, xs, w, ws, bias, y, ys, at_, wconst, plus_one, &seen)
+             : wconst  ? ext_conv2d_const_epi(x, xs, w, ws, bias, y, ys, at_, plus_one, &seen)
                        : ext_conv2d_epi(x, xs, w, ws, bias, y, ys, at_, plus_one, &seen);
+    if (wconst) ext_kept_forget_all(w, sizeof(float) * (size_t)nw);
     EXPECT(rc == 0, "%s: case %zu: rc %d", backend, t, rc);
     naive_conv(x, xs, w, ws, bias, ref, ys, at_);
     for (int64_t i = 0; i < ny && rc == 0; i++) {
@@ -363,6 +373,10 @@ static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
     free(seen.seen);
 }
 
+static void check_conv_case(size_t t, bool dnnl_only, const char *backend) {
+    check_conv_case_w(t, dnnl_only, false, backend);
+}
+
 TEST(externs_conv2d_params) {
     for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, false, "default");
 }
@@ -380,6 +394,21 @@ TEST(externs_conv2d_params_levels) {
     }
 }
 
+/* The same cases with constant weights (packed once where the path keeps
+ * a copy: conv1x1.c's panels, oneDNN's reorders), at every level this CPU
+ * runs. */
+TEST(externs_conv2d_params_const_weights) {
+    static const unsigned caps[] = {0, EXT_CPU_AVX2, EXT_CPU_AVX2 | EXT_CPU_AVX512};
+    static const char *const names[] = {"SSE, constant weights", "AVX2, constant weights",
+                                        "AVX-512, constant weights"};
+    for (int l = 0; l < 3; l++) {
+        if ((ext_cpu_features_all() & caps[l]) != caps[l]) continue;
+        unsigned prev = ext_isa_enter(caps[l]);
+        for (size_t t = 0; t < CONV_CASES; t++) check_conv_case_w(t, false, true, names[l]);
+        ext_isa_leave(prev);
+    }
+}
+
 TEST(externs_conv2d_params_im2col) {
     ext_set_conv_backend(EXT_CONV_IM2COL);
     for (size_t t = 0; t < CONV_CASES; t++) check_conv_case(t, false, "im2col");
@@ -389,7 +418,7 @@ TEST(externs_conv2d_params_im2col) {
 /* What the reports say runs a conv2d (ext_conv_path), on both backends:
  * oneDNN for a 3x3 and for a depthwise conv with 7x7 planes (but for a
  * 3x3 or 5x5 one at stride 1 or 2 with AVX-512: the row blocks), kiln's
- * 1x1 GEMM (with AVX-512) or the sgemm for a 1x1, the loops for a
+ * 1x1 GEMM (with AVX2 or AVX-512) or the sgemm for a 1x1, the loops for a
  * depthwise conv with large planes; im2col for the rest on the im2col
  * backend. */
 TEST(externs_conv2d_path) {
@@ -399,13 +428,13 @@ TEST(externs_conv2d_path) {
     static const int64_t w3[4] = {16, 32, 3, 3}, w1[4] = {16, 32, 1, 1}, wd[4] = {32, 1, 3, 3};
     static const int64_t y16[4] = {1, 16, 28, 28}, y32[4] = {1, 32, 28, 28}, y7[4] = {1, 32, 7, 7};
     bool avx512 = (ext_cpu_features() & EXT_CPU_AVX512) != 0;
+    bool c1 = ext_isa_level(ext_cpu_features()) >= 1;
     for (int b = 0; b < 2; b++) {
         ext_set_conv_backend(b ? EXT_CONV_IM2COL : EXT_CONV_DNNL);
         const char *p3 = ext_conv_path(xs, w3, y16, a1), *p1 = ext_conv_path(xs, w1, y16, a0);
         const char *pd = ext_conv_path(xs, wd, y32, dw), *pd7 = ext_conv_path(x7, wd, y7, dw);
         EXPECT(strstr(p3, b ? "im2col" : "oneDNN"), "backend %d, 3x3: %s", b, p3);
-        EXPECT(strstr(p1, !b && avx512 ? "1x1 GEMM" : "sgemm per image"), "backend %d, 1x1: %s", b,
-               p1);
+        EXPECT(strstr(p1, !b && c1 ? "1x1 GEMM" : "sgemm per image"), "backend %d, 1x1: %s", b, p1);
         EXPECT(strstr(pd, "depthwise loops"), "backend %d, depthwise 28x28: %s", b, pd);
         EXPECT(strstr(pd7, b || avx512 ? "depthwise loops" : "oneDNN"),
                "backend %d, depthwise 7x7: %s", b, pd7);
@@ -417,8 +446,9 @@ TEST(externs_conv2d_path) {
 }
 
 /* The target tier bounds kiln's own conv kernels (ext_isa_enter, as a run
- * of a program compiled for that tier does): the 1x1 GEMM is AVX-512 only,
- * so under v3 or v2 a 1x1 conv is OpenBLAS's sgemm whatever the CPU has;
+ * of a program compiled for that tier does): the 1x1 GEMM needs AVX2, so
+ * under v2 a 1x1 conv is OpenBLAS's sgemm whatever the CPU has, and under
+ * v3 it runs the AVX2 kernel, as the path's kernels text says;
  * the depthwise rows run the version the tier allows, say so in the path's
  * kernels text, and match the definition at every level this CPU can run;
  * with AVX2 and AVX-512 a 3x3 and a 5x5 run as row blocks of FMAs
@@ -447,9 +477,12 @@ TEST(externs_conv2d_within_the_tier) {
     for (int l = 0; l < 3; l++) {
         unsigned prev = ext_isa_enter(levels[l].cap);
         const char *p1 = ext_conv_path(xs, w1, y16, a0);
-        EXPECT(levels[l].cap & EXT_CPU_AVX512 && have & EXT_CPU_AVX512 ? !!strstr(p1, "1x1 GEMM")
-                                                                       : !strstr(p1, "1x1 GEMM"),
-               "level %d: 1x1 conv runs on %s", l, p1);
+        bool c1 = levels[l].cap & EXT_CPU_AVX2 && have & EXT_CPU_AVX2;
+        const char *c1isa = ext_path_isa(p1);
+        EXPECT(c1 ? strstr(p1, "1x1 GEMM") &&
+                        !strcmp(c1isa, l == 2 && have & EXT_CPU_AVX512 ? "AVX-512" : "AVX2 + FMA")
+                  : !strstr(p1, "1x1 GEMM"),
+               "level %d: 1x1 conv runs on %s, on %s", l, p1, c1isa);
         const char *pd = ext_conv_path(xs, wd, y32, dw);
         const char *isa = ext_path_isa(pd);
         bool runs = (have & levels[l].cap) == levels[l].cap;

@@ -111,7 +111,8 @@ uint16_t util_f32_to_bf16(float f);
  *
  * The tier also bounds the library kernels (Target.ext): kiln's own
  * AVX-512 code (the 1x1 GEMM, the depthwise rows) runs only under v4 or
- * native, and OpenBLAS's core and oneDNN's ISA are capped to the tier of
+ * native, its AVX2 code (the same kernels' AVX2 versions) only under v3 and
+ * above, and OpenBLAS's core and oneDNN's ISA are capped to the tier of
  * the first program that calls them in the process (see externs/matmul.c).
  */
 

@@ -1,7 +1,7 @@
 /*
  * conv.c -- conv2d: the dispatch among its backends and kiln's own paths.
  * oneDNN (conv_dnnl.c) runs most shapes; 1x1 stride-1 convolutions are
- * kiln's own GEMM (conv1x1.c; one sgemm per image without AVX-512), and
+ * kiln's own GEMM (conv1x1.c; one sgemm per image without AVX2), and
  * depthwise ones with large planes run direct loops (below); im2col +
  * sgemm takes what oneDNN declines, or everything with the im2col backend
  * (a test hook, src/testing.h). The epilogue runs on each (image, group)
@@ -425,7 +425,8 @@ const char *ext_path_isa(const char *path) {
     else if (strstr(path, "OpenBLAS"))
         util_fmt(buf, sizeof buf, "OpenBLAS's %s kernels", ext_blas_core());
     else if (strstr(path, "1x1 GEMM"))
-        util_fmt(buf, sizeof buf, "AVX-512");
+        util_fmt(buf, sizeof buf, "%s",
+                 ext_isa_level(ext_cpu_features()) >= 2 ? "AVX-512" : "AVX2 + FMA");
     else
         util_fmt(buf, sizeof buf, "%s", own[ext_isa_level(ext_cpu_features())]);
     return buf;
@@ -701,9 +702,9 @@ static ConvPath conv_path(const ConvShape *s) {
     bool direct = conv_is_direct(s), depthwise = conv_is_depthwise(s);
     /* A 1x1 stride-1 convolution is one sgemm per image on NCHW as it is,
      * as fast as oneDNN with its reorders, and with one group kiln's own
-     * GEMM where the CPU has AVX-512 (conv1x1.c: weights packed once, bias
-     * and epilogue as the output is written; faster than that sgemm on
-     * most shapes). A depthwise one with output planes of DW_DIRECT_PLANE
+     * GEMM where the CPU has AVX2 or AVX-512 (conv1x1.c: weights packed
+     * once, bias and epilogue as the output is written; faster than that
+     * sgemm on most shapes). A depthwise one with output planes of DW_DIRECT_PLANE
      * or more runs the direct loops on NCHW: oneDNN's depthwise kernel
      * wants NHWC, and on planes that large the two reorders cost more than
      * the loops (docs/decisions.md: conv2d paths: 1x1 and depthwise); with
@@ -711,7 +712,7 @@ static ConvPath conv_path(const ConvShape *s) {
      * beat oneDNN with its reorders on 7x7 planes too). */
     bool dw_direct = depthwise && (s->oh * s->ow >= DW_DIRECT_PLANE || dw3_runs(s));
     bool dnnl = conv_backend == EXT_CONV_DNNL;
-    if (dnnl && direct && s->groups == 1 && (ext_cpu_features() & EXT_CPU_AVX512)) return PATH_C1;
+    if (dnnl && direct && s->groups == 1 && ext_isa_level(ext_cpu_features()) >= 1) return PATH_C1;
     if (dnnl && !direct && !dw_direct) return PATH_DNNL;
     if (depthwise) return PATH_DEPTHWISE;
     return direct ? PATH_SGEMM : PATH_IM2COL;
@@ -759,7 +760,7 @@ const char *ext_conv_path(const int64_t xs_[4], const int64_t ws_[4], const int6
         return ext_conv_dnnl_split(ys, ext_get_threads())
                    ? "oneDNN, the images split among the threads (NCHW reordered to its blocked layout and back)"
                    : "oneDNN (NCHW reordered to its blocked layout and back)";
-    case PATH_C1: return "kiln's 1x1 GEMM (AVX-512, conv1x1.c)";
+    case PATH_C1: return "kiln's 1x1 GEMM (conv1x1.c)";
     case PATH_DEPTHWISE: return "kiln's depthwise loops on NCHW";
     case PATH_SGEMM: return "OpenBLAS sgemm per image and group";
     case PATH_IM2COL: break;
@@ -785,7 +786,7 @@ static int conv2d(const float *x, const int64_t xs_[4], const float *w, const in
         if (r <= 0) return r; /* else oneDNN declined it: im2col */
     }
     if (depthwise) return conv_depthwise(&s, x, w, bias, y, epi, ctx);
-    /* (Without AVX-512, or on the im2col backend:) the bias goes into the
+    /* (Without AVX2, or on the im2col backend:) the bias goes into the
      * output before the sgemm, which then adds to it (beta 1): OpenBLAS
      * clears the output first when beta is 0 (a memset pass), so the fill
      * costs what that pass cost, and the separate bias pass after the call

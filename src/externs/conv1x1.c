@@ -4,9 +4,9 @@
  * MobileNetV2's expansions and projections are all of this kind.
  *
  * Why not OpenBLAS's sgemm (which ran them before, and still does without
- * AVX-512): OpenBLAS's sgemm packs the constant weights on every call and
+ * AVX2): OpenBLAS's sgemm packs the constant weights on every call and
  * needs the output pre-filled with the bias (docs/decisions.md: conv1x1:
- * kiln's own AVX-512 GEMM). Here a constant weight is packed once and kept
+ * kiln's own GEMM). Here a constant weight is packed once and kept
  * (like conv_dnnl.c's reordered copies), a runtime one is read as it is,
  * the activations are read where they are, and the bias goes in as the
  * accumulators are stored: the output is written once.
@@ -23,12 +23,21 @@
  * epilogue at once, on the rows it just wrote (a unit's rows are whole
  * planes when the chunk is the whole plane, else one call per row).
  *
- * The shapes (MR = 6, NV = 4, the chunk size) and the measurements against
- * the sgemm: docs/decisions.md: conv1x1: kiln's own AVX-512 GEMM.
+ * With AVX2 (and no AVX-512, or a program's tier below v4) the tile is MR
+ * x NV2 vectors of 8 lanes (12 of the 16 ymm registers), K runs in blocks
+ * of C1_KC channels so that a tile's weights stay in the L1, and when at
+ * least C1_STRIP_TILES tiles of channels read a chunk it is first packed
+ * as strips of NR2 pixels, k-major, so that each tile reads consecutive
+ * memory (pack_strips; the copy pays for itself over that many tiles).
  *
- * Needs AVX-512 (F): the kernel is compiled for it with a target attribute
- * and used when the CPU has it (ext_cpu_features); elsewhere
- * ext_conv1x1 returns 1 and the caller runs the sgemm.
+ * The shapes (MR = 6, NV = 4, the chunk size, the AVX2 blocks) and the
+ * measurements against the sgemm: docs/decisions.md: conv1x1: kiln's own
+ * GEMM.
+ *
+ * Needs AVX2 + FMA at least: the kernels are compiled for AVX-512 (F) and
+ * for AVX2 + FMA with target attributes and picked by what the CPU has
+ * within the program's tier (ext_cpu_features); elsewhere ext_conv1x1
+ * returns 1 and the caller runs the sgemm.
  */
 #include "externs/externs.h"
 #include <omp.h>
@@ -37,13 +46,13 @@
 #include <string.h>
 
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define C1_AVX512 1
+#define C1_X86 1
 #include <immintrin.h>
 #else
-#define C1_AVX512 0
+#define C1_X86 0
 #endif
 
-enum { MR = 6, NV = 4, NR = 16 * NV };
+enum { MR = 6, NV = 4, NR = 16 * NV, NV2 = 2, NR2 = 8 * NV2 };
 /* x's block per unit: K x chunk floats, at most this (at least NR pixels) */
 #define C1_CHUNK_BYTES ((int64_t)256 << 10)
 /* The L2's bytes per way (2 MiB, 16 ways: this machine's, and typical of
@@ -53,6 +62,10 @@ enum { MR = 6, NV = 4, NR = 16 * NV };
 #define C1_ALIAS_ROWS 8
 /* Multiply-adds from which the units run on all threads. */
 #define C1_PARALLEL_MIN ((int64_t)1 << 18)
+/* The AVX2 kernel's block of input channels (see unit256). */
+#define C1_KC 256
+/* and the tiles of channels from which it packs a chunk of x (unit256) */
+#define C1_STRIP_TILES 8
 
 /* w [O, K] as panels of MR rows, k-major: p[(t * K + k) * MR + r] =
  * w[t * MR + r][k], zero past row O. */
@@ -108,7 +121,7 @@ static const float *kept_packed(const float *w, int64_t O, int64_t K) {
 
 /* ---- the kernel ---- */
 
-#if C1_AVX512
+#if C1_X86
 #define C1_TARGET __attribute__((target("avx512f")))
 
 /* One tile: rows [0, rows) of y (row stride P) at columns [0, 16 (nv - 1)
@@ -165,9 +178,9 @@ C1_TILE(4)
 /* Rows [0, rows) of y = bias + w @ x over pixels [j0, j1) (w's rows as in
  * tile; x's rows xs apart, its pixel j0 at x; y's P apart, its pixel 0 at
  * y). */
-static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
-                           int64_t K, const float *bias, int rows, float *y, int64_t P, int64_t j0,
-                           int64_t j1) {
+static C1_TARGET void unit512(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
+                              int64_t K, const float *bias, int rows, float *y, int64_t P,
+                              int64_t j0, int64_t j1) {
     for (int64_t j = j0; j < j1; j += NR) {
         int64_t n = j1 - j < NR ? j1 - j : NR;
         int nv = (int)((n + 15) / 16), last = (int)(n - 16 * (nv - 1));
@@ -181,12 +194,121 @@ static C1_TARGET void unit(const float *const ar[MR], int64_t ks, const float *x
         }
     }
 }
+
+#define C1_TARGET2 __attribute__((target("avx2,fma")))
+
+/* The AVX2 tile: as tile, in MR x NV2 accumulators of 8 lanes (12 of the
+ * 16 ymm registers; two more hold x's vectors, one the broadcast weight).
+ * masked: the last vector is loaded and stored under m (vmaskmovps, which
+ * neither reads nor writes the lanes m leaves out); otherwise every vector
+ * is whole and the loads are plain ones. */
+static inline __attribute__((always_inline)) C1_TARGET2 void
+tile8(const int nv, const bool masked, const float *const ar[MR], int64_t ks, const float *x,
+      int64_t xs, int64_t K, const float *bias, bool acc, int rows, float *y, int64_t P,
+      __m256i m) {
+    __m256 c[MR][NV2];
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++)
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) c[r][v] = _mm256_setzero_ps();
+    for (int64_t k = 0; k < K; k++) {
+        const float *xk = x + k * xs;
+        __m256 b[NV2];
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++)
+            b[v] = masked && v == nv - 1 ? _mm256_maskload_ps(xk + 8 * v, m)
+                                         : _mm256_loadu_ps(xk + 8 * v);
+#pragma GCC unroll 8
+        for (int r = 0; r < MR; r++) {
+            __m256 av = _mm256_broadcast_ss(&ar[r][k * ks]);
+#pragma GCC unroll 2
+            for (int v = 0; v < nv; v++) c[r][v] = _mm256_fmadd_ps(av, b[v], c[r][v]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < MR; r++) {
+        if (r >= rows) continue;
+        __m256 bb = _mm256_set1_ps(bias[r]);
+        float *yr = y + r * P;
+#pragma GCC unroll 2
+        for (int v = 0; v < nv; v++) {
+            bool part = masked && v == nv - 1;
+            __m256 o = _mm256_add_ps(c[r][v], !acc   ? bb
+                                              : part ? _mm256_maskload_ps(yr + 8 * v, m)
+                                                     : _mm256_loadu_ps(yr + 8 * v));
+            if (part)
+                _mm256_maskstore_ps(yr + 8 * v, m, o);
+            else
+                _mm256_storeu_ps(yr + 8 * v, o);
+        }
+    }
+}
+
+#define C1_TILE8(N, M, NAME)                                                                       \
+    static C1_TARGET2 void NAME(const float *const ar[MR], int64_t ks, const float *x, int64_t xs, \
+                                int64_t K, const float *bias, bool acc, int rows, float *y,        \
+                                int64_t P, __m256i m) {                                            \
+        tile8(N, M, ar, ks, x, xs, K, bias, acc, rows, y, P, m);                                   \
+    }
+C1_TILE8(1, true, tile8_1m)
+C1_TILE8(2, false, tile8_2)
+C1_TILE8(2, true, tile8_2m)
+
+/* x's pixels [j0, j1) (rows P apart) as strips of NR2 pixels, k-major:
+ * s[(t * K + k) * NR2 + p] = x[k][j0 + t * NR2 + p], zeros past j1. */
+static C1_TARGET2 void pack_strips(const float *x, int64_t P, int64_t K, int64_t j0, int64_t j1,
+                                   float *s) {
+    for (int64_t j = j0, t = 0; j < j1; j += NR2, t++) {
+        int64_t n = j1 - j < NR2 ? j1 - j : NR2;
+        for (int64_t k = 0; k < K; k++) {
+            float *d = s + (t * K + k) * NR2;
+            const float *r = x + k * P + j;
+            if (n == NR2) {
+                _mm256_storeu_ps(d, _mm256_loadu_ps(r));
+                _mm256_storeu_ps(d + 8, _mm256_loadu_ps(r + 8));
+                continue;
+            }
+            memcpy(d, r, sizeof(float) * (size_t)n);
+            for (int64_t p = n; p < NR2; p++) d[p] = 0.0f;
+        }
+    }
+}
+
+/* unit512's loop in tiles of NR2 pixels, for AVX2, over K in blocks of
+ * C1_KC input channels: the tile's MR x C1_KC weights stay in the L1 while
+ * the tiles of pixels run over them, and the blocks after the first add to
+ * what y holds. x is as in unit512 (xs > 0) or packed as strips (xs 0:
+ * pack_strips, each tile's loads consecutive). */
+static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
+                               int64_t K, const float *bias, int rows, float *y, int64_t P,
+                               int64_t j0, int64_t j1) {
+    for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += C1_KC) {
+        int64_t kc = K - k0 < C1_KC ? K - k0 : C1_KC;
+        const float *ak[MR];
+        for (int r = 0; r < MR; r++) ak[r] = ar[r] + k0 * ks;
+        for (int64_t j = j0; j < j1; j += NR2) {
+            int64_t n = j1 - j < NR2 ? j1 - j : NR2;
+            int last = (int)(n - 8 * ((n - 1) / 8));
+            __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(last),
+                                           _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+            const float *xj = xs ? x + k0 * xs + (j - j0) : x + ((j - j0) / NR2 * K + k0) * NR2;
+            int64_t xr = xs ? xs : NR2;
+            if (n == NR2)
+                tile8_2(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
+            else if (n > 8)
+                tile8_2m(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
+            else
+                tile8_1m(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
+        }
+    }
+}
 #endif
 
 int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
                 const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx) {
-#if C1_AVX512
-    if (!(ext_cpu_features() & EXT_CPU_AVX512)) return 1;
+#if C1_X86
+    int level = ext_isa_level(ext_cpu_features());
+    if (level < 1) return 1;
     /* packed panels for a constant weight (kept); a runtime one is read as
      * it is (packing it on every call cost more than it saved) */
     const float *pw = wconst ? kept_packed(w, O, K) : NULL;
@@ -205,11 +327,14 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
      * when P * 4 has a large power of two in it (32x32 planes: rows 4 KiB
      * apart; with K = 1024, 32 rows to each set of a 16-way 2 MiB L2, which
      * holds 16) the chunk went to memory for every tile (docs/decisions.md:
-     * conv1x1: kiln's own AVX-512 GEMM). Then each thread copies its chunk
+     * conv1x1: kiln's own GEMM). Then each thread copies its chunk
      * into a dense buffer first. */
     int64_t pow2 = (P * (int64_t)sizeof(float)) & -(P * (int64_t)sizeof(float));
     int64_t way = C1_L2_WAY_BYTES, xs = (chunk + 15) / 16 * 16;
     bool copy = K * (pow2 < way ? pow2 : way) > C1_ALIAS_ROWS * way;
+    /* AVX2 packs a chunk as strips (unit256) when many tiles read it */
+    bool strips = level < 2 && tiles >= C1_STRIP_TILES;
+    if (strips) copy = true, xs = (chunk + NR2 - 1) / NR2 * NR2;
     int failed = 0;
 #pragma omp parallel if (N * O * K * P >= C1_PARALLEL_MIN)
     {
@@ -232,12 +357,17 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
                 ar[r] = pw ? pw + t * K * MR + r : w + (o0 + (r < rows ? r : rows - 1)) * K;
             const float *xc = x + n * K * P + j0;
             if (copy && have != u / tiles) {
-                for (int64_t k = 0; k < K; k++)
-                    memcpy(buf + k * xs, xc + k * P, sizeof(float) * (size_t)(j1 - j0));
+                if (strips)
+                    pack_strips(xc - j0, P, K, j0, j1, buf);
+                else
+                    for (int64_t k = 0; k < K; k++)
+                        memcpy(buf + k * xs, xc + k * P, sizeof(float) * (size_t)(j1 - j0));
                 have = u / tiles;
             }
             int64_t off = (n * O + o0) * P;
-            unit(ar, pw ? MR : 1, copy ? buf : xc, copy ? xs : P, K, b, rows, y + off, P, j0, j1);
+            int64_t xr = strips ? 0 : copy ? xs : P;
+            (level >= 2 ? unit512 : unit256)(ar, pw ? MR : 1, copy ? buf : xc, xr, K, b, rows,
+                                             y + off, P, j0, j1);
             if (!epi) continue;
             if (j0 == 0 && j1 == P)
                 epi(ctx, y, off, rows * P);
