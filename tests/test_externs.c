@@ -135,8 +135,41 @@ TEST(externs_matmul_one_row) {
 /* A constant b (ext_matmul_const_epi): oneDNN with b reordered once for
  * 2-D products, batches of 1 and folded batches whose a has unit column
  * stride; the rest on OpenBLAS. Every case against the naive product. */
+static void check_const_views(void);
+
 TEST(externs_matmul_const) {
     mm_const_mode = true;
+    check_const_views();
+    mm_const_mode = false;
+}
+
+/* The same products with B held plain and held transposed (where oneDNN
+ * leaves B plain, the first call times both: matmul_dnnl.c, mm_try): each
+ * layout against the naive product, and the kernel's note names the
+ * transposed one. */
+TEST(externs_matmul_const_layouts) {
+    mm_const_mode = true;
+    for (int mode = 1; mode <= 2; mode++) {
+        ext_set_mm_layout(mode);
+        check_const_views();
+        int64_t M = 20, K = 64, N = 200, cs[2] = {M, N};
+        float *a = randbuf(M * K, 31), *b = randbuf(K * N, 32);
+        ExtView av = {2, {M, K}, {K, 1}, 0}, bv = {2, {K, N}, {N, 1}, 0};
+        ext_dnnl_impl_reset();
+        CHECK(!check_mm(a, &av, b, &bv, 2, cs));
+        const char *impl = ext_dnnl_last_impl();
+        bool plain = impl && strstr(impl, "gemm");
+        EXPECT(!plain || (mode == 2) == (strstr(impl, "B transposed") != NULL), "mode %d: %s", mode,
+               impl);
+        if (!plain) printf("  oneDNN blocks B on this ISA (%s): no layout to choose\n", impl);
+        ext_kept_forget_all(b, sizeof(float) * (size_t)(K * N));
+        free(a), free(b);
+    }
+    ext_set_mm_layout(0);
+    mm_const_mode = false;
+}
+
+static void check_const_views(void) {
     int before = ext_matmul_dnnl_count();
     static const int64_t sizes[][3] = {
         {1, 1, 1}, {7, 13, 5}, {33, 17, 65}, {1, 64, 3}, {40, 96, 1030}};
@@ -185,7 +218,6 @@ TEST(externs_matmul_const) {
     int64_t c3[3] = {3, M, N};
     CHECK(!check_mm(a, &a3, b, &b3, 3, c3));
     ext_kept_forget_all(b, sizeof(float) * (size_t)(3 * K * N));
-    mm_const_mode = false;
     free(a);
     free(b);
 }

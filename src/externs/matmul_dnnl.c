@@ -10,7 +10,8 @@
  * Constant-weight matmuls on oneDNN).
  *
  * How: one primitive per (M, K, N, A's row stride, B's strides, threads),
- * made on first use and kept in a small cache; B's blocked copy is kept
+ * made on first use and kept in a small cache (where oneDNN leaves B plain,
+ * the first use also times B transposed and keeps the faster: mm_try); B's blocked copy is kept
  * under its address, strides and layout (ExtKept, as conv_dnnl.c's
  * weights) until the program is freed (ext_kept_forget_all). A call
  * computes all of C at once, then runs the epilogue over it in pieces.
@@ -50,6 +51,8 @@ typedef struct {
     dnnl_stream_t stream;
     char impl[32]; /* oneDNN's implementation ("gemm:jit", "brg:avx512_core", ...) */
     bool busy, uncached;
+    bool transposed; /* B's layout given as K-contiguous (ba), not left to oneDNN */
+    bool tried;      /* the layouts have been timed against each other (mm_try) */
 } DnnlMm;
 
 #define CACHE_SIZE 64
@@ -79,7 +82,8 @@ static dnnl_status_t mm_make(DnnlMm *d) {
     dnnl_memory_desc_t src, wei, wei_any, dst;
     dnnl_status_t st = dnnl_memory_desc_init_by_strides(&src, nd, da + o, dnnl_f32, sa + o);
     if (!st) st = dnnl_memory_desc_init_by_strides(&wei, nd, db + o, dnnl_f32, sb + o);
-    if (!st) st = dnnl_memory_desc_init_by_tag(&wei_any, nd, db + o, dnnl_f32, dnnl_format_tag_any);
+    dnnl_format_tag_t wtag = !d->transposed ? dnnl_format_tag_any : b3 ? dnnl_acb : dnnl_ba;
+    if (!st) st = dnnl_memory_desc_init_by_tag(&wei_any, nd, db + o, dnnl_f32, wtag);
     if (!st) st = dnnl_memory_desc_init_by_tag(&dst, nd, dc + o, dnnl_f32, b3 ? dnnl_abc : dnnl_ab);
     dnnl_matmul_desc_t md;
     if (!st) st = dnnl_matmul_desc_init(&md, &src, &wei_any, NULL, &dst);
@@ -238,6 +242,103 @@ static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
     return k ? k->data : NULL;
 }
 
+/* ---- the layout of B, tried ---- */
+
+/* Where oneDNN leaves B plain (its gemm kernels, without AVX-512's brgemm),
+ * the same product with B transposed (K-contiguous) can be twice as fast
+ * or slower, by shape: on a Zen 3, [128, 256] @ [256, 1024] took 1.66 ms
+ * with B plain and 0.82 transposed, [40, 512] @ [512, 8210] 6.5 and 8.1
+ * (docs/decisions.md: Constant-weight matmuls on oneDNN). So the first call
+ * of a new shape times both on its own operands (TRY_RUNS each, taking
+ * turns, the best of each) and keeps the transposed layout only when it
+ * was faster by TRY_MARGIN, so that noise does not flip a near tie. */
+enum { TRY_RUNS = 3 };
+#define TRY_MARGIN 0.9
+
+/* 0: time the layouts; 1: keep B plain; 2: take B transposed (tests) */
+static int try_mode;
+#ifdef KILN_TESTING
+#include "testing.h"
+void ext_set_mm_layout(int mode) {
+    pthread_mutex_lock(&lock);
+    try_mode = mode;
+    for (int i = 0; i < CACHE_SIZE; i++)
+        if (cache[i] && !cache[i]->busy) {
+            mm_free(cache[i]);
+            cache[i] = NULL;
+        }
+    pthread_mutex_unlock(&lock);
+}
+#endif
+
+static bool b_plain(const DnnlMm *d) {
+    dnnl_memory_desc_t plain;
+    int nd = d->key[K_BATCH] > 1 ? 3 : 2, o = nd == 3 ? 0 : 1;
+    dnnl_dims_t db = {1, d->key[K_K], d->key[K_N]};
+    return !dnnl_memory_desc_init_by_tag(&plain, nd, db + o, dnnl_f32,
+                                         nd == 3 ? dnnl_abc : dnnl_ab) &&
+           dnnl_memory_desc_equal(&plain, &d->wei_md);
+}
+
+/* c = a @ B on d, B in d's layout at wb. */
+static dnnl_status_t mm_exec(DnnlMm *d, const float *a, void *wb, float *c) {
+    dnnl_memory_t wmem = d->wei_in ? d->mem[M_WEI] : d->mem[M_WEI_PLAIN];
+    dnnl_status_t st = dnnl_memory_set_data_handle(d->mem[M_SRC], (void *)a);
+    if (!st) st = dnnl_memory_set_data_handle(wmem, wb);
+    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_DST], c);
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, d->mem[M_SRC]},
+                               {DNNL_ARG_WEIGHTS, wmem},
+                               {DNNL_ARG_DST, d->mem[M_DST]},
+                               {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]}};
+    return st ? st : exec(d, d->mm, d->mem[M_PAD] ? 4 : 3, args);
+}
+
+/* mm_exec's time in ms, or -1 when it failed. */
+static double mm_time(DnnlMm *d, const float *a, void *wb, float *c) {
+    double t0 = util_now_ms();
+    return mm_exec(d, a, wb, c) ? -1.0 : util_now_ms() - t0;
+}
+
+/* d (fresh, B plain) against the same product with B transposed, timed on
+ * a, b and c; d takes the transposed primitive when it wins. Whatever
+ * fails here leaves d as it is: the trial is only a choice. */
+static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
+    d->tried = true;
+    if (!b_plain(d)) return;
+    DnnlMm *t = calloc(1, sizeof *t);
+    if (!t) return;
+    memcpy(t->key, d->key, sizeof t->key);
+    t->transposed = true;
+    void *raw[2] = {NULL, NULL}, *wb[2] = {(void *)b, NULL};
+    bool ok = mm_make(t) == dnnl_success && t->wei_in;
+    DnnlMm *both[2] = {d, t};
+    for (int i = 0; i < 2 && ok; i++) {
+        if (!both[i]->wei_in) continue;
+        ok = (raw[i] = kmalloc(both[i]->wei_bytes + KILN_ALIGN - 1)) != NULL;
+        if (ok) ok = reorder_b(both[i], b, wb[i] = util_on_line(raw[i])) == dnnl_success;
+    }
+    double best[2] = {try_mode == 2 ? 1e30 : 1.0, try_mode == 2 ? 0.0 : 1.0};
+    for (int r = 0; r < TRY_RUNS && ok && !try_mode; r++)
+        for (int i = 0; i < 2 && ok; i++) {
+            double ms = mm_time(both[i], a, wb[i], c);
+            ok = ms >= 0;
+            if (ok && ms < best[i]) best[i] = ms;
+        }
+    if (ok && best[1] < TRY_MARGIN * best[0]) { /* the transposed one, in d's place */
+        DnnlMm keep = *d;
+        *d = *t;
+        d->busy = keep.busy;
+        d->uncached = keep.uncached;
+        d->tried = true;
+        *t = keep;
+        size_t n = strlen(d->impl);
+        util_fmt(d->impl + n, sizeof d->impl - n, ", B transposed");
+    }
+    kfree(raw[0]);
+    kfree(raw[1]);
+    mm_free(t);
+}
+
 /* ---- the call ---- */
 
 bool ext_matmul_dnnl_takes(const ExtView *av, const ExtView *bv, int64_t M) {
@@ -270,6 +371,7 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
                             batch > 1 ? av->stride[0] : M * srow};
     bool oom;
     DnnlMm *d = mm_take(key, &oom);
+    if (d && !d->tried) mm_try(d, a + av->offset, b + bv->offset, c);
     ext_dnnl_impl_note(d ? d->impl : "");
     if (!d) return oom ? -1 : 1;
     void *wb = (void *)(b + bv->offset), *own = NULL;
@@ -287,15 +389,7 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
             st = dnnl_out_of_memory;
         }
     }
-    dnnl_memory_t wmem = d->wei_in ? d->mem[M_WEI] : d->mem[M_WEI_PLAIN];
-    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_SRC], (void *)(a + av->offset));
-    if (!st) st = dnnl_memory_set_data_handle(wmem, wb);
-    if (!st) st = dnnl_memory_set_data_handle(d->mem[M_DST], c);
-    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, d->mem[M_SRC]},
-                               {DNNL_ARG_WEIGHTS, wmem},
-                               {DNNL_ARG_DST, d->mem[M_DST]},
-                               {DNNL_ARG_SCRATCHPAD, d->mem[M_PAD]}};
-    if (!st) st = exec(d, d->mm, d->mem[M_PAD] ? 4 : 3, args);
+    if (!st) st = mm_exec(d, a + av->offset, wb, c);
     kfree(own);
     mm_give(d);
     if (st) return st == dnnl_out_of_memory ? -1 : 1;
