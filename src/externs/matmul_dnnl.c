@@ -11,9 +11,10 @@
  *
  * How: one primitive per (M, K, N, A's row stride, B's strides, threads),
  * made on first use and kept in a small cache (where oneDNN leaves B plain,
- * the first use also times B transposed and keeps the faster: mm_try); B's blocked copy is kept
- * under its address, strides and layout (ExtKept, as conv_dnnl.c's
- * weights) until the program is freed (ext_kept_forget_all). A call
+ * the first use also times B transposed and keeps the faster: mm_try);
+ * B's blocked copy is kept under its address, strides and layout (ExtKept,
+ * as conv_dnnl.c's weights) until the program is freed
+ * (ext_kept_forget_all). A call
  * computes all of C at once, then runs the epilogue over it in pieces.
  * Concurrent calls each take an entry no other call holds (busy), making
  * another when every match is busy.
@@ -309,8 +310,10 @@ static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
     if (!t) return;
     memcpy(t->key, d->key, sizeof t->key);
     t->transposed = true;
-    void *raw[2] = {NULL, NULL}, *wb[2] = {(void *)b, NULL};
-    bool ok = mm_make(t) == dnnl_success && t->wei_in;
+    /* B as it is where a primitive takes it so (a transposed view of B for
+     * t), else reordered into raw */
+    void *raw[2] = {NULL, NULL}, *wb[2] = {(void *)b, (void *)b};
+    bool ok = mm_make(t) == dnnl_success;
     DnnlMm *both[2] = {d, t};
     for (int i = 0; i < 2 && ok; i++) {
         if (!both[i]->wei_in) continue;
