@@ -33,10 +33,12 @@ void ext_set_conv_backend(ExtConvBackend b);
  * matrices still cross block boundaries (process-wide; 0: the policy). */
 void ext_set_epilogue_rows(int64_t rows);
 
-/* matmul_dnnl.c: the layout a constant B takes where oneDNN leaves it
- * plain (process-wide): 0 the faster of plain and transposed, timed on the
- * first call (the default); 1 plain; 2 transposed. Also drops the cached
- * primitives, so that the next calls choose again. */
+/* matmul_dnnl.c: how a constant-B product runs where oneDNN leaves B
+ * plain (process-wide): 0 the fastest of the three below, timed on its
+ * first call (the default); 1 oneDNN, B plain; 2 oneDNN, B transposed; 3
+ * OpenBLAS's sgemm on B's plain copy (a single 2-D product; a batched one
+ * stays plain). Also drops the cached primitives, so that the next calls
+ * choose again. */
 void ext_set_mm_layout(int mode);
 
 /* jit.c: kernels of at least this many bytes of C compile as two

@@ -33,6 +33,7 @@
  * than memory. Out of memory anywhere is -1, as every extern reports it.
  */
 #include "externs/externs.h"
+#include <cblas.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
@@ -54,6 +55,7 @@ typedef struct {
     bool busy, uncached;
     bool transposed; /* B's layout given as K-contiguous (ba), not left to oneDNN */
     bool tried;      /* the layouts have been timed against each other (mm_try) */
+    bool blas;       /* OpenBLAS's sgemm runs it, on B's plain copy (mm_try) */
 } DnnlMm;
 
 #define CACHE_SIZE 64
@@ -247,16 +249,19 @@ static void *kept_b(DnnlMm *d, const float *b, bool *oom) {
 
 /* Where oneDNN leaves B plain (its gemm kernels, without AVX-512's brgemm),
  * the same product with B transposed (K-contiguous) can be twice as fast
- * or slower, by shape: on a Zen 3, [128, 256] @ [256, 1024] took 1.66 ms
- * with B plain and 0.82 transposed, [40, 512] @ [512, 8210] 6.5 and 8.1
+ * or slower, by shape, and OpenBLAS's sgemm on B's plain copy faster
+ * still on others: on a Zen 3, [128, 256] @ [256, 1024] took 1.66 ms with
+ * B plain and 0.82 transposed, [40, 512] @ [512, 8210] 6.5 and 8.1, and
+ * [20, 1024] @ [1024, 8210] 9.8 on oneDNN either way and 6.5 on OpenBLAS
  * (docs/decisions.md: Constant-weight matmuls on oneDNN). So the first call
- * of a new shape times both on its own operands (TRY_RUNS each, taking
- * turns, the best of each) and keeps the transposed layout only when it
- * was faster by TRY_MARGIN, so that noise does not flip a near tie. */
-enum { TRY_RUNS = 3 };
+ * of a new product times the three on its own operands (TRY_RUNS each,
+ * taking turns, the best of each; OpenBLAS only for a single 2-D product)
+ * and leaves the plain layout on oneDNN only for one that was faster by
+ * TRY_MARGIN, so that noise does not flip a near tie. */
+enum { TRY_RUNS = 3, TRY_PLAIN = 0, TRY_TRANSPOSED, TRY_BLAS, TRY_COUNT };
 #define TRY_MARGIN 0.9
 
-/* 0: time the layouts; 1: keep B plain; 2: take B transposed (tests) */
+/* 0: time them; 1 + TRY_*: take that one (tests) */
 static int try_mode;
 #ifdef KILN_TESTING
 #include "testing.h"
@@ -294,15 +299,31 @@ static dnnl_status_t mm_exec(DnnlMm *d, const float *a, void *wb, float *c) {
     return st ? st : exec(d, d->mm, d->mem[M_PAD] ? 4 : 3, args);
 }
 
-/* mm_exec's time in ms, or -1 when it failed. */
-static double mm_time(DnnlMm *d, const float *a, void *wb, float *c) {
-    double t0 = util_now_ms();
-    return mm_exec(d, a, wb, c) ? -1.0 : util_now_ms() - t0;
+/* c = a @ B by OpenBLAS's sgemm, B plain (K x N, row-major) at wb; a as
+ * d's key has it: rows dense (K_SAC 1) or a transpose (columns dense). */
+static void mm_blas(const DnnlMm *d, const float *a, const void *wb, float *c) {
+    const int64_t *k = d->key;
+    bool at = k[K_SAC] != 1;
+    ext_blas_init();
+    cblas_sgemm(CblasRowMajor, at ? CblasTrans : CblasNoTrans, CblasNoTrans, (int)k[K_M],
+                (int)k[K_N], (int)k[K_K], 1.0f, a, (int)(at ? k[K_SAC] : k[K_SA]),
+                (const float *)wb, (int)k[K_N], 0.0f, c, (int)k[K_N]);
 }
 
-/* d (fresh, B plain) against the same product with B transposed, timed on
- * a, b and c; d takes the transposed primitive when it wins. Whatever
- * fails here leaves d as it is: the trial is only a choice. */
+/* The product's time in ms on d (blas: by mm_blas), or -1 when it failed. */
+static double mm_time(DnnlMm *d, bool blas, const float *a, void *wb, float *c) {
+    double t0 = util_now_ms();
+    if (blas)
+        mm_blas(d, a, wb, c);
+    else if (mm_exec(d, a, wb, c))
+        return -1.0;
+    return util_now_ms() - t0;
+}
+
+/* d (fresh, B plain) against the same product with B transposed and on
+ * OpenBLAS, timed on a, b and c; d takes the transposed primitive, or its
+ * blas flag, when one wins. Whatever fails here leaves d as it is: the
+ * trial is only a choice. */
 static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
     d->tried = true;
     if (!b_plain(d)) return;
@@ -320,14 +341,26 @@ static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
         ok = (raw[i] = kmalloc(both[i]->wei_bytes + KILN_ALIGN - 1)) != NULL;
         if (ok) ok = reorder_b(both[i], b, wb[i] = util_on_line(raw[i])) == dnnl_success;
     }
-    double best[2] = {try_mode == 2 ? 1e30 : 1.0, try_mode == 2 ? 0.0 : 1.0};
+    /* OpenBLAS on d's plain copy, for one 2-D product (a batch would pack B
+     * once per batch) */
+    int tries = d->key[K_BATCH] == 1 ? TRY_COUNT : TRY_BLAS;
+    double best[TRY_COUNT];
+    for (int i = 0; i < TRY_COUNT; i++) best[i] = !try_mode ? 1e30 : i == try_mode - 1 ? 0.0 : 1.0;
     for (int r = 0; r < TRY_RUNS && ok && !try_mode; r++)
-        for (int i = 0; i < 2 && ok; i++) {
-            double ms = mm_time(both[i], a, wb[i], c);
+        for (int i = 0; i < tries && ok; i++) {
+            int on = i == TRY_BLAS ? TRY_PLAIN : i;
+            double ms = mm_time(both[on], i == TRY_BLAS, a, wb[on], c);
             ok = ms >= 0;
             if (ok && ms < best[i]) best[i] = ms;
         }
-    if (ok && best[1] < TRY_MARGIN * best[0]) { /* the transposed one, in d's place */
+    int win = TRY_PLAIN;
+    for (int i = 1; i < tries; i++)
+        if (best[i] < TRY_MARGIN * best[TRY_PLAIN] && best[i] < best[win]) win = i;
+    if (ok && win == TRY_BLAS) {
+        d->blas = true;
+        util_fmt(d->impl, sizeof d->impl, "OpenBLAS sgemm (faster here)");
+    }
+    if (ok && win == TRY_TRANSPOSED) { /* the transposed one, in d's place */
         DnnlMm keep = *d;
         *d = *t;
         d->busy = keep.busy;
@@ -392,7 +425,10 @@ int ext_matmul_dnnl(const float *a, const ExtView *av, const float *b, const Ext
             st = dnnl_out_of_memory;
         }
     }
-    if (!st) st = mm_exec(d, a + av->offset, wb, c);
+    if (!st && d->blas)
+        mm_blas(d, a + av->offset, wb, c);
+    else if (!st)
+        st = mm_exec(d, a + av->offset, wb, c);
     kfree(own);
     mm_give(d);
     if (st) return st == dnnl_out_of_memory ? -1 : 1;

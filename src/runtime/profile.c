@@ -244,7 +244,10 @@ void prof_print(const RtProf *p, FILE *f) {
             fprintf(f, " %7s", "-");
         fprintf(f, "  %s", c->path);
         if (c->impl[0])
-            fprintf(f, strcmp(c->impl, "declined") ? " [oneDNN ran %s]" : " [oneDNN %s it]",
+            fprintf(f,
+                    !strncmp(c->impl, "OpenBLAS", 8) ? " [%s]"
+                    : strcmp(c->impl, "declined")    ? " [oneDNN ran %s]"
+                                                     : " [oneDNN %s it]",
                     c->impl);
         fprintf(f, "\n");
     }
