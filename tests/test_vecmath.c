@@ -298,6 +298,26 @@ TEST(vecmath_relu_max_min) {
     CHECK(isnan(kiln_max(NAN, 1.0f)) && isnan(kiln_max(1.0f, NAN)));
     CHECK(isnan(kiln_min(NAN, 1.0f)) && isnan(kiln_min(1.0f, NAN)));
     CHECK(kiln_max(-INFINITY, 0.0f) == 0.0f && kiln_min(INFINITY, 0.0f) == 0.0f);
+    /* bit for bit the definition, (a > b) | isnan(a) ? a : b (and < for
+     * min), on every pair of signed zeros, infinities, denormals, NaNs of
+     * two payloads and signs, and ordinary values: ties give b, a NaN its
+     * own payload */
+    static const uint32_t bits[] = {0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u,
+                                    0x00000001u, 0x80000001u, 0x7fc00000u, 0xffc00001u,
+                                    0x7f800001u, 0x3f800000u, 0xbf800000u, 0x7f7fffffu};
+    enum { NB = sizeof bits / sizeof bits[0] };
+    for (int i = 0; i < NB; i++)
+        for (int j = 0; j < NB; j++) {
+            float a, b, mx, mn, wmx, wmn;
+            uint32_t gx, gn;
+            memcpy(&a, &bits[i], 4), memcpy(&b, &bits[j], 4);
+            mx = kiln_max(a, b), mn = kiln_min(a, b);
+            wmx = (a > b) || isnan(a) ? a : b;
+            wmn = (a < b) || isnan(a) ? a : b;
+            memcpy(&gx, &mx, 4), memcpy(&gn, &mn, 4);
+            EXPECT(!memcmp(&mx, &wmx, 4) && !memcmp(&mn, &wmn, 4),
+                   "max/min of 0x%08x, 0x%08x: 0x%08x 0x%08x", bits[i], bits[j], gx, gn);
+        }
 }
 
 TEST(vecmath_compare_where) {

@@ -522,8 +522,8 @@ const char *cg_rop_identity(ReduceOp op) {
  * loads are in flight; docs/decisions.md: Sums accumulate in float); max
  * and min are exact and raise a NaN flag, because OpenMP combines the lanes
  * with a max that may drop a NaN; with the flag, the max in the loop may
- * drop it too (kiln_red_max: one vmaxps, not kiln_max's two compares and
- * a blend). After the loop the row's value is a float. */
+ * drop it too (kiln_red_max: one vmaxps, not kiln_max's compare, vmaxps
+ * and blend). After the loop the row's value is a float. */
 static void gen_reduction_member(KGen *K, int i) {
     if (K->outer.xin >= 0) {
         cg_gen_outer_reduction_member(K, i);

@@ -214,22 +214,23 @@ KILN_VM_INLINE float kiln_rcp_scale(float d) {
     return kiln_vm_sel(kiln_vm_abs(d) < 0x1p-100f, 0x1p100f, 1.0f);
 }
 
-/* torch.maximum / torch.minimum: NaN if either operand is NaN. */
-KILN_VM_INLINE float kiln_max(float a, float b) {
-    return kiln_vm_sel((a > b) | (a != a), a, b);
-}
-
-KILN_VM_INLINE float kiln_min(float a, float b) {
-    return kiln_vm_sel((a < b) | (a != a), a, b);
-}
-
 /* max and min for a reduction that raises its own NaN flag (codegen's
  * inner reductions, which are `omp simd` loops): a NaN may be dropped
  * here, so a plain `?:`, which GCC turns into one vmaxps / vminps (x86's
- * max is exactly acc > v ? acc : v) instead of kiln_max's two compares,
- * a mask OR and a blend. */
+ * max is exactly acc > v ? acc : v). */
 KILN_VM_INLINE float kiln_red_max(float acc, float v) { return acc > v ? acc : v; }
 KILN_VM_INLINE float kiln_red_min(float acc, float v) { return acc < v ? acc : v; }
+
+/* torch.maximum / torch.minimum: NaN if either operand is NaN. a's NaN by
+ * the select, b's by x86's max itself (a > NaN is false: b), so one
+ * compare, a vmaxps and a blend; the same bits as the select of
+ * (a > b) | (a != a) it replaced (two compares, an OR and a blend), whose
+ * chains made a 3x3 max pool's window kernel 1.6x slower on a Zen 3
+ * (docs/decisions.md: Pools: a materialized pad for 3-D and strided padded
+ * windows). */
+KILN_VM_INLINE float kiln_max(float a, float b) { return kiln_vm_sel(a != a, a, kiln_red_max(a, b)); }
+
+KILN_VM_INLINE float kiln_min(float a, float b) { return kiln_vm_sel(a != a, a, kiln_red_min(a, b)); }
 
 /* Comparisons as 0/1 floats. Not `(float)(a < b)`: GCC turns that into a
  * branch, then sinks the work of a later kiln_wheref into it. */
