@@ -752,6 +752,38 @@ static const char *const split_progs[][2] = {
     {"0", "input a: f32[3, 40]\ninput b: f32[3, 24]\ny = cat([a, b], dim=1)\noutput y\n"},
 };
 
+/* A pointwise kernel whose loads are guarded by tests of its last dim
+ * alone (a pad, a concat along the last dim) runs its innermost loop as
+ * consecutive loops between the points where a test changes (inner_splits
+ * in codegen.c), the parts shorter than a vector marked as such: a pool's
+ * padded input, 2 points, and a pad on one side, 1, each with short
+ * parts; a concat along the inner dim, 1 (parts of 40 and 24); nothing
+ * guarded, and a row reduction, none. */
+static const char *const inner_progs[][2] = {
+    {"x2 split at 2 points", "input x: f32[2, 8, 64, 60]\n"
+                             "y = max_pool2d(relu(x), 3, stride=2, padding=1)\noutput y\n"},
+    {"x1 split at 1 point", "input x: f32[40, 50]\ny = pad(x, [3, 0]) * 2\noutput y\n"},
+    {"x1 split at 1 point",
+     "input a: f32[3, 40]\ninput b: f32[3, 24]\ny = cat([a, b], dim=1)\noutput y\n"},
+    {"", "input x: f32[40, 50]\ny = exp(x) * 2\noutput y\n"},
+    {"", "input x: f32[40, 50]\ny = sum(pad(x, [1, 1]), dim=1)\noutput y\n"},
+};
+
+TEST(codegen_inner_loop_split) {
+    for (size_t i = 0; i < sizeof inner_progs / sizeof *inner_progs; i++) {
+        CgOutput out;
+        Plan *p = generate_program("inner", inner_progs[i][1], &out);
+        if (!p) continue;
+        const char *want = inner_progs[i][0];
+        bool split = strstr(out.source, "the inner loop's guards") != NULL;
+        EXPECT(*want ? strstr(out.source, want) != NULL : !split, "program %zu: want '%s'", i,
+               want);
+        EXPECT(i > 1 || strstr(out.source, CG_SHORT_MARK), "program %zu: no short part marked", i);
+        cg_free(&out);
+        plan_free(p);
+    }
+}
+
 TEST(codegen_outer_loop_split) {
     for (size_t i = 0; i < sizeof split_progs / sizeof *split_progs; i++) {
         CgOutput out;

@@ -901,6 +901,24 @@ TEST(fused_outer_loop_split) {
     leave_cache();
 }
 
+/* The inner loops split where their guards change (codegen.c,
+ * inner_splits), fused against the interpreter: a pool's padded input, a
+ * pad on each side alone, a concat along the last dim, a reflect pad. */
+TEST(fused_inner_loop_split) {
+    enter_cache();
+    static const char *const progs[] = {
+        "input x: f32[2, 8, 64, 60]\ny = max_pool2d(relu(x), 3, stride=2, padding=1)\noutput y\n",
+        "input x: f32[40, 50]\ny = pad(x, [3, 0]) * 2\noutput y\n",
+        "input x: f32[40, 50]\ny = pad(x, [0, 5], value=-1) + 1\noutput y\n",
+        "input a: f32[3, 40]\ninput b: f32[3, 24]\ny = cat([a, b], dim=1)\noutput y\n",
+        "input a: f32[6, 7]\ninput b: f32[6, 30]\ninput c: f32[6, 1]\n"
+        "y = exp(cat([a, b, c], dim=1))\noutput y\n",
+        "input x: f32[5, 33]\ny = pad(x, [2, 2], mode=\"reflect\") * 3\noutput y\n",
+    };
+    check_programs(progs, (int)(sizeof progs / sizeof progs[0]), "inner", 121);
+    leave_cache();
+}
+
 /* ===== every target tier =============================================================== */
 
 /* The examples and the first TIER_PROGRAMS random programs again at every

@@ -261,7 +261,7 @@ static void region_text(KGen *K, Str *o) {
 #define SPLIT_MAX 64
 
 typedef struct {
-    int nvars;
+    int nvars, var; /* the member's vars; the one split */
     int64_t extent;
     int64_t at[SPLIT_MAX];
     int n;
@@ -290,14 +290,16 @@ static int64_t crossing(int64_t c, int64_t off, int64_t bound) {
     return c > 0 ? -floor_div(-(bound - off), c) : floor_div(bound - off, c) + 1;
 }
 
+/* The points where a select on var sp->var alone changes its test. */
 static void split_select(const Expr *e, void *ud) {
     Splits *sp = ud;
     int64_t coef[MAXL], off;
-    if (!ix_affine(e->index, sp->nvars, coef, &off) || coef[0] == 0) return;
-    for (int d = 1; d < sp->nvars; d++)
-        if (coef[d]) return;
-    if (e->lo != EX_NOLO) split_add(sp, crossing(coef[0], off, e->lo));
-    if (e->hi != EX_NOHI) split_add(sp, crossing(coef[0], off, e->hi));
+    int v = sp->var;
+    if (!ix_affine(e->index, sp->nvars, coef, &off) || coef[v] == 0) return;
+    for (int d = 0; d < sp->nvars; d++)
+        if (coef[d] && d != v) return;
+    if (e->lo != EX_NOLO) split_add(sp, crossing(coef[v], off, e->lo));
+    if (e->hi != EX_NOHI) split_add(sp, crossing(coef[v], off, e->hi));
 }
 
 static int cmp_i64(const void *a, const void *b) {
@@ -312,7 +314,7 @@ static int outer_splits(KGen *K, int64_t *at) {
     const Loop *l = &K->loop[K->pnest[0]];
     if (l->lo || l->hi || l->step != 1 || K->loop_of[0] != K->pnest[0]) return 0;
     if (K->ndims > 1 && K->loop_of[1] == K->pnest[0]) return 0; /* dims merged */
-    Splits sp = {.extent = l->extent};
+    Splits sp = {.extent = l->extent, .var = 0};
     for (int i = 0; i < K->k->n; i++) {
         const Buffer *b = member_buf(K, i);
         sp.nvars = cg_member_vars(snode(K->g, K->k->members[i]));
@@ -324,15 +326,106 @@ static int outer_splits(KGen *K, int64_t *at) {
     return sp.n;
 }
 
+/* At most this many points split the innermost loop (each range is a copy
+ * of its body). */
+#define INNER_SPLIT_MAX 8
+
+/* The points at which to split the row nest's innermost loop, a pointwise
+ * kernel's last dim alone (sorted, inside it), or 0: as outer_splits, for
+ * the border tests of a pad or a concat along the last dim (a pool's
+ * padded input: each row's first and last elements read nothing, the ones
+ * between always read; with the loop split there GCC drops the masked
+ * loads of the middle range: resnet18's 64 x 114 x 114 pad ran in a third
+ * of the time on a Zen 3, docs/decisions.md: Pools: a materialized pad for
+ * 3-D and strided padded windows). */
+static int inner_splits(KGen *K, int64_t *at) {
+    int d = K->ndims - 1;
+    if (K->k->kind != KK_POINTWISE || K->npl < 1 || K->epi.on || K->st.on || K->st.prefetch ||
+        K->rp.n > 1 || d < 0)
+        return 0;
+    int L = K->pnest[K->npl - 1];
+    const Loop *l = &K->loop[L];
+    if (l->lo || l->hi || l->step != 1 || K->loop_of[d] != L || K->div[d] != 1) return 0;
+    if (d > 0 && K->loop_of[d - 1] == L) return 0; /* dims merged */
+    Splits sp = {.extent = l->extent, .var = d};
+    for (int i = 0; i < K->k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        sp.nvars = cg_member_vars(snode(K->g, K->k->members[i]));
+        if (sp.nvars != K->ndims) return 0;
+        if (b->expr) ex_selects(b->expr, split_select, &sp);
+    }
+    if (sp.over || sp.n < 1 || sp.n > INNER_SPLIT_MAX) return 0;
+    qsort(sp.at, (size_t)sp.n, sizeof *sp.at, cmp_i64);
+    memcpy(at, sp.at, sizeof(int64_t) * (size_t)sp.n);
+    return sp.n;
+}
+
+/* text with the loop headed `for (int64_t v = 0; v < extent; v++) {` (and
+ * the `#pragma` line just above it, if any) written once per range
+ * between the points at, each copy with its range's bounds; NULL when the
+ * loop is not found as one. */
+static const char *split_inner_text(KGen *K, const char *text, const Loop *l, const int64_t *at,
+                                    int n) {
+    const char *head = pool_printf(K->g->pool, "for (int64_t %s = 0; %s < %lld; %s++) {", l->name,
+                                   l->name, (long long)l->extent, l->name);
+    const char *h = strstr(text, head);
+    if (!h || strstr(h + 1, head)) return NULL;
+    const char *start = h; /* the header's line, or the pragma line above it */
+    while (start > text && start[-1] != '\n') start--;
+    const char *prev = start;
+    if (prev > text) {
+        prev--;
+        while (prev > text && prev[-1] != '\n') prev--;
+        const char *q = prev + strspn(prev, " ");
+        if (!strncmp(q, "#pragma", 7)) start = prev;
+    }
+    const char *body = h + strlen(head), *end = body;
+    for (int depth = 1; *end && depth > 0; end++) depth += *end == '{' ? 1 : *end == '}' ? -1 : 0;
+    if (end[-1] != '}') return NULL;
+    while (*end && *end != '\n') end++; /* the rest of the closing line */
+    if (*end) end++;
+    Str o;
+    str_init(&o, K->g->pool);
+    str_putf(&o, "%.*s", (int)(start - text), text);
+    const char *line = h; /* the header's line: its indentation */
+    while (line > text && line[-1] != '\n') line--;
+    int ind = (int)(h - line);
+    str_putf(&o,
+             "%*s/* %s split at %d point%s: the inner loop's guards are constant in each "
+             "part */\n",
+             ind, "", l->name, n, n > 1 ? "s" : "");
+    const char *mark = strstr(body, CG_INNER_MARK);
+    if (!mark || mark > end) return NULL;
+    size_t ml = strlen(CG_INNER_MARK);
+    for (int i = 0; i <= n; i++) {
+        int64_t lo = i ? at[i - 1] : 0, hi = i < n ? at[i] : l->extent;
+        str_putf(&o, "%.*sfor (int64_t %s = %lld; %s < %lld; %s++) {%.*s%s%.*s", (int)(h - start),
+                 start, l->name, (long long)lo, l->name, (long long)hi, l->name, (int)(mark - body),
+                 body, hi - lo < CG_SHORT_PART ? CG_SHORT_MARK : CG_INNER_MARK,
+                 (int)(end - mark - ml), mark + ml);
+    }
+    str_putf(&o, "%s", end);
+    return str_get(&o);
+}
+
 /* The row nest's text (as cg_nest_text writes it), its first loop split
- * at the points of outer_splits. */
+ * at the points of outer_splits, else its innermost loop at those of
+ * inner_splits. */
 static void row_nest_text(KGen *K, Str *o) {
     int64_t at[SPLIT_MAX];
     int n = outer_splits(K, at);
     Str one;
     str_init(&one, K->g->pool);
-    cg_nest_text(K, n ? &one : o, true, K->pnest, 0, K->npl, 0, 4, NULL);
-    if (!n) return;
+    if (!n) {
+        int ni = inner_splits(K, at);
+        cg_nest_text(K, ni ? &one : o, true, K->pnest, 0, K->npl, 0, 4, NULL);
+        if (!ni) return;
+        const char *split =
+            split_inner_text(K, str_get(&one), &K->loop[K->pnest[K->npl - 1]], at, ni);
+        str_putf(o, "%s", split ? split : str_get(&one));
+        return;
+    }
+    cg_nest_text(K, &one, true, K->pnest, 0, K->npl, 0, 4, NULL);
     const Loop *l = &K->loop[K->pnest[0]];
     const char *text = str_get(&one);
     const char *head = pool_printf(K->g->pool, "for (int64_t %s = 0; %s < %lld; %s++) {", l->name,

@@ -52,6 +52,11 @@
 /* The marker comment on the `for` line of every innermost loop, so a test can
  * match the compiler's vectorization report to the loops it must cover. */
 #define CG_INNER_MARK "/* inner loop */"
+/* ... and on a part of a split inner loop too short for a vector (fewer
+ * than CG_SHORT_PART iterations: a row's padded edge), which GCC leaves
+ * scalar */
+#define CG_SHORT_MARK "/* inner loop, a short part */"
+#define CG_SHORT_PART 16
 /* The line after the prototypes of the kernels' functions: what precedes
  * it every translation unit of a split compile repeats (jit.c). */
 #define CG_PROTOS_END "/* ===== end of prototypes ===== */"
