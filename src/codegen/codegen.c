@@ -343,6 +343,7 @@ static int inner_splits(KGen *K, int64_t *at) {
     if (K->k->kind != KK_POINTWISE || K->npl < 1 || K->epi.on || K->st.on || K->st.prefetch ||
         K->rp.n > 1 || d < 0)
         return 0;
+    if (K->npl < 2 && cg_is_parallel(K)) return 0; /* the worksharing loop itself */
     int L = K->pnest[K->npl - 1];
     const Loop *l = &K->loop[L];
     if (l->lo || l->hi || l->step != 1 || K->loop_of[d] != L || K->div[d] != 1) return 0;
