@@ -263,11 +263,22 @@ enum { TRY_RUNS = 3, TRY_PLAIN = 0, TRY_TRANSPOSED, TRY_BLAS, TRY_COUNT };
 
 /* 0: time them; 1 + TRY_*: take that one (tests) */
 static int try_mode;
+
+/* The choice made for each product (see choice_put). */
+typedef struct {
+    int64_t key[KEY_LEN];
+    int win; /* TRY_* */
+} MmChoice;
+
+static MmChoice choices[CACHE_SIZE];
+static int nchoices, choice_next;
+
 #ifdef KILN_TESTING
 #include "testing.h"
 void ext_set_mm_layout(int mode) {
     pthread_mutex_lock(&lock);
     try_mode = mode;
+    nchoices = choice_next = 0;
     for (int i = 0; i < CACHE_SIZE; i++)
         if (cache[i] && !cache[i]->busy) {
             mm_free(cache[i]);
@@ -324,43 +335,80 @@ static double mm_time(DnnlMm *d, bool blas, const float *a, void *wb, float *c) 
  * OpenBLAS, timed on a, b and c; d takes the transposed primitive, or its
  * blas flag, when one wins. Whatever fails here leaves d as it is: the
  * trial is only a choice. */
+/* The choice made for each product (its key) is shared by every entry
+ * made for it: two callers running the same program at once each take an
+ * entry of their own (mm_take), and these must compute the same bits, so
+ * the first trial's choice is the one every later entry takes, untimed. */
+/* The choice recorded for key, or -1 (under lock). */
+static int choice_find(const int64_t key[KEY_LEN]) {
+    for (int i = 0; i < nchoices; i++)
+        if (!memcmp(choices[i].key, key, sizeof choices[i].key)) return choices[i].win;
+    return -1;
+}
+
+/* Records win for key unless a choice is there already; returns the one
+ * that stands. */
+static int choice_put(const int64_t key[KEY_LEN], int win) {
+    pthread_mutex_lock(&lock);
+    int had = choice_find(key);
+    if (had < 0) {
+        MmChoice *e = &choices[nchoices < CACHE_SIZE ? nchoices++ : choice_next];
+        if (nchoices == CACHE_SIZE) choice_next = (choice_next + 1) % CACHE_SIZE;
+        memcpy(e->key, key, sizeof e->key);
+        e->win = win;
+    }
+    pthread_mutex_unlock(&lock);
+    return had < 0 ? win : had;
+}
+
 static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
     d->tried = true;
     if (!b_plain(d)) return;
-    DnnlMm *t = calloc(1, sizeof *t);
-    if (!t) return;
-    memcpy(t->key, d->key, sizeof t->key);
-    t->transposed = true;
-    /* B as it is where a primitive takes it so (a transposed view of B for
-     * t), else reordered into raw */
-    void *raw[2] = {NULL, NULL}, *wb[2] = {(void *)b, (void *)b};
-    bool ok = mm_make(t) == dnnl_success;
-    DnnlMm *both[2] = {d, t};
-    for (int i = 0; i < 2 && ok; i++) {
-        if (!both[i]->wei_in) continue;
-        ok = (raw[i] = kmalloc(both[i]->wei_bytes + KILN_ALIGN - 1)) != NULL;
-        if (ok) ok = reorder_b(both[i], b, wb[i] = util_on_line(raw[i])) == dnnl_success;
+    pthread_mutex_lock(&lock);
+    int win = choice_find(d->key);
+    pthread_mutex_unlock(&lock);
+    DnnlMm *t = NULL;
+    if (win < 0 || win == TRY_TRANSPOSED) {
+        if (!(t = calloc(1, sizeof *t))) return;
+        memcpy(t->key, d->key, sizeof t->key);
+        t->transposed = true;
     }
-    /* OpenBLAS on d's plain copy, for one 2-D product (a batch would pack B
-     * once per batch) */
-    int tries = d->key[K_BATCH] == 1 ? TRY_COUNT : TRY_BLAS;
-    double best[TRY_COUNT];
-    for (int i = 0; i < TRY_COUNT; i++) best[i] = !try_mode ? 1e30 : i == try_mode - 1 ? 0.0 : 1.0;
-    for (int r = 0; r < TRY_RUNS && ok && !try_mode; r++)
-        for (int i = 0; i < tries && ok; i++) {
-            int on = i == TRY_BLAS ? TRY_PLAIN : i;
-            double ms = mm_time(both[on], i == TRY_BLAS, a, wb[on], c);
-            ok = ms >= 0;
-            if (ok && ms < best[i]) best[i] = ms;
+    bool ok = !t || mm_make(t) == dnnl_success;
+    if (win < 0) {
+        /* B as it is where a primitive takes it so (a transposed view of B
+         * for t), else reordered into raw */
+        void *raw[2] = {NULL, NULL}, *wb[2] = {(void *)b, (void *)b};
+        DnnlMm *both[2] = {d, t};
+        for (int i = 0; i < 2 && ok; i++) {
+            if (!both[i]->wei_in) continue;
+            ok = (raw[i] = kmalloc(both[i]->wei_bytes + KILN_ALIGN - 1)) != NULL;
+            if (ok) ok = reorder_b(both[i], b, wb[i] = util_on_line(raw[i])) == dnnl_success;
         }
-    int win = TRY_PLAIN;
-    for (int i = 1; i < tries; i++)
-        if (best[i] < TRY_MARGIN * best[TRY_PLAIN] && best[i] < best[win]) win = i;
+        /* OpenBLAS on d's plain copy, for one 2-D product (a batch would
+         * pack B once per batch) */
+        int tries = d->key[K_BATCH] == 1 ? TRY_COUNT : TRY_BLAS;
+        double best[TRY_COUNT];
+        for (int i = 0; i < TRY_COUNT; i++)
+            best[i] = !try_mode ? 1e30 : i == try_mode - 1 ? 0.0 : 1.0;
+        for (int r = 0; r < TRY_RUNS && ok && !try_mode; r++)
+            for (int i = 0; i < tries && ok; i++) {
+                int on = i == TRY_BLAS ? TRY_PLAIN : i;
+                double ms = mm_time(both[on], i == TRY_BLAS, a, wb[on], c);
+                ok = ms >= 0;
+                if (ok && ms < best[i]) best[i] = ms;
+            }
+        win = TRY_PLAIN;
+        for (int i = 1; i < tries && ok; i++)
+            if (best[i] < TRY_MARGIN * best[TRY_PLAIN] && best[i] < best[win]) win = i;
+        kfree(raw[0]);
+        kfree(raw[1]);
+        if (ok) win = choice_put(d->key, win);
+    }
     if (ok && win == TRY_BLAS) {
         d->blas = true;
         util_fmt(d->impl, sizeof d->impl, "OpenBLAS sgemm (faster here)");
     }
-    if (ok && win == TRY_TRANSPOSED) { /* the transposed one, in d's place */
+    if (ok && t && win == TRY_TRANSPOSED) { /* the transposed one, in d's place */
         DnnlMm keep = *d;
         *d = *t;
         d->busy = keep.busy;
@@ -370,8 +418,6 @@ static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
         size_t n = strlen(d->impl);
         util_fmt(d->impl + n, sizeof d->impl - n, ", B transposed");
     }
-    kfree(raw[0]);
-    kfree(raw[1]);
     mm_free(t);
 }
 
