@@ -270,7 +270,10 @@ typedef struct {
     int win; /* TRY_* */
 } MmChoice;
 
-static MmChoice choices[CACHE_SIZE];
+/* more than the primitives cached, so that a product's choice outlives
+ * its primitives (a choice forgotten could be made again differently) */
+#define CHOICES (4 * CACHE_SIZE)
+static MmChoice choices[CHOICES];
 static int nchoices, choice_next;
 
 #ifdef KILN_TESTING
@@ -352,8 +355,13 @@ static int choice_put(const int64_t key[KEY_LEN], int win) {
     pthread_mutex_lock(&lock);
     int had = choice_find(key);
     if (had < 0) {
-        MmChoice *e = &choices[nchoices < CACHE_SIZE ? nchoices++ : choice_next];
-        if (nchoices == CACHE_SIZE) choice_next = (choice_next + 1) % CACHE_SIZE;
+        MmChoice *e;
+        if (nchoices < CHOICES) {
+            e = &choices[nchoices++];
+        } else {
+            e = &choices[choice_next];
+            choice_next = (choice_next + 1) % CHOICES;
+        }
         memcpy(e->key, key, sizeof e->key);
         e->win = win;
     }
