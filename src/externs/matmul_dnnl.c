@@ -334,15 +334,11 @@ static double mm_time(DnnlMm *d, bool blas, const float *a, void *wb, float *c) 
     return util_now_ms() - t0;
 }
 
-/* d (fresh, B plain) against the same product with B transposed and on
- * OpenBLAS, timed on a, b and c; d takes the transposed primitive, or its
- * blas flag, when one wins. Whatever fails here leaves d as it is: the
- * trial is only a choice. */
 /* The choice made for each product (its key) is shared by every entry
  * made for it: two callers running the same program at once each take an
  * entry of their own (mm_take), and these must compute the same bits, so
- * the first trial's choice is the one every later entry takes, untimed. */
-/* The choice recorded for key, or -1 (under lock). */
+ * the first trial's choice is the one every later entry takes, untimed.
+ * Here: the choice recorded for key, or -1 (under lock). */
 static int choice_find(const int64_t key[KEY_LEN]) {
     for (int i = 0; i < nchoices; i++)
         if (!memcmp(choices[i].key, key, sizeof choices[i].key)) return choices[i].win;
@@ -369,6 +365,11 @@ static int choice_put(const int64_t key[KEY_LEN], int win) {
     return had < 0 ? win : had;
 }
 
+/* d (fresh, B plain) against the same product with B transposed and on
+ * OpenBLAS, timed on a, b and c; d takes the transposed primitive, or its
+ * blas flag, when one wins. Whatever fails here leaves d as it is: the
+ * trial is only a choice. A product already chosen for (choice_find)
+ * takes that choice untimed. */
 static void mm_try(DnnlMm *d, const float *a, const float *b, float *c) {
     d->tried = true;
     if (!b_plain(d)) return;
