@@ -444,24 +444,26 @@ TEST(codegen_math_forms) {
     plan_free(p);
 }
 
-/* vecmath.h's AVX-512 exp and gelu (KILN_VM_EXP_DISPATCH,
- * KILN_VM_GELU_DISPATCH) are compiled into the programs that call exp or
- * tanh, or gelu, and left out of the others (KILN_VM_NO_EXP_DISPATCH and
- * KILN_VM_NO_GELU_DISPATCH, to save compile time: docs/decisions.md,
+/* vecmath.h's AVX-512 exp, gelu and sigmoid (KILN_VM_EXP_DISPATCH,
+ * KILN_VM_GELU_DISPATCH, KILN_VM_SIGMOID_DISPATCH) are compiled into the
+ * programs that call exp or tanh, gelu, or sigmoid, and left out of the
+ * others (KILN_VM_NO_EXP_DISPATCH, KILN_VM_NO_GELU_DISPATCH and
+ * KILN_VM_NO_SIGMOID_DISPATCH, to save compile time: docs/decisions.md,
  * Unused vector variants left out of the prelude). Those programs
  * run against the interpreter over exp's whole range: rows of 14 (8-wide
  * vectors: the padded narrow variant), rows of 1000 (16-wide), tanh, gelu,
- * and the values where exp overflows, underflows, turns denormal, inf, NaN. */
+ * sigmoid, and the values where exp overflows, underflows, turns denormal, inf, NaN. */
 TEST(codegen_exp_dispatch) {
     static const struct {
         const char *src;
-        bool exp, gelu;
+        bool exp, gelu, sigmoid;
     } progs[] = {
-        {"input x: f32[64, 14]\ny = exp(x)\noutput y\n", true, false},
-        {"input x: f32[8, 100]\ny = tanh(x) * 2\noutput y\n", true, false},
-        {"input x: f32[8, 100]\ny = softmax(x, dim=1)\noutput y\n", true, false},
-        {"input x: f32[8, 100]\ny = sum(sin(x), dim=1)\noutput y\n", false, false},
-        {"input x: f32[8, 100]\ny = gelu(x) + sigmoid(x)\noutput y\n", false, true},
+        {"input x: f32[64, 14]\ny = exp(x)\noutput y\n", true, false, false},
+        {"input x: f32[8, 100]\ny = tanh(x) * 2\noutput y\n", true, false, false},
+        {"input x: f32[8, 100]\ny = softmax(x, dim=1)\noutput y\n", true, false, false},
+        {"input x: f32[8, 100]\ny = sum(sin(x), dim=1)\noutput y\n", false, false, false},
+        {"input x: f32[8, 100]\ny = gelu(x) + sigmoid(x)\noutput y\n", false, true, true},
+        {"input x: f32[8, 100]\ny = x * sigmoid(x)\noutput y\n", false, false, true},
     };
     for (size_t i = 0; i < sizeof progs / sizeof *progs; i++) {
         Plan *p = plan_of(progs[i].src, NULL);
@@ -473,6 +475,9 @@ TEST(codegen_exp_dispatch) {
                "program %zu: exp dispatch %s", i, progs[i].exp ? "left out" : "compiled in");
         EXPECT(!strstr(out.source, "#define KILN_VM_NO_GELU_DISPATCH") == progs[i].gelu,
                "program %zu: gelu dispatch %s", i, progs[i].gelu ? "left out" : "compiled in");
+        EXPECT(!strstr(out.source, "#define KILN_VM_NO_SIGMOID_DISPATCH") == progs[i].sigmoid,
+               "program %zu: sigmoid dispatch %s", i,
+               progs[i].sigmoid ? "left out" : "compiled in");
         cg_free(&out);
         plan_free(p);
     }
@@ -509,6 +514,7 @@ TEST(codegen_exp_dispatch) {
         CHECK(kiln_output(P.g, kiln_unary(P.g, "exp", x), "y") == KILN_OK);
         CHECK(kiln_output(P.g, kiln_unary(P.g, "tanh", kiln_unary(P.g, "neg", x)), "t") == KILN_OK);
         CHECK(kiln_output(P.g, kiln_unary(P.g, "gelu", x), "g") == KILN_OK);
+        CHECK(kiln_output(P.g, kiln_unary(P.g, "sigmoid", x), "s") == KILN_OK);
         test_prog_check(&P, "exp-dispatch-cache", NULL, NULL);
         test_prog_free(&P);
     }

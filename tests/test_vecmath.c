@@ -37,6 +37,7 @@ ARRAY_FN(kiln_cosf)
 ARRAY_FN(kiln_tanhf)
 ARRAY_FN(kiln_erff)
 ARRAY_FN(kiln_sigmoidf)
+ARRAY_FN(kiln_sigmoid)
 ARRAY_FN(kiln_gelu)
 
 static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
@@ -57,6 +58,8 @@ static const Case cases[] = {
     {"kiln_tanhf", arr_kiln_tanhf, tanh, 2.0},
     {"kiln_erff", arr_kiln_erff, erf, 2.0},
     {"kiln_sigmoidf", arr_kiln_sigmoidf, ref_sigmoid, 1.5},
+    /* what generated code calls: the vector variants where they exist */
+    {"kiln_sigmoid", arr_kiln_sigmoid, ref_sigmoid, 1.5},
 };
 
 static float from_bits(uint32_t u) {
@@ -199,6 +202,7 @@ TEST(vecmath_cosf) { sweep(&cases[3]); }
 TEST(vecmath_tanhf) { sweep(&cases[4]); }
 TEST(vecmath_erff) { sweep(&cases[5]); }
 TEST(vecmath_sigmoidf) { sweep(&cases[6]); }
+TEST(vecmath_sigmoid) { sweep(&cases[7]); }
 
 /* gelu(x) = x Phi(x) in double, by erfc (no cancellation for x < 0); at
  * -inf that is -inf times 0, NaN, as torch gives. */
@@ -381,7 +385,8 @@ TEST(vecmath_trig_same_with_big_neighbours) {
     EXPECT(diff == 0, "%ld results changed with a large value in the same vector", diff);
 }
 
-/* The vector variants (KILN_VM_EXP_DISPATCH, KILN_VM_GELU_DISPATCH; sin
+/* The vector variants (KILN_VM_EXP_DISPATCH, KILN_VM_GELU_DISPATCH,
+ * KILN_VM_SIGMOID_DISPATCH; sin
  * and cos under KILN_VM_TRIG_DISPATCH, written in vector operations: 16
  * lanes with AVX-512, 8 with AVX2 and FMA, 4 with SSE4.1) against the C
  * functions bit for bit (any NaN matches any NaN). In a vectorizing build
@@ -394,12 +399,14 @@ TEST(vecmath_trig_same_with_big_neighbours) {
  * STRIDE-th float, and every float in the ranges given (exp: where 2^n is
  * a denormal or overflows, and n = -1; sin, cos: around 0, the fast
  * path's limit 4096 and the v2 quick path's 2^24; gelu: around 0 and
- * 5.5). Elsewhere both sides are the C function and only the specials
+ * 5.5; sigmoid: where e^-|x| turns denormal and underflows, around 0, and
+ * around 0.3466, where n = round(-|x| log2 e) steps from 0 to -1). Elsewhere both sides are the C function and only the specials
  * run. */
 static float exp_c(float x) { return kiln_vm_expf(x); }
 static float sin_c(float x) { return kiln_vm_sinf(x); }
 static float cos_c(float x) { return kiln_vm_cosf(x); }
 static float gelu_c(float x) { return kiln_vm_gelu(x); }
+static float sigmoid_c(float x) { return kiln_sigmoidf(x); }
 
 #define NARROW_FNS(f)                                                              \
     static void arr8_##f(const float *restrict x, float *restrict y, int n) {      \
@@ -412,6 +419,7 @@ NARROW_FNS(kiln_expf)
 NARROW_FNS(kiln_sinf)
 NARROW_FNS(kiln_cosf)
 NARROW_FNS(kiln_gelu)
+NARROW_FNS(kiln_sigmoid)
 
 typedef struct {
     const char *name;
@@ -486,11 +494,16 @@ TEST(vecmath_variants_same_bits) {
          {arr_kiln_gelu, arr8_kiln_gelu, arr4_kiln_gelu},
          gelu_c,
          {{-6.0f, -5.0f}, {5.0f, 6.0f}, {-0x1p-140f, 0x1p-140f}}},
+        {"kiln_sigmoid",
+         {arr_kiln_sigmoid, arr8_kiln_sigmoid, arr4_kiln_sigmoid},
+         sigmoid_c,
+         {{-105.0f, -86.0f}, {-0x1p-130f, 0x1p-130f}, {0.34f, 0.36f}}},
     };
     same_bits(&t[0], KILN_VM_EXP_DISPATCH);
     same_bits(&t[1], KILN_VM_TRIG_DISPATCH);
     same_bits(&t[2], KILN_VM_TRIG_DISPATCH);
     same_bits(&t[3], KILN_VM_GELU_DISPATCH);
+    same_bits(&t[4], KILN_VM_SIGMOID_DISPATCH);
 }
 
 #ifndef VECMATH_STANDALONE

@@ -298,7 +298,8 @@ kiln_status cg_prelude(char **out, char *err, size_t errlen) {
  * that calls no sine or cosine tells vecmath.h to leave out their vector
  * variants, which are compiled into every program that has them; one
  * without exp or tanh (tanh calls kiln_expf) leaves out exp's AVX-512
- * variants, one without gelu gelu's, to save compile time
+ * variants, one without gelu gelu's and one without sigmoid sigmoid's, to
+ * save compile time
  * (docs/decisions.md: Unused vector variants left out of the prelude). */
 void cg_prepend_prelude(Gen *g) {
     const char *body = str_get(&g->out);
@@ -306,14 +307,16 @@ void cg_prepend_prelude(Gen *g) {
     bool trig = strstr(body, "kiln_sinf_v(") || strstr(body, "kiln_cosf_v(");
     bool exp = strstr(body, "kiln_expf_v(") || strstr(body, "kiln_tanhf_v(");
     bool gelu = strstr(body, "kiln_gelu_v(");
+    bool sigmoid = strstr(body, "kiln_sigmoid_v(");
     Str o;
     str_init(&o, g->pool);
-    str_putf(&o, "%s%s%s%s%s\n%s\n/* ===== prototypes ===== */\n\n%s\n" CG_PROTOS_END "\n%s",
+    str_putf(&o, "%s%s%s%s%s%s\n%s\n/* ===== prototypes ===== */\n\n%s\n" CG_PROTOS_END "\n%s",
              prelude_head,
              trig ? "" : "#define KILN_VM_NO_TRIG_DISPATCH 1 /* no sin or cos here */\n",
              exp ? "" : "#define KILN_VM_NO_EXP_DISPATCH 1 /* no exp or tanh here */\n",
-             gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n", g->owned_vm,
-             prelude_tail, str_get(&g->protos), body);
+             gelu ? "" : "#define KILN_VM_NO_GELU_DISPATCH 1 /* no gelu here */\n",
+             sigmoid ? "" : "#define KILN_VM_NO_SIGMOID_DISPATCH 1 /* no sigmoid here */\n",
+             g->owned_vm, prelude_tail, str_get(&g->protos), body);
     g->out = o;
     kfree(g->owned_vm);
     g->owned_vm = NULL;

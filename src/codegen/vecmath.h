@@ -101,8 +101,8 @@
  * -std=c11 never contracts), so a build gives the same results scalar or
  * vectorized; with and without FMA both meet the bounds above.
  *
- * Vector variants (GCC on x86-64, SSE4.1 and up: KILN_VM_SIMD): exp, gelu
- * and the sin/cos quick paths also exist as vector functions written in
+ * Vector variants (GCC on x86-64, SSE4.1 and up: KILN_VM_SIMD): exp, gelu,
+ * sigmoid and the sin/cos quick paths also exist as vector functions written in
  * vector operations and GCC's builtins, which GCC calls from vectorized
  * loops under the x86-64 vector function ABI names: 16 lanes with AVX512F
  * and FMA (KILN_VM_AVX512, x86-64-v4; gelu also needs AVX512DQ) in the
@@ -117,9 +117,9 @@
  * vecmath: AVX-512 vector variants). Each gives the C function's bits:
  * tests/test_vecmath.c compares them value by value over the sweep and
  * every float of the ranges where it matters, and all 2^32 floats were
- * compared once (exp, gelu, sin, cos; the 16-lane variants, and the 8-
- * and 4-lane ones at v3 and v2 against the C functions vectorized by GCC;
- * not a test: it takes minutes). So the bounds above hold unchanged.
+ * compared once (exp, gelu, sin, cos, sigmoid; the 16-lane variants, and
+ * the 8- and 4-lane ones at v3 and v2 against the C functions vectorized by
+ * GCC; not a test: it takes minutes). So the bounds above hold unchanged.
  * Speed: bench/vecmath.sh, and docs/decisions.md for the measurements.
  */
 #ifndef KILN_VECMATH_H
@@ -1346,6 +1346,107 @@ KILN_VM_INLINE float kiln_sigmoidf(float x) {
     return KILN_VM_FMAF(kiln_vm_sel(pos, 0.0f, el) - q * derr, inv, q);
 }
 
+/* sigmoid in vector operations, as exp and gelu above: the C function's
+ * steps on N lanes, so its bits (NaN payloads aside). The C form compiles
+ * to integer arithmetic for the two 2^n scalings and bit-mask blends for
+ * its five selects; with AVX-512 the clamp is one vmaxps, n one
+ * vrndscaleps, each scaling vscalefps (one rounding, as kiln_vm_scale's
+ * exact first step and rounding second one: e's first step is exact since
+ * hi is in [0.7, 1.42]; el's two steps are kept, n halved toward 0 as
+ * kiln_vm_scale does, since el may be small enough for the first to
+ * round) and the selects are masked moves: about 43 vector instructions
+ * against the C form's 68 (docs/decisions.md: vecmath: sigmoid's vector
+ * variants). On 4 and 8 lanes (KILN_VM_SIGMOID_N) the C form's steps in
+ * vector extensions: maxps(-104, a) is the clamp (a NaN a stays NaN),
+ * roundps rounds n, the scalings are the two exponent-built factors, and
+ * the selects are blendvps. Codegen leaves all of it out of programs
+ * without sigmoid (KILN_VM_NO_SIGMOID_DISPATCH). */
+#if KILN_VM_SIMD && !defined(KILN_VM_NO_SIGMOID_DISPATCH)
+#define KILN_VM_SIGMOID_DISPATCH 1
+__attribute__((simd("notinbranch"), const, nothrow, visibility("hidden"))) float kiln_vm_sigmoidf_simd(float x);
+__attribute__((used, noinline)) static float kiln_vm_sigmoidf_1(float x) __asm__("kiln_vm_sigmoidf_simd");
+static float kiln_vm_sigmoidf_1(float x) { return kiln_sigmoidf(x); }
+
+#define KILN_VM_SIGMOID_N(N)                                                               \
+    KILN_VM_INLINE kiln_vm_f##N kiln_vm_sigmoidf##N(kiln_vm_f##N x) {                      \
+        KILN_VM_CONSTS(k, kiln_vm_u##N sign; kiln_vm_f##N clamp; kiln_vm_f##N log2e;       \
+                       kiln_vm_f##N c1; kiln_vm_f##N c2; kiln_vm_f##N p[6]; kiln_vm_f##N one; \
+                       kiln_vm_f##N lo; kiln_vm_f##N zero,                                 \
+                       KILN_VM_USPLAT##N(0x80000000u), KILN_VM_SPLAT##N(-104.0f),          \
+                       KILN_VM_SPLAT##N(1.44269504088896341f),                             \
+                       KILN_VM_SPLAT##N(0.693359375f), KILN_VM_SPLAT##N(2.12194440e-4f),   \
+                       {KILN_VM_SPLAT##N(1.9875691500e-4f), KILN_VM_SPLAT##N(1.3981999507e-3f), \
+                        KILN_VM_SPLAT##N(8.3334519073e-3f), KILN_VM_SPLAT##N(4.1665795894e-2f), \
+                        KILN_VM_SPLAT##N(1.6666665459e-1f), KILN_VM_SPLAT##N(5.0000001201e-1f)}, \
+                       KILN_VM_SPLAT##N(1.0f), KILN_VM_SPLAT##N(KILN_VM_EXP_LO),           \
+                       KILN_VM_SPLAT##N(0.0f));                                            \
+        kiln_vm_f##N a = (kiln_vm_f##N)((kiln_vm_u##N)x | k->sign);                        \
+        kiln_vm_f##N xc = KILN_VM_MAX##N(k->clamp, a);                                     \
+        kiln_vm_f##N nf = KILN_VM_ROUND##N(xc * k->log2e);      /* kiln_vm_exp_core */     \
+        kiln_vm_f##N rhi = xc - nf * k->c1, rlo = nf * k->c2, r = rhi + rlo;               \
+        kiln_vm_f##N h = k->one + rhi;                                                     \
+        kiln_vm_f##N p = KILN_VM_FMA##N(k->p[0], r, k->p[1]);   /* kiln_vm_exp_poly */     \
+        p = KILN_VM_FMA##N(p, r, k->p[2]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[3]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[4]);                                                 \
+        p = KILN_VM_FMA##N(p, r, k->p[5]);                                                 \
+        kiln_vm_f##N tail = ((k->one - h) + rhi) + KILN_VM_FMA##N(r * r, p, rlo);          \
+        kiln_vm_f##N hi = h + tail, lo = (h - hi) + tail;                                  \
+        kiln_vm_i##N n = KILN_VM_CVT##N(nf), n1 = n / 2, n2 = n - n1;  /* kiln_vm_scale */ \
+        kiln_vm_f##N s1 = (kiln_vm_f##N)((kiln_vm_u##N)(n1 + 127) << 23);                  \
+        kiln_vm_f##N s2 = (kiln_vm_f##N)((kiln_vm_u##N)(n2 + 127) << 23);                  \
+        kiln_vm_i##N under = a < k->lo, pos = x >= k->zero;                                \
+        kiln_vm_f##N e = KILN_VM_BLEND##N(hi * s1 * s2, k->zero, under);                   \
+        kiln_vm_f##N el = KILN_VM_BLEND##N(lo * s1 * s2, k->zero, under);                  \
+        kiln_vm_f##N d = k->one + e, derr = ((k->one - d) + e) + el;                       \
+        kiln_vm_f##N q = KILN_VM_BLEND##N(e, k->one, pos) / d;                             \
+        kiln_vm_f##N inv = KILN_VM_BLEND##N(k->one - q, q, pos);                           \
+        return KILN_VM_FMA##N(KILN_VM_BLEND##N(el, k->zero, pos) - q * derr, inv, q);      \
+    }
+KILN_VM_SIGMOID_N(4)
+KILN_VM_VARIANT(sigmoidf, b, 4, "_ZGVbN4v_kiln_vm_sigmoidf_simd")
+#if KILN_VM_SIMD8
+KILN_VM_SIGMOID_N(8)
+KILN_VM_VARIANT(sigmoidf, d, 8, "_ZGVdN8v_kiln_vm_sigmoidf_simd")
+#endif
+KILN_VM_CD_VARIANTS(sigmoidf)
+#if KILN_VM_AVX512
+__attribute__((used, noinline)) static kiln_vm_f16 kiln_vm_sigmoidf_e(kiln_vm_f16 x) __asm__("_ZGVeN16v_kiln_vm_sigmoidf_simd");
+static kiln_vm_f16 kiln_vm_sigmoidf_e(kiln_vm_f16 x) {
+    const kiln_vm_f16 zero = KILN_VM_SPLAT16(0.0f), one = KILN_VM_SPLAT16(1.0f);
+    kiln_vm_f16 a = (kiln_vm_f16)((kiln_vm_u16)x | (kiln_vm_u16)KILN_VM_SPLAT16(-0.0f));
+    /* -104 > a ? -104 : a, so a NaN a stays NaN */
+    kiln_vm_f16 xc = __builtin_ia32_maxps512_mask(KILN_VM_SPLAT16(-104.0f), a, zero, (uint16_t)-1, 4);
+    kiln_vm_f16 nf = __builtin_ia32_rndscaleps_mask(xc * 1.44269504088896341f, 8, xc, (uint16_t)-1, 4);
+    kiln_vm_f16 rhi = KILN_VM_FMA16(nf, KILN_VM_SPLAT16(-0.693359375f), xc); /* exact */
+    kiln_vm_f16 rlo = nf * 2.12194440e-4f, r = rhi + rlo;
+    kiln_vm_f16 h = one + rhi;
+    kiln_vm_f16 p = KILN_VM_FMA16(KILN_VM_SPLAT16(1.9875691500e-4f), r, KILN_VM_SPLAT16(1.3981999507e-3f));
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(8.3334519073e-3f));   /* kiln_vm_exp_poly */
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(4.1665795894e-2f));
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(1.6666665459e-1f));
+    p = KILN_VM_FMA16(p, r, KILN_VM_SPLAT16(5.0000001201e-1f));
+    kiln_vm_f16 tail = ((one - h) + rhi) + KILN_VM_FMA16(r * r, p, rlo);
+    kiln_vm_f16 hi = h + tail, lo = (h - hi) + tail;
+    /* not under: !(a < EXP_LO), true for NaN (imm 0x15: not less, unordered) */
+    uint16_t keep = KILN_VM_CMP16(a, KILN_VM_SPLAT16(KILN_VM_EXP_LO), 0x15);
+    /* n1 = n / 2 toward 0 (imm 0xb: truncate, no exceptions), n2 = n - n1 */
+    kiln_vm_f16 n1 = __builtin_ia32_rndscaleps_mask(nf * 0.5f, 0xb, nf, (uint16_t)-1, 4);
+    kiln_vm_f16 e = __builtin_ia32_scalefps512_mask(hi, nf, zero, keep, 4);
+    kiln_vm_f16 el = __builtin_ia32_scalefps512_mask(lo, n1, zero, keep, 4);
+    el = __builtin_ia32_scalefps512_mask(el, nf - n1, zero, keep, 4);
+    kiln_vm_f16 d = one + e, derr = ((one - d) + e) + el;
+    uint16_t pos = KILN_VM_CMP16(x, zero, 0x1d); /* >= */
+    kiln_vm_f16 q = KILN_VM_SEL16(pos, one, e) / d;
+    kiln_vm_f16 inv = KILN_VM_SEL16(pos, q, one - q);
+    kiln_vm_f16 t = KILN_VM_SEL16(pos, zero, el) - q * derr;
+    return KILN_VM_FMA16(t, inv, q);
+}
+#endif
+KILN_VM_INLINE float kiln_sigmoid(float x) { return kiln_vm_sigmoidf_simd(x); }
+#else
+#define KILN_VM_SIGMOID_DISPATCH 0
 KILN_VM_INLINE float kiln_sigmoid(float x) { return kiln_sigmoidf(x); }
+#endif
 
 #endif
