@@ -699,9 +699,12 @@ TEST(externs_conv2d_dnnl_split) {
  * conv_new) must run on one of oneDNN's kernels, never its reference loops:
  * asked for nChw16c on an AVX2 CPU, whose kernels block by 8, oneDNN
  * answered with ref:any, 1.05 s instead of 4 ms (docs/decisions.md). */
-TEST(externs_conv2d_dnnl_stem_not_reference) {
-    static const int64_t xs[4] = {1, 3, 224, 224}, ws[4] = {64, 3, 7, 7}, ys[4] = {1, 64, 112, 112};
-    static const int64_t at_[7] = {2, 2, 3, 3, 1, 1, 1};
+/* One conv2d on ext_conv2d_dnnl (bias, epilogue +1) against the naive
+ * loops; oneDNN must take it, on one of its kernels, not its reference
+ * loops, and where its ISA is AVX-512 on an AVX-512 kernel (`avx512` in
+ * the implementation's name) when avx512 is set. */
+static void check_dnnl_kernel(const char *what, const int64_t xs[4], const int64_t ws[4],
+                              const int64_t ys[4], const int64_t at_[7], bool avx512) {
     int64_t nx = xs[1] * xs[2] * xs[3], nw = ws[0] * ws[1] * ws[2] * ws[3];
     int64_t ny = ys[1] * ys[2] * ys[3];
     float *x = randbuf(nx, 61), *w = randbuf(nw, 62), *b = randbuf(ws[0], 63);
@@ -709,27 +712,47 @@ TEST(externs_conv2d_dnnl_stem_not_reference) {
     Seen seen = {calloc((size_t)ny, 1), ny, 0};
     ext_dnnl_impl_reset();
     int rc = ext_conv2d_dnnl(x, xs, w, ws, b, y, ys, at_, false, plus_one, &seen);
-    const char *impl = ext_dnnl_last_impl();
-    EXPECT(rc == 0, "oneDNN declined the stem (rc %d)", rc);
-    EXPECT(rc != 0 || (impl && *impl && strncmp(impl, "ref", 3)), "the stem ran on '%s'",
+    const char *impl = ext_dnnl_last_impl(), *isa = ext_dnnl_isa();
+    EXPECT(rc == 0, "oneDNN declined %s (rc %d)", what, rc);
+    EXPECT(rc != 0 || (impl && *impl && strncmp(impl, "ref", 3)), "%s ran on '%s'", what,
            impl ? impl : "(nothing)");
-    printf("externs: the stem on oneDNN's %s (%s)\n", impl ? impl : "?", ext_dnnl_isa());
+    EXPECT(rc != 0 || !avx512 || strncmp(isa, "avx512", 6) || (impl && strstr(impl, "avx512")),
+           "%s ran on '%s' where oneDNN's ISA is %s", what, impl ? impl : "(nothing)", isa);
+    printf("externs: %s on oneDNN's %s (%s)\n", what, impl ? impl : "?", isa);
     naive_conv(x, xs, w, ws, b, ref, ys, at_);
     for (int64_t i = 0; i < ny && rc == 0; i++) {
         float want = ref[i] + 1.0f;
         if (!(fabsf(y[i] - want) <= 1e-4f + 1e-4f * fabsf(want)) || seen.seen[i] != 1) {
-            test_failf(__FILE__, __LINE__, "element %lld: %g vs %g, seen %d times", (long long)i,
-                       y[i], want, seen.seen[i]);
+            test_failf(__FILE__, __LINE__, "%s: element %lld: %g vs %g, seen %d times", what,
+                       (long long)i, y[i], want, seen.seen[i]);
             break;
         }
     }
-    EXPECT(!seen.bad, "an epilogue range out of bounds");
+    EXPECT(!seen.bad, "%s: an epilogue range out of bounds", what);
     free(seen.seen);
     free(x);
     free(w);
     free(b);
     free(y);
     free(ref);
+}
+
+TEST(externs_conv2d_dnnl_stem_not_reference) {
+    static const int64_t xs[4] = {1, 3, 224, 224}, ws[4] = {64, 3, 7, 7}, ys[4] = {1, 64, 112, 112};
+    static const int64_t at_[7] = {2, 2, 3, 3, 1, 1, 1};
+    check_dnnl_kernel("the stem", xs, ws, ys, at_, false);
+}
+
+/* An output over CALL_BYTES whose channels are not a multiple of 16 (a
+ * text detector's first conv: 24 channels at 208x208, 4.2 MB): blocked
+ * by 16 with the last block padded where the CPU has AVX-512, not by 8,
+ * which ran oneDNN's AVX2 kernel there (docs/decisions.md: oneDNN: never
+ * its reference loops). */
+TEST(externs_conv2d_dnnl_padded_blocks) {
+    static const int64_t xs[4] = {1, 12, 208, 208}, ws[4] = {24, 12, 3, 3},
+                         ys[4] = {1, 24, 208, 208};
+    static const int64_t at_[7] = {1, 1, 1, 1, 1, 1, 1};
+    check_dnnl_kernel("24 channels at 208x208", xs, ws, ys, at_, true);
 }
 
 /* One run of ext_conv2d_dnnl against the naive loops (bias, epilogue +1);

@@ -358,13 +358,16 @@ static DnnlConv *conv_new(const int64_t key[KEY_LEN], const int64_t xs[4], const
     /* An output larger than CALL_BYTES goes back to NCHW in parts of
      * channels (part_new), which needs it blocked by channels: oneDNN's own
      * choice can be NHWC (the stem: 3 input channels). Blocks of 16 where
-     * its kernels take them (AVX-512), else of 8 (AVX2, SSE4.1); a layout
-     * only a reference implementation takes is not one: the stem with
-     * nChw16c output on AVX2 ran oneDNN's ref:any loops, 1.05 s instead of
-     * 4 ms (docs/decisions.md: oneDNN: never its reference loops). */
+     * its kernels take them (AVX-512), the last one padded when the
+     * channels are not a multiple of 16 (24: nChw8c ran the AVX2 kernel
+     * there), else of 8 (AVX2, SSE4.1); a layout only a reference
+     * implementation takes is not one: the stem with nChw16c output on
+     * AVX2 ran oneDNN's ref:any loops, 1.05 s instead of 4 ms
+     * (docs/decisions.md: oneDNN: never its reference loops). A padded
+     * layout has no parts (part_new: they must divide the channels). */
     int64_t bytes = key[K_IMAGES] * ys[1] * ys[2] * ys[3] * (int64_t)sizeof(float);
     for (int b = 0; b < 2 && !st && !pd && attr[6] == 1 && bytes > CALL_BYTES; b++) {
-        if (ys[1] % (b ? 8 : 16)) continue;
+        if (b && ys[1] % 8) continue;
         if (make_pd(&pd, &c, &c.dst_blk[b], attr, bias) != dnnl_success) pd = NULL;
         if (pd && is_ref(pd)) dnnl_primitive_desc_destroy(pd), pd = NULL;
     }
