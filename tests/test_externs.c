@@ -363,6 +363,9 @@ static const int64_t conv_cases[][15] = {
     {1, 300, 5, 9, 50, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
     {2, 520, 7, 5, 49, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},
     {1, 64, 9, 9, 48, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1}, /* 8 tiles exactly, 81 pixels */
+    /* x of 9.2 MB, over C1_PREFETCH_BYTES: the first tile over each chunk
+     * prefetches (AVX-512), 18000 pixels in 9 chunks of 2000 */
+    {4, 32, 120, 150, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
 };
 #define CONV_CASES (sizeof conv_cases / sizeof conv_cases[0])
 

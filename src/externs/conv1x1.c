@@ -21,7 +21,11 @@
  * (C1_CHUNK_BYTES) while the tiles of channels run over it; units are
  * shared among the threads, and the thread that finished a unit runs its
  * epilogue at once, on the rows it just wrote (a unit's rows are whole
- * planes when the chunk is the whole plane, else one call per row).
+ * planes when the chunk is the whole plane, else one call per row). When
+ * x is too large to be in the caches (C1_PREFETCH_BYTES), the first tile
+ * of channels over a chunk, the one that brings it in from memory,
+ * prefetches each of its K rows C1_PREFETCH_AHEAD floats ahead: K rows
+ * read side by side are more streams than the hardware prefetcher follows.
  *
  * With AVX2 (and no AVX-512, or a program's tier below v4) the tile is MR
  * x NV2 vectors of 8 lanes (12 of the 16 ymm registers), K runs in blocks
@@ -62,6 +66,10 @@ enum { MR = 6, NV = 4, NR = 16 * NV, NV2 = 2, NR2 = 8 * NV2 };
 #define C1_ALIAS_ROWS 8
 /* Multiply-adds from which the units run on all threads. */
 #define C1_PARALLEL_MIN ((int64_t)1 << 18)
+/* x's bytes (all images) from which the first tile over a chunk
+ * prefetches, and how far ahead in each row (see the header). */
+#define C1_PREFETCH_BYTES ((int64_t)8 << 20)
+#define C1_PREFETCH_AHEAD 512
 /* The AVX2 kernel's block of input channels (see unit256). */
 #define C1_KC 256
 /* and the tiles of channels from which it packs a chunk of x (unit256) */
@@ -128,10 +136,11 @@ static const float *kept_packed(const float *w, int64_t O, int64_t K) {
  * + popcount(m)) get bias + w @ x, where w's row r, element k is
  * ar[r][k * ks] (packed panels: ks = MR; a runtime weight as it is: ks = 1)
  * and x is the tile's first pixel in input row 0 (row stride xs). Written
- * for a constant nv, so the accumulators stay in registers. */
+ * for a constant nv, so the accumulators stay in registers; pf: prefetch
+ * each row C1_PREFETCH_AHEAD floats ahead (a hint: past x's end too). */
 static inline __attribute__((always_inline)) C1_TARGET void
-tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_t xs, int64_t K,
-     const float *bias, int rows, float *y, int64_t P, __mmask16 m) {
+tile(const int nv, const bool pf, const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
+     int64_t K, const float *bias, int rows, float *y, int64_t P, __mmask16 m) {
     __m512 c[MR][NV];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
@@ -143,6 +152,9 @@ tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_
 #pragma GCC unroll 4
         for (int v = 0; v < nv - 1; v++) b[v] = _mm512_loadu_ps(xk + 16 * v);
         b[nv - 1] = _mm512_maskz_loadu_ps(m, xk + 16 * (nv - 1));
+#pragma GCC unroll 4
+        for (int v = 0; v < nv && pf; v++)
+            _mm_prefetch((const char *)(xk + C1_PREFETCH_AHEAD + 16 * v), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             __m512 av = _mm512_set1_ps(ar[r][k * ks]);
@@ -163,12 +175,17 @@ tile(const int nv, const float *const ar[MR], int64_t ks, const float *x, int64_
     }
 }
 
-/* tile for nv = N, out of line (a call per tile). */
-#define C1_TILE(N)                                                                              \
-    static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,        \
-                                  int64_t xs, int64_t K, const float *bias, int rows, float *y, \
-                                  int64_t P, __mmask16 m) {                                     \
-        tile(N, ar, ks, x, xs, K, bias, rows, y, P, m);                                         \
+/* tile for nv = N, out of line (a call per tile); NAME##p prefetches. */
+#define C1_TILE(N)                                                                                 \
+    static C1_TARGET void tile##N(const float *const ar[MR], int64_t ks, const float *x,           \
+                                  int64_t xs, int64_t K, const float *bias, int rows, float *y,    \
+                                  int64_t P, __mmask16 m) {                                        \
+        tile(N, false, ar, ks, x, xs, K, bias, rows, y, P, m);                                     \
+    }                                                                                              \
+    static C1_TARGET void tile##N##p(const float *const ar[MR], int64_t ks, const float *x,        \
+                                     int64_t xs, int64_t K, const float *bias, int rows, float *y, \
+                                     int64_t P, __mmask16 m) {                                     \
+        tile(N, true, ar, ks, x, xs, K, bias, rows, y, P, m);                                      \
     }
 C1_TILE(1)
 C1_TILE(2)
@@ -177,16 +194,20 @@ C1_TILE(4)
 
 /* Rows [0, rows) of y = bias + w @ x over pixels [j0, j1) (w's rows as in
  * tile; x's rows xs apart, its pixel j0 at x; y's P apart, its pixel 0 at
- * y). */
+ * y); pf: the tiles prefetch (see tile). */
 static C1_TARGET void unit512(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
                               int64_t K, const float *bias, int rows, float *y, int64_t P,
-                              int64_t j0, int64_t j1) {
+                              int64_t j0, int64_t j1, bool pf) {
     for (int64_t j = j0; j < j1; j += NR) {
         int64_t n = j1 - j < NR ? j1 - j : NR;
         int nv = (int)((n + 15) / 16), last = (int)(n - 16 * (nv - 1));
         __mmask16 m = (__mmask16)((1u << last) - 1u);
         const float *xj = x + (j - j0);
-        switch (nv) {
+        switch (nv + (pf ? 4 : 0)) {
+        case 8: tile4p(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 7: tile3p(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 6: tile2p(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
+        case 5: tile1p(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
         case 4: tile4(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
         case 3: tile3(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
         case 2: tile2(ar, ks, xj, xs, K, bias, rows, y + j, P, m); break;
@@ -281,7 +302,8 @@ static C1_TARGET2 void pack_strips(const float *x, int64_t P, int64_t K, int64_t
  * pack_strips, each tile's loads consecutive). */
 static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
                                int64_t K, const float *bias, int rows, float *y, int64_t P,
-                               int64_t j0, int64_t j1) {
+                               int64_t j0, int64_t j1, bool pf) {
+    (void)pf; /* the AVX2 tiles do not prefetch (not measured there) */
     for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += C1_KC) {
         int64_t kc = K - k0 < C1_KC ? K - k0 : C1_KC;
         const float *ak[MR];
@@ -335,6 +357,9 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
     /* AVX2 packs a chunk as strips (unit256) when many tiles read it */
     bool strips = level < 2 && tiles >= C1_STRIP_TILES;
     if (strips) copy = true, xs = (chunk + NR2 - 1) / NR2 * NR2;
+    /* x past the caches: the first tile over each chunk prefetches (the
+     * copy, where it runs, reads the chunk row by row already) */
+    bool far = !copy && N * K * P * (int64_t)sizeof(float) >= C1_PREFETCH_BYTES;
     int failed = 0;
 #pragma omp parallel if (N * O * K * P >= C1_PARALLEL_MIN)
     {
@@ -367,7 +392,7 @@ int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w,
             int64_t off = (n * O + o0) * P;
             int64_t xr = strips ? 0 : copy ? xs : P;
             (level >= 2 ? unit512 : unit256)(ar, pw ? MR : 1, copy ? buf : xc, xr, K, b, rows,
-                                             y + off, P, j0, j1);
+                                             y + off, P, j0, j1, far && t == 0);
             if (!epi) continue;
             if (j0 == 0 && j1 == P)
                 epi(ctx, y, off, rows * P);
