@@ -25,7 +25,9 @@
  * x is too large to be in the caches (C1_PREFETCH_BYTES), the first tile
  * of channels over a chunk, the one that brings it in from memory,
  * prefetches each of its K rows C1_PREFETCH_AHEAD floats ahead: K rows
- * read side by side are more streams than the hardware prefetcher follows.
+ * read side by side are more streams than the hardware prefetcher follows
+ * (AVX-512 and AVX2 alike; a chunk copied first, as AVX2's strips, needs
+ * none).
  *
  * With AVX2 (and no AVX-512, or a program's tier below v4) the tile is MR
  * x NV2 vectors of 8 lanes (12 of the 16 ymm registers), K runs in blocks
@@ -222,11 +224,12 @@ static C1_TARGET void unit512(const float *const ar[MR], int64_t ks, const float
  * 16 ymm registers; two more hold x's vectors, one the broadcast weight).
  * masked: the last vector is loaded and stored under m (vmaskmovps, which
  * neither reads nor writes the lanes m leaves out); otherwise every vector
- * is whole and the loads are plain ones. */
+ * is whole and the loads are plain ones. pf: prefetch as tile does (one
+ * line per row: a tile here is 16 pixels). */
 static inline __attribute__((always_inline)) C1_TARGET2 void
-tile8(const int nv, const bool masked, const float *const ar[MR], int64_t ks, const float *x,
-      int64_t xs, int64_t K, const float *bias, bool acc, int rows, float *y, int64_t P,
-      __m256i m) {
+tile8(const int nv, const bool masked, const bool pf, const float *const ar[MR], int64_t ks,
+      const float *x, int64_t xs, int64_t K, const float *bias, bool acc, int rows, float *y,
+      int64_t P, __m256i m) {
     __m256 c[MR][NV2];
 #pragma GCC unroll 8
     for (int r = 0; r < MR; r++)
@@ -239,6 +242,7 @@ tile8(const int nv, const bool masked, const float *const ar[MR], int64_t ks, co
         for (int v = 0; v < nv; v++)
             b[v] = masked && v == nv - 1 ? _mm256_maskload_ps(xk + 8 * v, m)
                                          : _mm256_loadu_ps(xk + 8 * v);
+        if (pf) _mm_prefetch((const char *)(xk + C1_PREFETCH_AHEAD), _MM_HINT_T0);
 #pragma GCC unroll 8
         for (int r = 0; r < MR; r++) {
             __m256 av = _mm256_broadcast_ss(&ar[r][k * ks]);
@@ -265,15 +269,18 @@ tile8(const int nv, const bool masked, const float *const ar[MR], int64_t ks, co
     }
 }
 
-#define C1_TILE8(N, M, NAME)                                                                       \
+#define C1_TILE8(N, M, PF, NAME)                                                                   \
     static C1_TARGET2 void NAME(const float *const ar[MR], int64_t ks, const float *x, int64_t xs, \
                                 int64_t K, const float *bias, bool acc, int rows, float *y,        \
                                 int64_t P, __m256i m) {                                            \
-        tile8(N, M, ar, ks, x, xs, K, bias, acc, rows, y, P, m);                                   \
+        tile8(N, M, PF, ar, ks, x, xs, K, bias, acc, rows, y, P, m);                               \
     }
-C1_TILE8(1, true, tile8_1m)
-C1_TILE8(2, false, tile8_2)
-C1_TILE8(2, true, tile8_2m)
+C1_TILE8(1, true, false, tile8_1m)
+C1_TILE8(2, false, false, tile8_2)
+C1_TILE8(2, true, false, tile8_2m)
+C1_TILE8(1, true, true, tile8_1mp)
+C1_TILE8(2, false, true, tile8_2p)
+C1_TILE8(2, true, true, tile8_2mp)
 
 /* x's pixels [j0, j1) (rows P apart) as strips of NR2 pixels, k-major:
  * s[(t * K + k) * NR2 + p] = x[k][j0 + t * NR2 + p], zeros past j1. */
@@ -299,11 +306,10 @@ static C1_TARGET2 void pack_strips(const float *x, int64_t P, int64_t K, int64_t
  * C1_KC input channels: the tile's MR x C1_KC weights stay in the L1 while
  * the tiles of pixels run over them, and the blocks after the first add to
  * what y holds. x is as in unit512 (xs > 0) or packed as strips (xs 0:
- * pack_strips, each tile's loads consecutive). */
+ * pack_strips, each tile's loads consecutive); pf as in unit512. */
 static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const float *x, int64_t xs,
                                int64_t K, const float *bias, int rows, float *y, int64_t P,
                                int64_t j0, int64_t j1, bool pf) {
-    (void)pf; /* the AVX2 tiles do not prefetch (not measured there) */
     for (int64_t k0 = 0; k0 < K || k0 == 0; k0 += C1_KC) {
         int64_t kc = K - k0 < C1_KC ? K - k0 : C1_KC;
         const float *ak[MR];
@@ -316,11 +322,11 @@ static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const floa
             const float *xj = xs ? x + k0 * xs + (j - j0) : x + ((j - j0) / NR2 * K + k0) * NR2;
             int64_t xr = xs ? xs : NR2;
             if (n == NR2)
-                tile8_2(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
+                (pf ? tile8_2p : tile8_2)(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
             else if (n > 8)
-                tile8_2m(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
+                (pf ? tile8_2mp : tile8_2m)(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
             else
-                tile8_1m(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
+                (pf ? tile8_1mp : tile8_1m)(ak, ks, xj, xr, kc, bias, k0 > 0, rows, y + j, P, m);
         }
     }
 }
