@@ -36,6 +36,13 @@
  * as strips of NR2 pixels, k-major, so that each tile reads consecutive
  * memory (pack_strips; the copy pays for itself over that many tiles).
  *
+ * One pixel per image (P = 1: the squeeze-and-excitation convs of
+ * MobileNetV3-style networks, [1, K, 1, 1] -> O) is a matrix-vector
+ * product, where a tile would fill one lane of each vector: instead each
+ * output is a dot product of a weight row (the plain weights, read once
+ * per image, rows contiguous) with x, C1_GEMV_ROWS rows at a time in
+ * vectors along K (gemv512, gemv256), the rows shared among the threads.
+ *
  * The shapes (MR = 6, NV = 4, the chunk size, the AVX2 blocks) and the
  * measurements against the sgemm: docs/decisions.md: conv1x1: kiln's own
  * GEMM.
@@ -72,6 +79,8 @@ enum { MR = 6, NV = 4, NR = 16 * NV, NV2 = 2, NR2 = 8 * NV2 };
  * prefetches, and how far ahead in each row (see the header). */
 #define C1_PREFETCH_BYTES ((int64_t)8 << 20)
 #define C1_PREFETCH_AHEAD 512
+/* Weight rows per step of the matrix-vector product (P = 1). */
+#define C1_GEMV_ROWS 4
 /* The AVX2 kernel's block of input channels (see unit256). */
 #define C1_KC 256
 /* and the tiles of channels from which it packs a chunk of x (unit256) */
@@ -332,11 +341,83 @@ static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const floa
 }
 #endif
 
+#if C1_X86
+/* y[o] = bias[o] + w[o] . x for o in [o0, o1): x and each row of w K floats
+ * (w's rows K apart), C1_GEMV_ROWS rows at a time, each in a vector of
+ * partial sums along K (the last one masked), summed at the end. */
+#define C1_GEMV_BODY(V, LANES, ZERO, LOAD, MLOAD, FMA, SUM)                                      \
+    {                                                                                            \
+        int64_t o = o0;                                                                          \
+        for (; o < o1; o += C1_GEMV_ROWS) {                                                      \
+            int rows = (int)(o1 - o < C1_GEMV_ROWS ? o1 - o : C1_GEMV_ROWS);                     \
+            V acc[C1_GEMV_ROWS];                                                                 \
+            const float *wr[C1_GEMV_ROWS];                                                       \
+            for (int r = 0; r < C1_GEMV_ROWS; r++) {                                             \
+                acc[r] = ZERO;                                                                   \
+                wr[r] = w + (o + (r < rows ? r : rows - 1)) * K;                                 \
+            }                                                                                    \
+            int64_t k = 0;                                                                       \
+            for (; k + LANES <= K; k += LANES) {                                                 \
+                V xv = LOAD(x + k);                                                              \
+                _Pragma("GCC unroll 4") for (int r = 0; r < C1_GEMV_ROWS; r++) acc[r] =          \
+                    FMA(LOAD(wr[r] + k), xv, acc[r]);                                            \
+            }                                                                                    \
+            if (k < K) {                                                                         \
+                V xv = MLOAD(x + k, K - k);                                                      \
+                _Pragma("GCC unroll 4") for (int r = 0; r < C1_GEMV_ROWS; r++) acc[r] =          \
+                    FMA(MLOAD(wr[r] + k, K - k), xv, acc[r]);                                    \
+            }                                                                                    \
+            for (int r = 0; r < rows; r++) y[o + r] = (bias ? bias[o + r] : 0.0f) + SUM(acc[r]); \
+        }                                                                                        \
+    }
+static inline __attribute__((always_inline)) C1_TARGET __m512 gemv_mload16(const float *p,
+                                                                           int64_t n) {
+    return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
+}
+static C1_TARGET void gemv512(const float *w, const float *x, int64_t K, const float *bias,
+                              float *y, int64_t o0, int64_t o1)
+    C1_GEMV_BODY(__m512, 16, _mm512_setzero_ps(), _mm512_loadu_ps, gemv_mload16, _mm512_fmadd_ps,
+                 _mm512_reduce_add_ps) static inline
+    __attribute__((always_inline)) C1_TARGET2 __m256 gemv_mload8(const float *p, int64_t n) {
+    __m256i m =
+        _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    return _mm256_maskload_ps(p, m);
+}
+static inline __attribute__((always_inline)) C1_TARGET2 float gemv_sum8(__m256 v) {
+    __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    h = _mm_add_ps(h, _mm_movehl_ps(h, h));
+    return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
+}
+static C1_TARGET2 void gemv256(const float *w, const float *x, int64_t K, const float *bias,
+                               float *y, int64_t o0, int64_t o1)
+    C1_GEMV_BODY(__m256, 8, _mm256_setzero_ps(), _mm256_loadu_ps, gemv_mload8, _mm256_fmadd_ps,
+                 gemv_sum8)
+
+    /* P = 1: y[n] = w @ x[n] + bias for every image, the rows of w in blocks
+ * of 64 shared among the threads, each block over every image in turn
+ * (each block's epilogue run by its thread). */
+    static void conv1x1_gemv(int level, const float *x, int64_t N, int64_t K, const float *w,
+                             int64_t O, const float *bias, float *y, ExtEpilogue epi, void *ctx) {
+    int64_t blocks = (O + 63) / 64;
+#pragma omp parallel for collapse(2) schedule(static) if (N * O * K >= C1_PARALLEL_MIN)
+    for (int64_t b = 0; b < blocks; b++)  /* a block's rows stay in the L2 */
+        for (int64_t n = 0; n < N; n++) { /* across the images */
+            int64_t o0 = b * 64, o1 = o0 + 64 < O ? o0 + 64 : O;
+            (level >= 2 ? gemv512 : gemv256)(w, x + n * K, K, bias, y + n * O, o0, o1);
+            if (epi) epi(ctx, y, n * O + o0, o1 - o0);
+        }
+}
+#endif
+
 int ext_conv1x1(const float *x, int64_t N, int64_t K, int64_t P, const float *w, int64_t O,
                 const float *bias, float *y, bool wconst, ExtEpilogue epi, void *ctx) {
 #if C1_X86
     int level = ext_isa_level(ext_cpu_features());
     if (level < 1) return 1;
+    if (P == 1 && K > 0) {
+        conv1x1_gemv(level, x, N, K, w, O, bias, y, epi, ctx);
+        return 0;
+    }
     /* packed panels for a constant weight (kept); a runtime one is read as
      * it is (packing it on every call cost more than it saved) */
     const float *pw = wconst ? kept_packed(w, O, K) : NULL;
