@@ -347,6 +347,13 @@ static const int64_t conv_cases[][15] = {
     {1, 2, 12, 34, 2, 5, 5, 2, 2, 2, 2, 1, 1, 2, 1},  /* 5x5, stride 2: 6 x 17 */
     {1, 2, 9, 4, 2, 5, 5, 2, 2, 2, 2, 1, 1, 2,
      0}, /* 5x5, stride 2, plane narrower than the filter */
+    /* strides 2x1 (PaddleOCR's recognizer and classifier) and 1x2: the same
+     * row blocks with AVX-512, each stride its own */
+    {1, 6, 13, 37, 6, 3, 3, 2, 1, 1, 1, 1, 1, 6, 1}, /* 3x3, 2x1: 7 x 37 */
+    {2, 4, 12, 40, 4, 5, 5, 2, 1, 2, 2, 1, 1, 4, 1}, /* 5x5, 2x1: 6 x 40 */
+    {1, 8, 6, 96, 8, 5, 5, 2, 1, 2, 2, 1, 1, 8, 0},  /* 5x5, 2x1 at 6x96: 3 x 96 */
+    {2, 3, 11, 29, 3, 3, 3, 1, 2, 1, 1, 1, 1, 3, 0}, /* 3x3, 1x2: 11 x 15 */
+    {1, 5, 9, 34, 5, 5, 5, 1, 2, 2, 2, 1, 1, 5, 1},  /* 5x5, 1x2: 9 x 17 */
     /* 1x1 stride 1, one group: conv1x1.c's kernel (tiles of 6 channels by
      * up to 64 pixels with AVX-512, 16 with AVX2; the last vector masked)
      * where the CPU has AVX2 or AVX-512 */

@@ -37,7 +37,7 @@ static ConvShape conv_shape(const int64_t xs[4], const int64_t ws[4], const int6
 }
 
 /* Depthwise (one input and one output channel per group): direct loops
- * on kiln's NCHW planes, no reorder. A 3x3 or 5x5 at stride 1 or 2 runs
+ * on kiln's NCHW planes, no reorder. A 3x3 or 5x5 at strides 1 or 2 runs
  * in blocks of output rows: with AVX-512 from the plane itself (dw3_rows),
  * with AVX2 from a padded copy (dw8_rows). Otherwise each thread copies a
  * plane into a zero-padded buffer of its own (pad_plane), so that every
@@ -195,12 +195,12 @@ DW_VERSIONS(dw_row3_sn, (DW_ROW3_PARAMS), DW_ROW3_ARGS)
 #define DW_SLACK 64
 
 /* The shapes the row blocks (dw3_rows, dw8_rows) take, DW3_ROWS output
- * rows at a time. */
+ * rows at a time: 3x3 and 5x5, each stride 1 or 2. */
 #define DW3_ROWS 4
 
 static bool dw3_fits(const ConvShape *s) {
     return s->kh == s->kw && (s->kh == 3 || s->kh == 5) && s->dh == 1 && s->dw == 1 &&
-           s->sh == s->sw && (s->sw == 1 || s->sw == 2);
+           (s->sh == 1 || s->sh == 2) && (s->sw == 1 || s->sw == 2);
 }
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define DW_AVX512 1
@@ -252,7 +252,7 @@ static DW_TARGET void dw_row3_v2(const float *r0, const float *r1, const float *
     dw_row3_v(2, r0, r1, r2, k, b, e1, ow, yr);
 }
 
-/* 3x3 and 5x5 filters at strides 1x1 and 2x2 (dilation 1), with AVX-512,
+/* 3x3 and 5x5 filters at strides of 1 or 2 each (dilation 1), with AVX-512,
  * straight from the NCHW plane: no padded copy (at stride 2 that copy took
  * as long as the arithmetic), each tap's vector a masked load that reads
  * zero where its columns fall in the padding, rows in the padding skipped.
@@ -275,11 +275,11 @@ static inline __attribute__((always_inline)) __mmask16 dw3_cols(int64_t c, int64
 }
 
 /* R output rows from input rows ih0, ih0 + 1, ... of the plane xp (h x w),
- * K and sw constants: input row ih0 + t serves output row r with filter
- * row t - sw r. */
+ * K, sh and sw constants: input row ih0 + t serves output row r with
+ * filter row t - sh r. */
 static inline __attribute__((always_inline)) DW_TARGET void
-dw3_rows(const int R, const int K, const int sw, const ConvShape *s, const float *xp, int64_t ih0,
-         const float *k, __m512 bv, float *y) {
+dw3_rows(const int R, const int K, const int sh, const int sw, const ConvShape *s, const float *xp,
+         int64_t ih0, const float *k, __m512 bv, float *y) {
     const __m512i even =
         _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd =
@@ -297,7 +297,7 @@ dw3_rows(const int R, const int K, const int sw, const ConvShape *s, const float
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) acc[r] = bv;
 #pragma GCC unroll 11
-        for (int t = 0; t < sw * (R - 1) + K; t++) {
+        for (int t = 0; t < sh * (R - 1) + K; t++) {
             int64_t ih = ih0 + t;
             if (ih < 0 || ih >= s->h) continue;
             const float *row = xp + ih * w;
@@ -326,7 +326,7 @@ dw3_rows(const int R, const int K, const int sw, const ConvShape *s, const float
             }
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                int i = t - sw * r;
+                int i = t - sh * r;
                 if (i < 0 || i >= K) continue;
 #pragma GCC unroll 5
                 for (int j = 0; j < K; j++)
@@ -339,34 +339,41 @@ dw3_rows(const int R, const int K, const int sw, const ConvShape *s, const float
     }
 }
 
-#define DW3_PLANE(K, SW)                                                              \
-    static DW_TARGET void dw3_plane_##K##_##SW(const ConvShape *s, const float *xp,   \
-                                               const float *k, float b, float *yp) {  \
-        __m512 bv = _mm512_set1_ps(b);                                                \
-        int64_t oh = 0;                                                               \
-        for (; oh + DW3_ROWS <= s->oh; oh += DW3_ROWS)                                \
-            dw3_rows(DW3_ROWS, K, SW, s, xp, oh *SW - s->ph, k, bv, yp + oh * s->ow); \
-        int64_t ih0 = oh * SW - s->ph;                                                \
-        float *yr = yp + oh * s->ow;                                                  \
-        switch (s->oh - oh) {                                                         \
-        case 3: dw3_rows(3, K, SW, s, xp, ih0, k, bv, yr); break;                     \
-        case 2: dw3_rows(2, K, SW, s, xp, ih0, k, bv, yr); break;                     \
-        case 1: dw3_rows(1, K, SW, s, xp, ih0, k, bv, yr); break;                     \
-        default: break;                                                               \
-        }                                                                             \
+#define DW3_PLANE(K, SH, SW)                                                              \
+    static DW_TARGET void dw3_plane_##K##_##SH##SW(const ConvShape *s, const float *xp,   \
+                                                   const float *k, float b, float *yp) {  \
+        __m512 bv = _mm512_set1_ps(b);                                                    \
+        int64_t oh = 0;                                                                   \
+        for (; oh + DW3_ROWS <= s->oh; oh += DW3_ROWS)                                    \
+            dw3_rows(DW3_ROWS, K, SH, SW, s, xp, oh *SH - s->ph, k, bv, yp + oh * s->ow); \
+        int64_t ih0 = oh * SH - s->ph;                                                    \
+        float *yr = yp + oh * s->ow;                                                      \
+        switch (s->oh - oh) {                                                             \
+        case 3: dw3_rows(3, K, SH, SW, s, xp, ih0, k, bv, yr); break;                     \
+        case 2: dw3_rows(2, K, SH, SW, s, xp, ih0, k, bv, yr); break;                     \
+        case 1: dw3_rows(1, K, SH, SW, s, xp, ih0, k, bv, yr); break;                     \
+        default: break;                                                                   \
+        }                                                                                 \
     }
-DW3_PLANE(3, 1)
-DW3_PLANE(3, 2)
-DW3_PLANE(5, 1)
-DW3_PLANE(5, 2)
+/* every stride pair: 2x1 is the text models' (PaddleOCR's recognizer and
+ * direction classifier halve the height alone) */
+DW3_PLANE(3, 1, 1)
+DW3_PLANE(3, 2, 2)
+DW3_PLANE(3, 2, 1)
+DW3_PLANE(3, 1, 2)
+DW3_PLANE(5, 1, 1)
+DW3_PLANE(5, 2, 2)
+DW3_PLANE(5, 2, 1)
+DW3_PLANE(5, 1, 2)
 
-/* One plane of a shape dw3_fits. */
+/* One plane of a shape dw3_runs takes. */
 static DW_TARGET void dw3_plane(const ConvShape *s, const float *xp, const float *k, float b,
                                 float *yp) {
-    if (s->kh == 3)
-        (s->sw == 1 ? dw3_plane_3_1 : dw3_plane_3_2)(s, xp, k, b, yp);
-    else
-        (s->sw == 1 ? dw3_plane_5_1 : dw3_plane_5_2)(s, xp, k, b, yp);
+    typedef void Plane(const ConvShape *, const float *, const float *, float, float *);
+    static Plane *const planes[2][2][2] = {
+        {{dw3_plane_3_11, dw3_plane_3_12}, {dw3_plane_3_21, dw3_plane_3_22}},
+        {{dw3_plane_5_11, dw3_plane_5_12}, {dw3_plane_5_21, dw3_plane_5_22}}};
+    planes[s->kh == 5][s->sh == 2][s->sw == 2](s, xp, k, b, yp);
 }
 
 static bool dw3_runs(const ConvShape *s) {
@@ -499,16 +506,17 @@ static void dw_plane(int level, DW_PLANE_PARAMS) {
  * to 7 + K floats past a row, into the next or DW_SLACK; its store is
  * masked. */
 /* R output rows from the padded rows at P on (pw floats apart; the odd
- * columns ne floats into a row at stride 2), R, K and sw constants. */
+ * columns ne floats into a row at column stride 2), R, K, sh and sw
+ * constants. */
 static inline __attribute__((always_inline)) DW_ISA1 void
-dw8_rows(const int R, const int K, const int sw, const ConvShape *s, const float *P, int64_t pw,
-         int64_t ne, const float *k, __m256 bv, float *y) {
+dw8_rows(const int R, const int K, const int sh, const int sw, const ConvShape *s, const float *P,
+         int64_t pw, int64_t ne, const float *k, __m256 bv, float *y) {
     for (int64_t o = 0; o < s->ow; o += 8) {
         __m256 acc[DW3_ROWS];
 #pragma GCC unroll 4
         for (int r = 0; r < R; r++) acc[r] = bv;
 #pragma GCC unroll 11
-        for (int t = 0; t < sw * (R - 1) + K; t++) {
+        for (int t = 0; t < sh * (R - 1) + K; t++) {
             const float *row = P + t * pw + o;
             __m256 v[5];
 #pragma GCC unroll 5
@@ -518,7 +526,7 @@ dw8_rows(const int R, const int K, const int sw, const ConvShape *s, const float
                                                : row + j / 2);
 #pragma GCC unroll 4
             for (int r = 0; r < R; r++) {
-                int i = t - sw * r;
+                int i = t - sh * r;
                 if (i < 0 || i >= K) continue;
 #pragma GCC unroll 5
                 for (int j = 0; j < K; j++)
@@ -537,33 +545,39 @@ dw8_rows(const int R, const int K, const int sw, const ConvShape *s, const float
     }
 }
 
-#define DW8_PLANE(K, SW)                                                                        \
-    static DW_ISA1 void dw8_plane_##K##_##SW(const ConvShape *s, PadDims d, const float *P,     \
-                                             const float *k, float b, float *yp) {              \
+#define DW8_PLANE(K, SH, SW)                                                                    \
+    static DW_ISA1 void dw8_plane_##K##_##SH##SW(const ConvShape *s, PadDims d, const float *P, \
+                                                 const float *k, float b, float *yp) {          \
         __m256 bv = _mm256_set1_ps(b);                                                          \
         int64_t ne = (d.pw + 1) / 2, oh = 0;                                                    \
         for (; oh + DW3_ROWS <= s->oh; oh += DW3_ROWS)                                          \
-            dw8_rows(DW3_ROWS, K, SW, s, P + oh * SW * d.pw, d.pw, ne, k, bv, yp + oh * s->ow); \
-        const float *p = P + oh * SW * d.pw;                                                    \
+            dw8_rows(DW3_ROWS, K, SH, SW, s, P + oh * SH * d.pw, d.pw, ne, k, bv,               \
+                     yp + oh * s->ow);                                                          \
+        const float *p = P + oh * SH * d.pw;                                                    \
         float *yr = yp + oh * s->ow;                                                            \
         switch (s->oh - oh) {                                                                   \
-        case 3: dw8_rows(3, K, SW, s, p, d.pw, ne, k, bv, yr); break;                           \
-        case 2: dw8_rows(2, K, SW, s, p, d.pw, ne, k, bv, yr); break;                           \
-        case 1: dw8_rows(1, K, SW, s, p, d.pw, ne, k, bv, yr); break;                           \
+        case 3: dw8_rows(3, K, SH, SW, s, p, d.pw, ne, k, bv, yr); break;                       \
+        case 2: dw8_rows(2, K, SH, SW, s, p, d.pw, ne, k, bv, yr); break;                       \
+        case 1: dw8_rows(1, K, SH, SW, s, p, d.pw, ne, k, bv, yr); break;                       \
         default: break;                                                                         \
         }                                                                                       \
     }
-DW8_PLANE(3, 1)
-DW8_PLANE(3, 2)
-DW8_PLANE(5, 1)
-DW8_PLANE(5, 2)
+DW8_PLANE(3, 1, 1)
+DW8_PLANE(3, 2, 2)
+DW8_PLANE(3, 2, 1)
+DW8_PLANE(3, 1, 2)
+DW8_PLANE(5, 1, 1)
+DW8_PLANE(5, 2, 2)
+DW8_PLANE(5, 2, 1)
+DW8_PLANE(5, 1, 2)
 
 static void dw8_plane(const ConvShape *s, PadDims d, const float *P, const float *k, float b,
                       float *yp) {
-    if (s->kh == 3)
-        (s->sw == 1 ? dw8_plane_3_1 : dw8_plane_3_2)(s, d, P, k, b, yp);
-    else
-        (s->sw == 1 ? dw8_plane_5_1 : dw8_plane_5_2)(s, d, P, k, b, yp);
+    typedef void Plane(const ConvShape *, PadDims, const float *, const float *, float, float *);
+    static Plane *const planes[2][2][2] = {
+        {{dw8_plane_3_11, dw8_plane_3_12}, {dw8_plane_3_21, dw8_plane_3_22}},
+        {{dw8_plane_5_11, dw8_plane_5_12}, {dw8_plane_5_21, dw8_plane_5_22}}};
+    planes[s->kh == 5][s->sh == 2][s->sw == 2](s, d, P, k, b, yp);
 }
 #define DW8 1
 #else
@@ -709,7 +723,7 @@ static ConvPath conv_path(const ConvShape *s) {
      * wants NHWC, and on planes that large the two reorders cost more than
      * the loops (docs/decisions.md: conv2d paths: 1x1 and depthwise); with
      * AVX-512 a 3x3 or 5x5 at stride 1 or 2 does on any plane (dw3_rows
-     * beat oneDNN with its reorders on 7x7 planes too). */
+     * beat oneDNN with its reorders on 7x7 planes too), each stride 1 or 2. */
     bool dw_direct = depthwise && (s->oh * s->ow >= DW_DIRECT_PLANE || dw3_runs(s));
     bool dnnl = conv_backend == EXT_CONV_DNNL;
     if (dnnl && direct && s->groups == 1 && ext_isa_level(ext_cpu_features()) >= 1) return PATH_C1;
