@@ -15,6 +15,7 @@
  * a copy and must match exactly.
  */
 #include "test.h"
+#include "externs/externs.h"
 #include "runtime/runtime.h"
 #include "testutil.h"
 
@@ -375,6 +376,13 @@ static void build_ct(Prog *P) {
     /* large enough for the parallel col2im and epilogue per plane */
     kiln_value y = ct_out(P, "big_plain", big, 16, 8, 4, 4, true, ct(2, 1, 0, 1, 1));
     kiln_output(g, kiln_unary(g, "relu", y), "big_relu");
+    /* taps that tile the output (kernel = stride, no padding): col2im is
+     * a shuffle, two taps across interleaved four columns at a time */
+    kiln_value u = ct_out(P, "up2x2", big, 16, 8, 2, 2, true, ct(2, 0, 0, 1, 1));
+    kiln_output(g, kiln_unary(g, "sigmoid", u), "up2x2_sigmoid");
+    ct_out(P, "k3_stride3", x, 4, 2, 3, 3, true, ct(3, 0, 0, 1, 1));
+    ct_out(P, "k2_groups", x, 4, 3, 2, 2, true, ct(2, 0, 0, 1, 2));
+    ct_out(P, "k2_outpad", x, 4, 2, 2, 2, true, ct(2, 0, 1, 1, 1)); /* a last row of bias */
     kiln_value s = ct_out(P, "small", x, 4, 2, 3, 3, true, ct(2, 1, 1, 1, 1));
     kiln_value r = kiln_binary(g, "mul", kiln_unary(g, "relu", s), kiln_scalar(g, 3));
     kiln_output(g, r, "small_relu");
@@ -393,6 +401,26 @@ TEST(conv_transpose_fused_vs_interpreter) {
         EXPECT(k && k->kind == KK_EXTERN && k->n == 2, "big relu is not an epilogue");
     }
     test_prog_free(&P);
+}
+
+/* What the reports say runs a conv_transpose2d: the shuffle exactly where
+ * the taps tile the output (kernel = stride, no padding or output padding,
+ * dilation 1), col2im elsewhere. */
+TEST(conv_transpose_path) {
+    static const struct {
+        int64_t k, s, p, op, d;
+        bool shuffle;
+    } cases[] = {{2, 2, 0, 0, 1, true},  {3, 3, 0, 0, 1, true},  {2, 2, 1, 0, 1, false},
+                 {2, 2, 0, 1, 1, false}, {3, 2, 0, 0, 1, false}, {2, 2, 0, 0, 2, false}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int64_t k = cases[i].k, st = cases[i].s, h = 6;
+        int64_t o = st * (h - 1) + cases[i].op + cases[i].d * (k - 1) + 1 - 2 * cases[i].p;
+        int64_t xs[4] = {1, 4, h, h}, ws[4] = {4, 3, k, k}, ys[4] = {1, 3, o, o};
+        int64_t attr[9] = {st, st, cases[i].p, cases[i].p, cases[i].op, cases[i].op,
+                           cases[i].d, cases[i].d, 1};
+        const char *path = ext_conv_transpose_path(xs, ws, ys, attr);
+        EXPECT(strstr(path, cases[i].shuffle ? "shuffle" : "col2im"), "case %zu: %s", i, path);
+    }
 }
 
 /* One thread and four: the parallel col2im and per-plane epilogue agree. */

@@ -179,6 +179,10 @@ int ext_gather(const float *data, const ExtView *dv, const float *idx, const Ext
 int ext_conv_transpose2d(const float *x, const int64_t xs[4], const float *w, const int64_t ws[4],
                          const float *bias, float *y, const int64_t ys[4], const int64_t attr[9],
                          ExtEpilogue epi, void *ctx);
+/* What runs a conv_transpose2d of these shapes, for reports: OpenBLAS's
+ * sgemm, then col2im or, where the taps tile the output, a shuffle. */
+const char *ext_conv_transpose_path(const int64_t xs[4], const int64_t ws[4], const int64_t ys[4],
+                                    const int64_t attr[9]);
 
 /* OpenBLAS's kernels: once per process, replace its Prescott fallback on a
  * CPU it does not know by the kernels the CPU can run (see matmul.c);

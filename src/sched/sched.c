@@ -1147,6 +1147,8 @@ const char *sched_extern_path(const LoopProgram *p, const Buffer *b, char *buf, 
         ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
         path = ext_matmul_path(&a, &w, b->rank, b->shape,
                                p->bufs[b->opnd[1].buf]->body == BODY_WEIGHT);
+    } else if (b->ext_op == OP_CONV_TRANSPOSE2D) {
+        path = ext_conv_transpose_path(b->opnd[0].shape, b->opnd[1].shape, b->shape, b->attr);
     }
     if (!path) return NULL;
     util_fmt(buf, n, "%s, on %s", path, ext_path_isa(path));
