@@ -773,6 +773,13 @@ static const char *const inner_progs[][2] = {
      "input a: f32[3, 40]\ninput b: f32[3, 24]\ny = cat([a, b], dim=1)\noutput y\n"},
     {"", "input x: f32[40, 50]\ny = exp(x) * 2\noutput y\n"},
     {"", "input x: f32[40, 50]\ny = sum(pad(x, [1, 1]), dim=1)\noutput y\n"},
+    /* a spatial pyramid pool's 9-wide window over rows of 13: every part
+     * would be shorter than a vector (1 to 5), so no split */
+    {"", "input x: f32[2, 16, 13, 13]\ny = max_pool2d(x, 9, stride=1, padding=4)\noutput y\n"},
+    /* ... but parts that drop a sigmoid pay even when short (a detection
+     * head's rows of 6: 4 coordinates, then 2 scores) */
+    {"x1 split at 1 point",
+     "input a: f32[300, 4]\ninput b: f32[300, 2]\ny = cat([a, sigmoid(b)], dim=1)\noutput y\n"},
 };
 
 TEST(codegen_inner_loop_split) {

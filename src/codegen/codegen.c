@@ -361,6 +361,24 @@ static int inner_splits(KGen *K, int64_t *at) {
     return sp.n;
 }
 
+/* Is splitting the loop at these points worth its copies? Where every part
+ * is shorter than a vector (CG_SHORT_PART), each runs scalar, and that pays
+ * only when the parts drop costly work the whole loop computes on every
+ * element and selects away: a detection head's rows of 6 (4 coordinates,
+ * then sigmoids) split at 4 and 5 took 0.08 ms, unsplit 0.21. Without a
+ * vecmath call in the nest (body_text), a row of 13 with a 9-wide max
+ * window split into nine scalar parts took 0.49-0.61 ms against 0.10-0.13
+ * for the one masked vector loop (docs/decisions.md: Pools: a
+ * materialized pad for 3-D and strided padded windows). */
+static bool inner_split_pays(const Loop *l, const int64_t *at, int n, const char *body_text) {
+    int64_t longest = 0;
+    for (int i = 0; i <= n; i++) {
+        int64_t lo = i ? at[i - 1] : 0, hi = i < n ? at[i] : l->extent;
+        if (hi - lo > longest) longest = hi - lo;
+    }
+    return longest >= CG_SHORT_PART || strstr(body_text, "_v(") != NULL;
+}
+
 /* text with the loop headed `for (int64_t v = 0; v < extent; v++) {` (and
  * the `#pragma` line just above it, if any) written once per range
  * between the points at, each copy with its range's bounds; NULL when the
@@ -421,8 +439,10 @@ static void row_nest_text(KGen *K, Str *o) {
         int ni = inner_splits(K, at);
         cg_nest_text(K, ni ? &one : o, true, K->pnest, 0, K->npl, 0, 4, NULL);
         if (!ni) return;
-        const char *split =
-            split_inner_text(K, str_get(&one), &K->loop[K->pnest[K->npl - 1]], at, ni);
+        const Loop *l = &K->loop[K->pnest[K->npl - 1]];
+        const char *split = inner_split_pays(l, at, ni, str_get(&one))
+                                ? split_inner_text(K, str_get(&one), l, at, ni)
+                                : NULL;
         str_putf(o, "%s", split ? split : str_get(&one));
         return;
     }
