@@ -342,13 +342,14 @@ static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const floa
 #endif
 
 #if C1_X86
-/* y[o] = bias[o] + w[o] . x for o in [o0, o1): x and each row of w K floats
- * (w's rows K apart), C1_GEMV_ROWS rows at a time, each in a vector of
- * partial sums along K (the last one masked), summed at the end. */
-#define C1_GEMV_BODY(V, LANES, ZERO, LOAD, MLOAD, FMA, SUM)                                      \
-    {                                                                                            \
-        int64_t o = o0;                                                                          \
-        for (; o < o1; o += C1_GEMV_ROWS) {                                                      \
+/* NAME(w, x, K, bias, y, o0, o1): y[o] = bias[o] + w[o] . x for o in
+ * [o0, o1), x and each row of w K floats (w's rows K apart), C1_GEMV_ROWS
+ * rows at a time, each in a vector of partial sums along K (the last one
+ * masked), summed at the end. */
+#define C1_GEMV(NAME, TARGET, V, LANES, ZERO, LOAD, MLOAD, FMA, SUM)                             \
+    static TARGET void NAME(const float *w, const float *x, int64_t K, const float *bias,        \
+                            float *y, int64_t o0, int64_t o1) {                                  \
+        for (int64_t o = o0; o < o1; o += C1_GEMV_ROWS) {                                        \
             int rows = (int)(o1 - o < C1_GEMV_ROWS ? o1 - o : C1_GEMV_ROWS);                     \
             V acc[C1_GEMV_ROWS];                                                                 \
             const float *wr[C1_GEMV_ROWS];                                                       \
@@ -370,34 +371,35 @@ static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const floa
             for (int r = 0; r < rows; r++) y[o + r] = (bias ? bias[o + r] : 0.0f) + SUM(acc[r]); \
         }                                                                                        \
     }
+
 static inline __attribute__((always_inline)) C1_TARGET __m512 gemv_mload16(const float *p,
                                                                            int64_t n) {
     return _mm512_maskz_loadu_ps((__mmask16)((1u << n) - 1u), p);
 }
-static C1_TARGET void gemv512(const float *w, const float *x, int64_t K, const float *bias,
-                              float *y, int64_t o0, int64_t o1)
-    C1_GEMV_BODY(__m512, 16, _mm512_setzero_ps(), _mm512_loadu_ps, gemv_mload16, _mm512_fmadd_ps,
-                 _mm512_reduce_add_ps) static inline
-    __attribute__((always_inline)) C1_TARGET2 __m256 gemv_mload8(const float *p, int64_t n) {
+
+static inline __attribute__((always_inline)) C1_TARGET2 __m256 gemv_mload8(const float *p,
+                                                                           int64_t n) {
     __m256i m =
         _mm256_cmpgt_epi32(_mm256_set1_epi32((int)n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     return _mm256_maskload_ps(p, m);
 }
+
 static inline __attribute__((always_inline)) C1_TARGET2 float gemv_sum8(__m256 v) {
     __m128 h = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     h = _mm_add_ps(h, _mm_movehl_ps(h, h));
     return _mm_cvtss_f32(_mm_add_ss(h, _mm_movehdup_ps(h)));
 }
-static C1_TARGET2 void gemv256(const float *w, const float *x, int64_t K, const float *bias,
-                               float *y, int64_t o0, int64_t o1)
-    C1_GEMV_BODY(__m256, 8, _mm256_setzero_ps(), _mm256_loadu_ps, gemv_mload8, _mm256_fmadd_ps,
-                 gemv_sum8)
 
-    /* P = 1: y[n] = w @ x[n] + bias for every image, the rows of w in blocks
+C1_GEMV(gemv512, C1_TARGET, __m512, 16, _mm512_setzero_ps(), _mm512_loadu_ps, gemv_mload16,
+        _mm512_fmadd_ps, _mm512_reduce_add_ps)
+C1_GEMV(gemv256, C1_TARGET2, __m256, 8, _mm256_setzero_ps(), _mm256_loadu_ps, gemv_mload8,
+        _mm256_fmadd_ps, gemv_sum8)
+
+/* P = 1: y[n] = w @ x[n] + bias for every image, the rows of w in blocks
  * of 64 shared among the threads, each block over every image in turn
  * (each block's epilogue run by its thread). */
-    static void conv1x1_gemv(int level, const float *x, int64_t N, int64_t K, const float *w,
-                             int64_t O, const float *bias, float *y, ExtEpilogue epi, void *ctx) {
+static void conv1x1_gemv(int level, const float *x, int64_t N, int64_t K, const float *w, int64_t O,
+                         const float *bias, float *y, ExtEpilogue epi, void *ctx) {
     int64_t blocks = (O + 63) / 64;
 #pragma omp parallel for collapse(2) schedule(static) if (N * O * K >= C1_PARALLEL_MIN)
     for (int64_t b = 0; b < blocks; b++)  /* a block's rows stay in the L2 */
