@@ -416,8 +416,8 @@ TEST(conv_transpose_path) {
         int64_t k = cases[i].k, st = cases[i].s, h = 6;
         int64_t o = st * (h - 1) + cases[i].op + cases[i].d * (k - 1) + 1 - 2 * cases[i].p;
         int64_t xs[4] = {1, 4, h, h}, ws[4] = {4, 3, k, k}, ys[4] = {1, 3, o, o};
-        int64_t attr[9] = {st, st, cases[i].p, cases[i].p, cases[i].op, cases[i].op,
-                           cases[i].d, cases[i].d, 1};
+        int64_t attr[9] = {st,          st,         cases[i].p, cases[i].p, cases[i].op,
+                           cases[i].op, cases[i].d, cases[i].d, 1};
         const char *path = ext_conv_transpose_path(xs, ws, ys, attr);
         EXPECT(strstr(path, cases[i].shuffle ? "shuffle" : "col2im"), "case %zu: %s", i, path);
     }
