@@ -189,7 +189,7 @@ TEST(codegen_lane_reductions) {
             for (int dbl = 0; dbl < 2; dbl++) {
                 char src[300];
                 snprintf(src, sizeof src,
-                         "input x: f32[64, %d]\nm = mean(x, dim=1, keepdim=true)\n"
+                         "input x: f32[600, %d]\nm = mean(x, dim=1, keepdim=true)\n"
                          "a = %s(%s, dim=1, keepdim=true)\ny = x * a\noutput y\n",
                          len, red[r], r == 1 ? "1 + (x - m) * 0.001" : "x - m");
                 Plan *p = plan_of(src, NULL);
@@ -990,7 +990,8 @@ TEST(codegen_memory_reuse) {
     kiln_graph_free(g);
 }
 
-/* Row prefetch only where later passes re-read the row from L1: not in a
+/* Row prefetch only where later passes re-read the row from L1 and the rows
+ * are past the L2 (CG_ROW_PF_MIN), not in a
  * one-pass row reduction, nor for a value the same in every row. */
 TEST(codegen_row_prefetch_only_for_several_passes) {
     char *fn = kernel0_text("input x: f32[300, 1000]\ns = sum(relu(x + 1), dim=1)\noutput s\n");
@@ -998,7 +999,7 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
     EXPECT(!strstr(fn, "kiln_prefetch("), "one pass:\n%s", fn);
     free(fn);
     fn = kernel0_text(
-        "input x: f32[300, 1000]\ninput g: f32[1000]\ny = layer_norm(x * g, [1000])\noutput y\n");
+        "input x: f32[600, 1000]\ninput g: f32[1000]\ny = layer_norm(x * g, [1000])\noutput y\n");
     CHECK(fn);
     EXPECT(count(fn, "kiln_prefetch(") == 1 &&
                strstr(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (r0b)], "),
@@ -1006,12 +1007,18 @@ TEST(codegen_row_prefetch_only_for_several_passes) {
     free(fn);
     /* a second pass no longer than a block asks for the whole row at once;
      * so does one that stores (it streams whole rows: test below) */
-    fn = kernel0_text("input x: f32[300, 200]\ny = layer_norm(x, [200])\noutput y\n");
+    fn = kernel0_text("input x: f32[3000, 200]\ny = layer_norm(x, [200])\noutput y\n");
     CHECK(fn);
     EXPECT(count(fn, "kiln_prefetch(&in_x[200*(x0 + 1) + (0)], 200);") == 1 && !strstr(fn, "r0b"),
            "short rows:\n%s", fn);
     free(fn);
-    fn = kernel0_text("input x: f32[300, 1000]\ny = x - mean(x, dim=1, keepdim=true)\noutput y\n");
+    /* rows of 1 MB in all (under CG_ROW_PF_MIN) are in the L2: no prefetch,
+     * one pass over each row (an OCR head's softmax over 6625 classes) */
+    fn = kernel0_text("input x: f32[40, 6625]\ny = softmax(x, dim=1)\noutput y\n");
+    CHECK(fn);
+    EXPECT(!strstr(fn, "kiln_prefetch(") && !strstr(fn, "r0b"), "rows in the L2:\n%s", fn);
+    free(fn);
+    fn = kernel0_text("input x: f32[600, 1000]\ny = x - mean(x, dim=1, keepdim=true)\noutput y\n");
     CHECK(fn);
     EXPECT(count(fn, "kiln_prefetch(&in_x[1000*(x0 + 1) + (0)], 1000);") == 1 && !strstr(fn, "r0b"),
            "a stored second pass:\n%s", fn);

@@ -799,7 +799,8 @@ TEST(fused_streamed_stores) {
 
 /* The blocked second pass of a row kernel in 16 lanes (codegen.c,
  * spread_stage): sum, product, max and min over rows of 1024 (lanes) and
- * 1000 (not), with NaN in two rows and -inf in one for max and min,
+ * 1000 (not), 600 rows (past CG_ROW_PF_MIN, so that the rows prefetch and
+ * the pass runs in blocks), with NaN in two rows and -inf in one for max and min,
  * against the interpreter. */
 TEST(fused_lane_reductions) {
     enter_cache();
@@ -808,7 +809,7 @@ TEST(fused_lane_reductions) {
         for (int len = 1000; len <= 1024; len += 24) {
             char src[300];
             snprintf(src, sizeof src,
-                     "input x: f32[64, %d]\nm = mean(x, dim=1, keepdim=true)\n"
+                     "input x: f32[600, %d]\nm = mean(x, dim=1, keepdim=true)\n"
                      "a = %s(%s, dim=1, keepdim=true)\ny = x * a\noutput y\n",
                      len, red[r], r == 1 ? "1 + (x - m) * 0.001" : "x - m");
             kiln_graph *g = kiln_graph_new();

@@ -110,7 +110,8 @@ void cg_gen_stages(KGen *K) {
     for (int st = 0; st < k->nstages; st++) inner += k->stage_kind[st] == STAGE_INNER;
     const Loop *row = K->npl ? &K->loop[K->pnest[K->npl - 1]] : NULL;
     bool pf = inner >= 2 && row && !row->lo && row->step == 1 && row->extent > 1 && K->rp.n == 1 &&
-              !K->epi.on && k->stage_kind[0] == STAGE_INNER;
+              !K->epi.on && k->stage_kind[0] == STAGE_INNER &&
+              row->extent * k->rnumel * (int64_t)sizeof(float) >= CG_ROW_PF_MIN;
     int seen = 0;
     for (int st = 0; st < k->nstages; st++) {
         cg_begin_stage(K, k->stage_kind[st]);

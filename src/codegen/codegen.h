@@ -173,6 +173,10 @@ kiln_status cg_prelude(char **out, char *err, size_t errlen);
 /* Row prefetch: the second pass runs in blocks of this many elements, each
  * asking for its part of the next row. */
 #define CG_ROW_PF_BLOCK 256
+/* ... and only where the rows the first pass reads, all of them, are at
+ * least this many bytes: smaller ones are in the L2 already, and asking
+ * for them cost more than it saved (docs/decisions.md: Row prefetch). */
+#define CG_ROW_PF_MIN ((int64_t)2 << 20)
 
 /* ... and, when its length is a multiple of this, reduces into this many
  * lanes (spread_stage). */
