@@ -99,7 +99,12 @@ kiln_graph *kiln_graph_new(void);          /* NULL only when out of memory */
 void kiln_graph_free(kiln_graph *g);
 const char *kiln_error(const kiln_graph *g); /* "" when no error happened */
 
-/* A runtime input. Programs compute in f32 and bool: dtype is one of them.
+/* A runtime input. Programs compute in f32, f64 and bool: dtype is one of
+ * them. f64 values are computed in double by pointwise ops, reductions,
+ * views and the composites built of them (softmax, layer_norm, pools);
+ * matmul, conv2d, conv_transpose2d, gather and the random ops take f32
+ * only. An op on f32 and f64 operands computes in f64; a scalar
+ * (kiln_scalar) takes its partner's type.
  * A dim may be 0: such a value is empty, and no kernel computes one (the
  * results of ops on it are empty too, or follow from the op's kind: a
  * reduction over nothing is its identity; docs/design.md, "Empty values"). */
@@ -108,7 +113,14 @@ kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype,
 /* A compile-time constant; data (numel floats) is copied. */
 kiln_value kiln_weight(kiln_graph *g, const char *name, int rank,
                        const int64_t *shape, const float *data);
-/* An f32 scalar (rank 0), broadcast where it is used. */
+/* The same for dtype KILN_F32 (data: floats) or KILN_F64 (doubles). */
+kiln_value kiln_weight_typed(kiln_graph *g, const char *name, kiln_dtype dtype, int rank,
+                             const int64_t *shape, const void *data);
+/* x converted to dtype: f32 <-> f64 (rounded to nearest), bool -> 0/1,
+ * and to bool as x != 0. The identity when x already has it. */
+kiln_value kiln_cast(kiln_graph *g, kiln_value x, kiln_dtype dtype);
+/* A scalar (rank 0), broadcast where it is used: f32, or f64 beside an f64
+ * operand. */
 kiln_value kiln_scalar(kiln_graph *g, double v);
 
 /* Pointwise ops by name.

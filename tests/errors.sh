@@ -108,7 +108,7 @@ prog prog_output_twice 'input x: f32[4]\noutput x, x\n' \
 prog prog_unknown_dtype 'input x: f16[4]\noutput x\n' \
     "1:10: error: unknown dtype 'f16'"
 prog prog_unsupported_dtype 'input x: i32[4]\noutput x\n' \
-    "1:10: error: dtype 'i32' is not supported: programs compute in f32 and bool"
+    "1:10: error: dtype 'i32' is not supported: programs compute in f32, f64 and bool"
 prog prog_bad_shape 'input x: f32[a]\noutput x\n' \
     "1:14: error: expected a dim (0 or more)"
 prog prog_rank_too_high 'input x: f32[1, 1, 1, 1, 1, 1, 1, 1, 1]\noutput x\n' \
@@ -197,7 +197,7 @@ prog sem_layer_norm_shape 'input x: f32[2, 3]\ny = layer_norm(x, [4])\noutput y\
 prog sem_dropout_p 'input x: f32[2, 3]\ny = dropout(x, p=1.5)\noutput y\n' \
     "2:5: error: dropout: p must be in [0, 1], got 1.5"
 prog sem_dtype_f32_op 'input x: bool[3, 4]\ny = exp(x)\noutput y\n' \
-    "2:5: error: exp expects an f32 tensor, got bool"
+    "2:5: error: exp expects an f32 or f64 tensor, got bool"
 prog sem_dtype_bool_op 'input x: f32[3, 4]\ny = logical_not(x)\noutput y\n' \
     "2:5: error: logical_not expects a bool tensor, got f32"
 prog sem_where_condition 'input x: f32[3, 4]\ny = where(x, x, x)\noutput y\n' \
@@ -483,7 +483,7 @@ check env_oom_input 4 "out of memory: 4e+12 bytes for input 'x'" -- \
     "$kiln" run "$t/huge_input.kiln"
 printf 'input x: f32[1]\ny = expand(x, 100000, 100000, 100)\nz = y + 1\noutput z\n' \
     >"$t/huge_output.kiln"
-check env_oom_interpreter 4 "out of memory: 4000000000000 bytes for expand (node 1)" -- \
+check env_oom_interpreter 4 "out of memory: 8000000000000 bytes for expand (node 1)" -- \
     "$kiln" run --interpret "$t/huge_output.kiln"
 check env_oom_run 4 "out of memory: inputs and outputs of a run" -- \
     "$kiln" run "$t/huge_output.kiln"

@@ -85,6 +85,14 @@ static int fill_inputs(const kiln_graph *g, kiln_tensor *in, uint64_t seed) {
             kiln_fill_randn(in[i].data, n, seed + (uint64_t)i);
             continue;
         }
+        if (in[i].dtype == KILN_F64) { /* normal values near 1000, as gen.py's f64 cases */
+            float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+            if (!f) return 0;
+            kiln_fill_randn(f, n, seed + (uint64_t)i);
+            for (int64_t k = 0; k < n; k++) ((double *)in[i].data)[k] = 1000.0 + 1e-6 * f[k];
+            free(f);
+            continue;
+        }
         for (int64_t k = 0; k < n; k++)
             ((unsigned char *)in[i].data)[k] = ((k * 2654435761u + seed) >> 7) & 1;
     }
@@ -97,6 +105,7 @@ static void free_tensors(kiln_tensor *t, int n) {
 
 static double value_at(const kiln_tensor *t, int64_t k) {
     if (t->dtype == KILN_BOOL) return ((const unsigned char *)t->data)[k];
+    if (t->dtype == KILN_F64) return ((const double *)t->data)[k];
     return ((const float *)t->data)[k];
 }
 
@@ -110,6 +119,8 @@ static double worst_excess(const kiln_tensor *got, const kiln_tensor *want, RtTo
         double g = value_at(got, k), w = value_at(want, k), x;
         if (want->dtype == KILN_BOOL)
             x = (g != 0.0) != (w != 0.0) ? INFINITY : 0.0;
+        else if (want->dtype == KILN_F64) /* both compute in double */
+            x = rt_excess(g, w, (RtTolerance){1e-10, 1e-12, 1});
         else
             x = rt_excess((float)g, (float)w, tol);
         if (!(x <= worst)) worst = x, *at = k;
@@ -135,14 +146,14 @@ static double compare_all(const char *what, const kiln_graph *g, RtTolerance tol
 }
 
 /* Run an RtProgram on tensors: bool inputs become 0/1 floats; outputs are
- * float tensors (bool outputs stay 0/1 floats). */
+ * float tensors (bool outputs stay 0/1 floats), f64 ones double tensors. */
 static int run_rt(RtProgram *p, const kiln_tensor *in, kiln_tensor *out, char *err, size_t errlen) {
     const Graph *dec = rt_graph(p);
     int nin = kiln_num_inputs(dec), nout = kiln_num_outputs(dec), ok = 0;
     const float *fin[MAX_IO] = {0};
     float *fout[MAX_IO] = {0}, *owned[MAX_IO] = {0};
     for (int i = 0; i < nin; i++) {
-        if (in[i].dtype == KILN_F32) {
+        if (in[i].dtype == KILN_F32 || in[i].dtype == KILN_F64) {
             fin[i] = in[i].data;
             continue;
         }
@@ -153,7 +164,7 @@ static int run_rt(RtProgram *p, const kiln_tensor *in, kiln_tensor *out, char *e
     }
     for (int i = 0; i < nout; i++) {
         out[i] = kiln_output_desc(dec, i);
-        out[i].dtype = KILN_F32;
+        if (out[i].dtype != KILN_F64) out[i].dtype = KILN_F32;
         if (kiln_tensor_alloc(&out[i]) != KILN_OK) goto done;
         fout[i] = out[i].data;
     }

@@ -35,6 +35,11 @@
 
 #define ATOL 1e-5
 #define RTOL 1e-4
+/* f64 outputs (cases with f64 inputs): libm's and NumPy's double math
+ * differ by an ulp or two, a chain by a few more; float would miss these
+ * by 1e-7 and more. */
+#define ATOL64 1e-12
+#define RTOL64 1e-12
 #define MIN_CASES 50
 
 /* One case: its name and directory, for messages and file names. */
@@ -104,6 +109,13 @@ static double excess(float got, float want) {
     return fabs((double)got - (double)want) / (ATOL + RTOL * fabs((double)want));
 }
 
+/* The same for an f64 output, at double precision. */
+static double excess64(double got, double want) {
+    if (!isfinite(want)) return (isnan(want) ? isnan(got) : got == want) ? 0.0 : INFINITY;
+    if (!isfinite(got)) return INFINITY;
+    return fabs(got - want) / (ATOL64 + RTOL64 * fabs(want));
+}
+
 /* Compare one output with NumPy's; 1 when it matches. */
 static int compare(const Case *c, const char *out, const kiln_tensor *got,
                    const kiln_tensor *want) {
@@ -121,8 +133,10 @@ static int compare(const Case *c, const char *out, const kiln_tensor *got,
             x = ((const uint8_t *)got->data)[i] != ((const uint8_t *)want->data)[i] ? 2.0 : 0.0;
         else if (want->dtype == KILN_F32)
             x = excess(((const float *)got->data)[i], ((const float *)want->data)[i]);
+        else if (want->dtype == KILN_F64)
+            x = excess64(((const double *)got->data)[i], ((const double *)want->data)[i]);
         else
-            x = 2.0; /* gen.py writes only f32 and bool */
+            x = 2.0; /* gen.py writes only f32, f64 and bool */
         if (x > 1.0) bad++;
         if (x > worst_x) worst_x = x, worst = i;
     }
@@ -139,6 +153,13 @@ static int compare(const Case *c, const char *out, const kiln_tensor *got,
                   "(|diff| %.3g, tol %.3g)",
                   out, (long long)bad, (long long)n, is, g, w, fabs((double)g - w),
                   ATOL + RTOL * fabs((double)w));
+    } else if (want->dtype == KILN_F64) {
+        double g = ((const double *)got->data)[worst], w = ((const double *)want->data)[worst];
+        case_fail(c,
+                  "output %s: %lld of %lld out of tolerance; worst at %s: got %.17g want %.17g "
+                  "(|diff| %.3g, tol %.3g)",
+                  out, (long long)bad, (long long)n, is, g, w, fabs(g - w),
+                  ATOL64 + RTOL64 * fabs(w));
     } else
         case_fail(c, "output %s: unexpected dtype %s", out, kiln_dtype_name(want->dtype));
     return 0;

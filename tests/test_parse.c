@@ -709,12 +709,14 @@ TEST(parse_error_names) {
 TEST(parse_error_types) {
     static const ErrCase cases[] = {
         {"input x: f16[2]\n", "t.kiln:1:10: error: unknown dtype 'f16'", "         ^"},
-        {"input x: f64[2]\n",
-         "t.kiln:1:10: error: dtype 'f64' is not supported: programs compute in f32 and bool",
+        {"input x: i32[2]\n",
+         "t.kiln:1:10: error: dtype 'i32' is not supported: programs compute in f32, f64 and bool",
          "         ^"},
         {"input x: i64[2]\n",
-         "t.kiln:1:10: error: dtype 'i64' is not supported: programs compute in f32 and bool",
+         "t.kiln:1:10: error: dtype 'i64' is not supported: programs compute in f32, f64 and bool",
          "         ^"},
+        {"input x: f64[2]\nweight w: f64[2] = zeros\n",
+         "t.kiln:2:11: error: weights must be f32, got f64", "          ^"},
         {"input x: [2]\n", "t.kiln:1:10: error: expected a type such as f32[2, 3]", "         ^"},
         {"input x: f32[n]\n", "t.kiln:1:14: error: expected a dim (0 or more)", "             ^"},
         {"input x: f32[2.5]\n", "t.kiln:1:14: error: expected a dim (0 or more)", "             ^"},

@@ -74,6 +74,10 @@ float util_rand_normal(uint64_t seed, uint64_t i);
 
 /* Saturating product of dims; -1 when it overflows int64. */
 int64_t util_numel(int rank, const int64_t *shape);
+/* Bytes per element of a value of dtype dt in a program's memory (graph
+ * weights, the runtime's buffers, kernels' pointers): f64 is a double,
+ * f32 and bool are floats (a bool as 0.0f or 1.0f). */
+int64_t loop_storage_size(kiln_dtype dt);
 /* IEEE half precision and bfloat16 to and from f32 (round to nearest even;
  * an f32 past the half range becomes infinity, NaN stays NaN). */
 float util_f16_to_f32(uint16_t h);

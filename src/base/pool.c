@@ -75,6 +75,8 @@ void str_putf(Str *s, const char *fmt, ...) {
 
 const char *str_get(Str *s) { return s->s ? s->s : ""; }
 
+int64_t loop_storage_size(kiln_dtype dt) { return dt == KILN_F64 ? 8 : 4; }
+
 int64_t loop_elsize(kiln_dtype dt) {
     switch (dt) {
     case KILN_F64:

@@ -409,6 +409,12 @@ static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i, bool int
             ((float *)t->data)[k] = floorf(util_rand_uniform(s, (uint64_t)k) * 10);
     } else if (t->dtype == KILN_F32) {
         kiln_fill_randn(t->data, n, s);
+    } else if (t->dtype == KILN_F64) { /* the same normal values, as doubles */
+        float *f = kmalloc(sizeof(float) * (size_t)(n ? n : 1));
+        if (!f) return kiln_tensor_free(t), KILN_ERR_NOMEM;
+        kiln_fill_randn(f, n, s);
+        for (int64_t k = 0; k < n; k++) ((double *)t->data)[k] = f[k];
+        kfree(f);
     } else {
         uint8_t *b = t->data;
         for (int64_t k = 0; k < n; k++) b[k] = util_rand_uniform(s, (uint64_t)k) < 0.5f;
@@ -492,23 +498,26 @@ static int load_inputs(const kiln_graph *g, const Options *o, const kiln_onnx_io
     return 0;
 }
 
+/* Element k of an output (f32, f64 or bool). */
+static double element(const kiln_tensor *t, int64_t k) {
+    return t->dtype == KILN_BOOL  ? ((uint8_t *)t->data)[k]
+           : t->dtype == KILN_F64 ? ((double *)t->data)[k]
+                                  : ((float *)t->data)[k];
+}
+
 static void print_summary(const char *name, const kiln_tensor *t) {
     char shape[160];
     graph_shape_str(shape, sizeof shape, t->rank, t->shape);
     int64_t n = kiln_tensor_numel(t);
     double sum = 0;
     printf("%s: %s%s", name, kiln_dtype_name(t->dtype), shape);
-    for (int64_t k = 0; k < n; k++)
-        sum += t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
+    for (int64_t k = 0; k < n; k++) sum += element(t, k);
     if (n == 0) {
         printf("  empty\n");
         return;
     }
     printf("  mean %.6g  [", sum / (double)n);
-    for (int64_t k = 0; k < n && k < 6; k++) {
-        double v = t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
-        printf("%s%.6g", k ? ", " : "", v);
-    }
+    for (int64_t k = 0; k < n && k < 6; k++) { printf("%s%.6g", k ? ", " : "", element(t, k)); }
     printf("%s]\n", n > 6 ? ", ..." : "");
 }
 
@@ -684,14 +693,10 @@ typedef struct {
     double max_abs, worst_excess;
     int worst_output;
     int64_t worst_index;
-    float got, want;
+    double got, want;
     int64_t conditioned; /* elements over the tolerance that the reference's spread accepts */
     float spread;        /* the worst element's spread (with spread only) */
 } Check;
-
-static float element(const kiln_tensor *t, int64_t k) {
-    return t->dtype == KILN_BOOL ? ((uint8_t *)t->data)[k] : ((float *)t->data)[k];
-}
 
 /* Compare fused outputs with the interpreter's, with the per-class
  * tolerance of the program (bool outputs must match exactly); with
@@ -702,7 +707,7 @@ static void compare(const kiln_graph *g, const RtTolerance *tol, const kiln_tens
     *c = (Check){.done = true, .passed = true, .worst_output = -1};
     for (int i = 0; i < kiln_num_outputs(g); i++) {
         for (int64_t k = 0; k < kiln_tensor_numel(&got[i]); k++) {
-            float a = element(&got[i], k), b = element(&want[i], k);
+            double a = element(&got[i], k), b = element(&want[i], k);
             double ex = rt_check_excess(got[i].dtype, a, b, 0.0f, *tol);
             float sp = spread ? ((const float *)spread[i].data)[k] : 0.0f;
             if (ex > 1 && spread) {

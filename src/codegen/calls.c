@@ -167,7 +167,9 @@ void cg_entry_text(Gen *g, const bool *returns_int) {
             continue;
         }
         str_putf(&o, "    %s%s%s(", returns_int[k] ? "if (" : "", g->prefix, c->name);
-        for (int i = 0; i < c->nbufs; i++) str_putf(&o, "%sbufs[%d]", i ? ", " : "", c->bufs[i]);
+        for (int i = 0; i < c->nbufs; i++)
+            str_putf(&o, "%s%sbufs[%d]", i ? ", " : "",
+                     g->p->bufs[c->bufs[i]]->dtype == KILN_F64 ? "(double *)" : "", c->bufs[i]);
         str_putf(&o, ")%s   /*", returns_int[k] ? ") return 1;" : ";");
         for (int i = 0; i < c->nbufs; i++) str_putf(&o, " %s", g->bufname[c->bufs[i]]);
         str_putf(&o, " */\n    KILN_PROF(rt, %d, KILN_PROF_END);\n", k);

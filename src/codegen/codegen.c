@@ -110,7 +110,7 @@ void cg_gen_stages(KGen *K) {
     for (int st = 0; st < k->nstages; st++) inner += k->stage_kind[st] == STAGE_INNER;
     const Loop *row = K->npl ? &K->loop[K->pnest[K->npl - 1]] : NULL;
     bool pf = inner >= 2 && row && !row->lo && row->step == 1 && row->extent > 1 && K->rp.n == 1 &&
-              !K->epi.on && k->stage_kind[0] == STAGE_INNER &&
+              !K->epi.on && !K->f64 && k->stage_kind[0] == STAGE_INNER &&
               row->extent * k->rnumel * (int64_t)sizeof(float) >= CG_ROW_PF_MIN;
     int seen = 0;
     for (int st = 0; st < k->nstages; st++) {
@@ -172,8 +172,9 @@ static void signature(KGen *K, Str *o, bool returns_int) {
     bool first = true;
     for (int b = 0; b < g->p->nbufs; b++) {
         if (!K->use[b]) continue;
-        str_putf(&sig, "%s%sfloat *restrict %s", first ? "" : ", ",
-                 K->use[b] & USE_WRITE ? "" : "const ", g->bufname[b]);
+        str_putf(&sig, "%s%s%s *restrict %s", first ? "" : ", ",
+                 K->use[b] & USE_WRITE ? "" : "const ",
+                 g->p->bufs[b]->dtype == KILN_F64 ? "double" : "float", g->bufname[b]);
         first = false;
     }
     str_putf(&sig, "%s)", first ? "void" : "");
@@ -182,7 +183,7 @@ static void signature(KGen *K, Str *o, bool returns_int) {
 }
 
 static bool scratch_on_stack(const Scratch *s) {
-    return s->n * (int64_t)sizeof(float) <= CG_STACK_SCRATCH;
+    return s->n * (int64_t)(s->f64 ? sizeof(double) : sizeof(float)) <= CG_STACK_SCRATCH;
 }
 
 static bool needs_malloc(const KGen *K) {
@@ -204,12 +205,13 @@ void cg_scratch_decls(KGen *K, Str *o, int ind, bool in_region) {
     str_init(&any, K->g->pool);
     for (int i = 0; i < K->nscratch; i++) {
         const Scratch *s = &K->scratch[i];
+        const char *ty = s->f64 ? "double" : "float";
         if (scratch_on_stack(s)) {
-            str_putf(o, "%*sfloat %s[%lld];\n", ind, "", s->name, (long long)s->n);
+            str_putf(o, "%*s%s %s[%lld];\n", ind, "", ty, s->name, (long long)s->n);
             continue;
         }
-        str_putf(o, "%*sfloat *%s = malloc(%lld * sizeof(float));\n", ind, "", s->name,
-                 (long long)s->n);
+        str_putf(o, "%*s%s *%s = malloc(%lld * sizeof(%s));\n", ind, "", ty, s->name,
+                 (long long)s->n, ty);
         str_putf(&any, "%s!%s", any.n ? " || " : "", s->name);
     }
     if (!any.n) return;

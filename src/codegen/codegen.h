@@ -232,6 +232,7 @@ enum { USE_READ = 1, USE_WRITE = 2 };
 typedef struct {
     const char *name;
     int64_t n;
+    bool f64; /* doubles, not floats */
 } Scratch;
 
 /* A loop: `for (int64_t name = lo; name < hi; name += step)`. */
@@ -340,6 +341,7 @@ typedef struct {
     CgPrefetch pf;  /* row prefetch, and prefetch ahead of tiles */
     CgLanes lane;   /* row reductions in lanes */
     CgEpilogue epi; /* an extern's epilogue */
+    bool f64;       /* a member or a load is f64: plain loops only (cg_kernel_f64) */
 } KGen;
 
 typedef struct {
@@ -385,6 +387,7 @@ void cg_prepend_prelude(Gen *g);
 
 /* ---- emit.c ---- */
 void cg_add_scratch(KGen *K, const char *name, int64_t n);
+void cg_add_scratch_typed(KGen *K, const char *name, int64_t n, bool f64);
 const char *cg_c_ident(Pool *p, const char *prefix, const char *name);
 Val cg_emit_branch(KGen *K, const Expr *e, int nvars, const char *cond, int level);
 Val cg_emit_expr(KGen *K, const Expr *e, int nvars);

@@ -59,6 +59,69 @@ static const char *float_lit(Pool *p, double v) {
                        f < 0 || signbit(f) ? ")" : "");
 }
 
+/* A double literal that reads back as the same double (f64 kernels). */
+static const char *double_lit(Pool *p, double v) {
+    if (isnan(v)) return "NAN";
+    if (isinf(v)) return v > 0 ? "INFINITY" : "(-INFINITY)";
+    char num[48];
+    util_fmt(num, sizeof num, "%.17g", v);
+    bool plain = !strpbrk(num, ".en");
+    return pool_printf(p, "%s%s%s%s", v < 0 || signbit(v) ? "(" : "", num, plain ? ".0" : "",
+                       v < 0 || signbit(v) ? ")" : "");
+}
+
+/* An f64 op's C form: libm's double functions and the prelude's _d
+ * helpers (scalar code: libm's calls keep such a loop scalar, which f64
+ * accepts). NULL for an op without one. */
+static const char *f64_form(Op op) {
+    switch (op) {
+    case OP_ABS: return "fabs(%s)";
+    case OP_RELU: return "kiln_relu_d(%s)";
+    case OP_SIGMOID: return "kiln_sigmoid_d(%s)";
+    case OP_TANH: return "tanh(%s)";
+    case OP_EXP: return "exp(%s)";
+    case OP_LOG: return "log(%s)";
+    case OP_SQRT: return "sqrt(%s)";
+    case OP_RSQRT: return "(1.0 / sqrt(%s))";
+    case OP_SIN: return "sin(%s)";
+    case OP_COS: return "cos(%s)";
+    case OP_ERF: return "erf(%s)";
+    case OP_GELU: return "kiln_gelu_d(%s)";
+    case OP_FLOOR: return "floor(%s)";
+    case OP_CEIL: return "ceil(%s)";
+    case OP_RECIPROCAL: return "(1.0 / %s)";
+    case OP_POW: return "pow(%s, %s)";
+    case OP_FMOD: return "fmod(%s, %s)";
+    case OP_MAXIMUM: return "kiln_max_d(%s, %s)";
+    case OP_MINIMUM: return "kiln_min_d(%s, %s)";
+    case OP_LT: return "kiln_lt_d(%s, %s)";
+    case OP_LE: return "kiln_le_d(%s, %s)";
+    case OP_GT: return "kiln_gt_d(%s, %s)";
+    case OP_GE: return "kiln_ge_d(%s, %s)";
+    case OP_EQ: return "kiln_eq_d(%s, %s)";
+    case OP_NE: return "kiln_ne_d(%s, %s)";
+    case OP_WHERE: return "kiln_where_d(%s, %s, %s)";
+    case OP_NEG:
+    case OP_COPY:
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_TRUE_DIV: return op_info[op].cform;
+    default: return NULL;
+    }
+}
+
+/* Does op e compute in f64 (its result or an operand is)? A cast computes
+ * in its result's type. */
+static bool expr_f64(const Expr *e) {
+    if (e->dtype == KILN_F64) return true;
+    if (e->kind != EX_OP || e->op == OP_CAST) return false;
+    for (int i = 0; i < e->nargs; i++)
+        if (e->args[i]->dtype == KILN_F64) return true;
+    return false;
+}
+
 /* "(a + b)" -> "a + b" when the outer parentheses enclose everything. */
 static const char *strip_parens(Pool *p, const char *s) {
     size_t n = strlen(s);
@@ -264,17 +327,21 @@ IxText cg_print_index(const KGen *K, const Index *ix, int nvars) {
     return t;
 }
 
-/* A temporary holding rhs at a level, or the equal one already there. */
-static Val temp(KGen *K, int level, const char *rhs) {
+/* A temporary holding rhs at a level (a double when f64), or the equal one
+ * already there. */
+static Val temp_typed(KGen *K, int level, const char *rhs, bool f64) {
     Pool *P = K->g->pool;
     rhs = strip_parens(P, rhs);
-    Ent *e = table_find(&K->cse, rhs);
+    const char *key = f64 ? pool_printf(P, "double %s", rhs) : rhs;
+    Ent *e = table_find(&K->cse, key);
     if (e && valid(K, e)) return (Val){e->c, e->level};
     const char *name = pool_printf(P, "tmp%d", K->ntmp++);
-    cg_line(K, level, "float %s = %s;", name, rhs);
-    cg_table_add(P, &K->cse, rhs, name, level, K->epoch[level]);
+    cg_line(K, level, "%s %s = %s;", f64 ? "double" : "float", name, rhs);
+    cg_table_add(P, &K->cse, key, name, level, K->epoch[level]);
     return (Val){name, level};
 }
+
+static Val temp(KGen *K, int level, const char *rhs) { return temp_typed(K, level, rhs, false); }
 
 const char *cg_reg_key(Pool *p, int buf, const char *ix) {
     return pool_printf(p, "%d:%s", buf, ix);
@@ -292,9 +359,9 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
     const char *key = cg_reg_key(P, e->buf, ix.c);
     Ent *r = table_find(&K->regs, key);
     if (r && valid(K, r)) return (Val){r->c, r->level};
-    Ent *row = table_find(&K->rows, key);
-    if (row) return temp(K, ix.level, row->c);
     const Buffer *b = buf_of(K->g, e->buf);
+    Ent *row = table_find(&K->rows, key);
+    if (row) return temp_typed(K, ix.level, row->c, b->dtype == KILN_F64);
     if (buf_computed(b) && K->g->s->node_of_buf[e->buf] >= 0) {
         /* a member of this kernel that is not in memory: a scheduler bug */
         for (int i = 0; i < K->k->n; i++)
@@ -306,10 +373,12 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
     if (K->pf.record && !K->guard) cg_note_row_load(K, e->buf, ix);
     if (K->st.prefetch && !K->guard) cg_note_stream_load(K, e->buf, ix);
     K->guarded |= K->guard != NULL;
+    bool f64 = b->dtype == KILN_F64;
     if (K->guard) /* a select's branch may address outside the buffer */
-        return temp(K, ix.level > K->guard_level ? ix.level : K->guard_level,
-                    pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c));
-    return temp(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c));
+        return temp_typed(
+            K, ix.level > K->guard_level ? ix.level : K->guard_level,
+            pool_printf(P, "%s ? %s[%s] : 0.0f", K->guard, K->g->bufname[e->buf], ix.c), f64);
+    return temp_typed(K, ix.level, pool_printf(P, "%s[%s]", K->g->bufname[e->buf], ix.c), f64);
 }
 
 /* A C form with each %s replaced by the next operand. */
@@ -363,6 +432,17 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
         if (args[i].level > level) level = args[i].level;
     }
     const char *form = op_info[e->op].cform, *rhs;
+    bool f64 = expr_f64(e);
+    if (e->op == OP_CAST) {
+        rhs = pool_printf(K->g->pool, "(%s)%s", f64 ? "double" : "float", args[0].c);
+        return temp_typed(K, level, rhs, f64);
+    }
+    if (f64) {
+        if (!(form = f64_form(e->op)))
+            cg_fail(K->g, "codegen: %s has no f64 form", op_info[e->op].name);
+        return temp_typed(K, level, apply_form(K->g->pool, form, args, e->nargs),
+                          e->dtype == KILN_F64);
+    }
     if (!form || !*form) cg_fail(K->g, "codegen: %s is not a pointwise op", op_info[e->op].name);
     if (e->op == OP_DIV && e->args[1]->kind != EX_CONST && args[1].level < args[0].level)
         return temp(K, level, div_by_invariant(K, args[0], args[1]));
@@ -431,13 +511,19 @@ static Val emit_select(KGen *K, const Expr *e, int nvars) {
     if (b.level > level) level = b.level;
     /* kiln_vm_sel, not ?:, for the reason vecmath.h gives (GCC threads jumps
      * through a ?: with a constant arm and the loop stays scalar) */
-    return temp(K, level, pool_printf(P, "kiln_vm_sel(%s, %s, %s)", cond, a.c, b.c));
+    bool f64 = e->dtype == KILN_F64;
+    return temp_typed(K, level,
+                      pool_printf(P, "kiln_vm_sel%s(%s, %s, %s)", f64 ? "64" : "", cond, a.c, b.c),
+                      f64);
 }
 
 Val cg_emit_expr(KGen *K, const Expr *e, int nvars) {
     switch (e->kind) {
     case EX_SELECT: return emit_select(K, e, nvars);
-    case EX_CONST: return (Val){float_lit(K->g->pool, e->value), 0};
+    case EX_CONST:
+        return (Val){e->dtype == KILN_F64 ? double_lit(K->g->pool, e->value)
+                                          : float_lit(K->g->pool, e->value),
+                     0};
     case EX_LOAD: return emit_load(K, e, nvars);
     case EX_OP: return emit_op(K, e, nvars);
     }
@@ -458,13 +544,18 @@ int cg_member_vars(const SNode *n) { return n->body == BODY_REDUCTION ? n->np + 
  * for the whole row, else a per-thread row of scratch. */
 /* A per-thread float array of n elements for the kernel (scratch_decls). */
 void cg_add_scratch(KGen *K, const char *name, int64_t n) {
-    K->scratch =
-        pool_grow(K->g->pool, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
-    K->scratch[K->nscratch++] = (Scratch){name, n};
+    cg_add_scratch_typed(K, name, n, false);
 }
 
-static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars,
+void cg_add_scratch_typed(KGen *K, const char *name, int64_t n, bool f64) {
+    K->scratch =
+        pool_grow(K->g->pool, K->scratch, &K->capscratch, K->nscratch + 1, sizeof(Scratch));
+    K->scratch[K->nscratch++] = (Scratch){name, n, f64};
+}
+
+static void keep_row_local(KGen *K, const Buffer *b, const char *key, Val v, int nvars,
                            const int64_t *sizes) {
+    int buf = b->id;
     Pool *P = K->g->pool;
     if (v.level <= K->npl) {
         cg_table_add(P, &K->regs, key, v.c, v.level, K->epoch[v.level]);
@@ -475,7 +566,7 @@ static void keep_row_local(KGen *K, int buf, const char *key, Val v, int nvars,
     const Index *rix = ix_simplify(P, ix_mod(P, (Index *)six, rn), nvars, sizes);
     IxText r = cg_print_index(K, rix, nvars);
     const char *arr = pool_printf(P, "row_%s%s", K->g->bufname[buf], K->rp.sfx);
-    cg_add_scratch(K, arr, rn);
+    cg_add_scratch_typed(K, arr, rn, b->dtype == KILN_F64);
     const char *slot = pool_printf(P, "%s[%s]", arr, r.c);
     cg_line(K, r.level > v.level ? r.level : v.level, "%s = %s;", slot, v.c);
     cg_table_add(P, &K->rows, key, slot, r.level, 0);
@@ -501,7 +592,7 @@ static void gen_pointwise_member(KGen *K, int i) {
             cg_line(K, ix.level > v.level ? ix.level : v.level, "%s[%s] = %s;",
                     K->g->bufname[b->id], ix.c, v.c);
     }
-    if (K->k->store[i] == STORE_ROW_LOCAL) keep_row_local(K, b->id, key, v, n->np, n->P);
+    if (K->k->store[i] == STORE_ROW_LOCAL) keep_row_local(K, b, key, v, n->np, n->P);
     cg_table_add(P, &K->regs, key, v.c, v.level, K->epoch[v.level]);
 }
 
@@ -535,13 +626,16 @@ static void gen_reduction_member(KGen *K, int i) {
     const char *nm = K->g->bufname[b->id];
     const char *acc = pool_printf(P, "acc_%s%s", nm, K->rp.sfx),
                *nan = pool_printf(P, "nan_%s%s", nm, K->rp.sfx);
-    bool minmax = b->rop == ROP_AMAX || b->rop == ROP_AMIN;
-    const char *val = minmax || !K->g->double_acc ? acc : pool_printf(P, "red_%s%s", nm, K->rp.sfx);
-    const char *wide = K->g->double_acc ? "(double)" : "";
-    const char *type = minmax || !K->g->double_acc ? "float" : "double";
-    const char *ident = minmax || !K->g->double_acc ? cg_rop_identity(b->rop)
-                        : b->rop == ROP_SUM         ? "0.0"
-                                                    : "1.0";
+    bool minmax = b->rop == ROP_AMAX || b->rop == ROP_AMIN, f64 = b->dtype == KILN_F64;
+    /* an f64 reduction accumulates in double and stores its double */
+    bool narrow = !f64 && (minmax || !K->g->double_acc);
+    const char *val = narrow || f64 ? acc : pool_printf(P, "red_%s%s", nm, K->rp.sfx);
+    const char *wide = K->g->double_acc && !f64 ? "(double)" : "";
+    const char *type = narrow ? "float" : "double";
+    const char *ident = narrow || minmax    ? cg_rop_identity(b->rop)
+                        : b->rop == ROP_SUM ? "0.0"
+                                            : "1.0";
+    const char *d = f64 ? "_d" : "";
     cg_line(K, K->npl, "%s %s = %s;", type, acc, ident);
     if (minmax) cg_line(K, K->npl, "int %s = 0;", nan);
     /* in lanes (see spread_stage): acc and nan stand for their lane's
@@ -566,8 +660,8 @@ static void gen_reduction_member(KGen *K, int i) {
     case ROP_PROD: cg_line(K, K->inner, "%s *= %s%s;", el, wide, v.c); break;
     case ROP_AMAX:
     case ROP_AMIN:
-        cg_line(K, K->inner, "%s = kiln_red_%s(%s, %s);", el, b->rop == ROP_AMAX ? "max" : "min",
-                el, v.c);
+        cg_line(K, K->inner, "%s = kiln_red_%s%s(%s, %s);", el, b->rop == ROP_AMAX ? "max" : "min",
+                d, el, v.c);
         cg_line(K, K->inner, "%s |= %s != %s;", nel, v.c, v.c);
         break;
     }
@@ -576,6 +670,7 @@ static void gen_reduction_member(KGen *K, int i) {
         static const char *const combine[] = {
             "%s += lane_%s[l];", "%s = kiln_red_max(%s, lane_%s[l]);",
             "%s = kiln_red_min(%s, lane_%s[l]);", "%s *= lane_%s[l];"};
+        if (f64) cg_fail(K->g, "codegen: %s: an f64 reduction in lanes", K->k->kernel);
         Str c;
         str_init(&c, P);
         if (minmax)
@@ -593,7 +688,7 @@ static void gen_reduction_member(KGen *K, int i) {
     }
     if (minmax)
         str_putf(&K->post, "if (%s) %s = NAN;\n", nan, acc);
-    else if (K->g->double_acc)
+    else if (K->g->double_acc && !f64)
         str_putf(&K->post, "float %s = (float)%s;\n", val, acc);
     IxText ix = cg_print_index(K, cg_store_index(K, n->np, n->P), n->np);
     if (K->k->store[i] == STORE_GLOBAL) {

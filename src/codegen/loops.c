@@ -161,6 +161,18 @@ void cg_open_nest(KGen *K, const int *ids, int n) {
     K->innermost = n ? ids[n - 1] : K->npl ? K->pnest[K->npl - 1] : -1;
 }
 
+/* A kernel that computes or reads an f64 value runs plain loops: the
+ * strategies that reshape them (outer reductions, tiles, streamed stores,
+ * row pairs, lanes, row prefetch) are written for floats, and f64 math is
+ * libm's scalar code anyway. */
+static bool kernel_f64(const KGen *K) {
+    for (int i = 0; i < K->k->n; i++) {
+        const Buffer *b = member_buf(K, i);
+        if (b->dtype == KILN_F64 || (b->expr && ex_has_f64(b->expr))) return true;
+    }
+    return false;
+}
+
 void cg_setup_kernel(KGen *K) {
     const Kernel *k = K->k;
     K->npd = k->np;
@@ -180,16 +192,19 @@ void cg_setup_kernel(KGen *K) {
     K->use = pool_alloc(K->g->pool, (size_t)K->g->p->nbufs + 1);
     K->outer.members = pool_alloc(K->g->pool, sizeof(int) * (size_t)(k->n + 1));
     check_members(K);
+    K->f64 = kernel_f64(K);
     build_loops(K);
     cg_open_nest(K, NULL, 0);
     if (K->epi.on)
         cg_epilogue_bounds(K); /* serial: the library shares blocks out */
+    else if (K->f64)
+        ; /* plain loops (kernel_f64) */
     else if (cg_want_outer(K))
         cg_make_outer(K);
     else if (cg_want_tiles(K))
         cg_make_tiles(K);
-    cg_plan_stream(K);
-    if (cg_want_pairs(K)) cg_make_pairs(K);
+    if (!K->f64) cg_plan_stream(K);
+    if (!K->f64 && cg_want_pairs(K)) cg_make_pairs(K);
     if (!K->epi.on) plan_parallel(K);
     cg_open_nest(K, NULL, 0);
 }

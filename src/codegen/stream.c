@@ -98,7 +98,8 @@ void cg_plan_stream(KGen *K) {
  * pointwise kernel: the tile element is written now, and the copy of the
  * tile to memory goes after the loop (K->post). false: store as usual. */
 bool cg_stream_store(KGen *K, const Buffer *b, IxText ix, Val v) {
-    if (!stream_buffer(b) || !ix.unit || ix.level != K->inner || K->guard || K->innermost < 0)
+    if (K->f64 || !stream_buffer(b) || !ix.unit || ix.level != K->inner || K->guard ||
+        K->innermost < 0)
         return false;
     const Loop *l = &K->loop[K->innermost];
     if (K->k->kind == KK_POINTWISE ? !K->st.on

@@ -568,15 +568,20 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
         !vi->type->tensor_type)
         return fail(im, "input '%s': unsupported: not a tensor%s", name, "");
     int type = vi->type->tensor_type->elem_type;
-    if (type != OT_FLOAT && type != OT_BOOL && !ox_is_int_type(type) && !ox_is_half_type(type))
-        return fail(im, "input '%s': unsupported: element type %s (kiln computes in f32)", name,
-                    ox_type_name(type));
+    if (type != OT_FLOAT && type != OT_DOUBLE && type != OT_BOOL && !ox_is_int_type(type) &&
+        !ox_is_half_type(type))
+        return fail(im, "input '%s': unsupported: element type %s (kiln computes in f32 and f64)",
+                    name, ox_type_name(type));
     OxVal *v = ox_val(im, name);
     if (!v) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
     v->type = type;
     const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
     if (!input_shape(im, vi, given, v)) return false;
-    v->v = kiln_input(im->g, name, type == OT_BOOL ? KILN_BOOL : KILN_F32, v->rank, v->shape);
+    v->v = kiln_input(im->g, name,
+                      type == OT_BOOL     ? KILN_BOOL
+                      : type == OT_DOUBLE ? KILN_F64
+                                          : KILN_F32,
+                      v->rank, v->shape);
     if (v->v < 0) return rewrap(im, "input '%s'", name);
     if (ox_numel(v) == 0) /* empty: its value (nothing) is known, a constant too */ {
         if (!(v->c = arena_alloc(&im->arena, sizeof(double))))
@@ -996,7 +1001,7 @@ static bool mark_outputs(OxImp *im, const Onnx__GraphProto *gp, kiln_dtype *type
             return fail(im, "output '%s': unsupported: a sequence (kiln's outputs are tensors)%s",
                         name, "");
         int kt = kiln_type(v->type);
-        if (kt < 0 || kt == KILN_F64)
+        if (kt < 0)
             return fail(im, "output '%s': unsupported: element type %s", name,
                         ox_type_name(v->type));
         types[i] = (kiln_dtype)kt;

@@ -250,17 +250,24 @@ static bool cast_to(OxNode *n, int to) {
     Graph *g = n->im->g;
     OxVal *x = ox_in(n, 0);
     if (!x) return ox_need_in(n, 0);
-    if (to != OT_FLOAT && to != OT_BOOL && !ox_is_int_type(to) && !ox_is_half_type(to) &&
-        !(to == OT_DOUBLE && x->c))
+    if (to != OT_FLOAT && to != OT_DOUBLE && to != OT_BOOL && !ox_is_int_type(to) &&
+        !ox_is_half_type(to))
         return ox_nfail(n, "unsupported: cast to %s", ox_type_name(to));
     EvalFn f = to == OT_BOOL ? e_cast_bool : ox_is_int_type(to) ? e_cast_int : e_copy;
     if (x->c) return ox_eval_const(n, 1, &x, f, to);
     kiln_value v = ox_gin(n, 0);
+    /* from a double: to f32 first (rounded once), where the result is not
+     * a double; a half from a double is rounded twice (to float, then to
+     * half), which differs from one rounding only at a float-rounded tie */
+    if (x->type == OT_DOUBLE && to != OT_DOUBLE && to != OT_BOOL)
+        v = ox_is_int_type(to) ? kiln_cast(g, trunc_graph(g, v), KILN_F32)
+                               : kiln_cast(g, v, KILN_F32);
+    if (to == OT_DOUBLE) v = kiln_cast(g, v, KILN_F64);
     if (to == OT_BOOL && x->type != OT_BOOL)
         v = kiln_binary(g, "ne", v, kiln_scalar(g, 0));
     else if (to != OT_BOOL && x->type == OT_BOOL)
         v = kiln_binary(g, "add", v, kiln_scalar(g, 0));
-    else if (ox_is_int_type(to) && !ox_is_int_type(x->type))
+    else if (ox_is_int_type(to) && !ox_is_int_type(x->type) && x->type != OT_DOUBLE)
         v = trunc_graph(g, v);
     if (ox_is_int_type(to) && to != x->type) v = ox_wrap_graph(g, v, to);
     /* bools, int8 and uint8 are exact in either half type */

@@ -87,6 +87,15 @@ OxVal *ox_out_slot(OxNode *n, int k) {
 
 bool ox_set_graph(OxNode *n, int k, kiln_value v, int type) {
     if (v < 0) return false;
+    /* Handlers name float results OT_FLOAT: an f64 value computed from
+     * doubles is a DOUBLE. Integer and half results are held as f32 in the
+     * graph (exact below 2^24), a DOUBLE as f64. */
+    kiln_dtype dt = kiln_value_dtype(n->im->g, v);
+    if (dt == KILN_F64 && type == OT_FLOAT) type = OT_DOUBLE;
+    if (dt == KILN_F64 && (ox_is_int_type(type) || ox_is_half_type(type)))
+        v = kiln_cast(n->im->g, v, KILN_F32);
+    if (dt == KILN_F32 && type == OT_DOUBLE) v = kiln_cast(n->im->g, v, KILN_F64);
+    if (v < 0) return false;
     OxVal *o = ox_out_slot(n, k);
     if (!o) return k < (int)n->n->n_output && n->n->output[k][0] ? ox_nomem(n) : true;
     o->type = type;
@@ -139,7 +148,8 @@ bool ox_index_fits(OxNode *n, int64_t count, const char *what) {
 bool ox_is_half_type(int t) { return t == OT_FLOAT16 || t == OT_BFLOAT16; }
 
 static bool graph_type_ok(int t) {
-    return t == OT_FLOAT || t == OT_BOOL || ox_is_int_type(t) || ox_is_half_type(t);
+    return t == OT_FLOAT || t == OT_DOUBLE || t == OT_BOOL || ox_is_int_type(t) ||
+           ox_is_half_type(t);
 }
 
 const char *ox_unnamed(OxImp *im, char *buf, size_t len) {
@@ -189,6 +199,7 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
                             "exactly (2^24)",
                             v->name, v->c[k]),
                    KILN_NONE;
+    if (v->rank == 0 && v->type == OT_DOUBLE) return kiln_scalar(g, v->c[0]);
     if (v->rank == 0 && v->type != OT_BOOL) return kiln_scalar(g, (float)v->c[0]);
     char buf[64], pbuf[300];
     const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
@@ -196,6 +207,8 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
         util_fmt(pbuf, sizeof pbuf, "%s#%d", name, n->im->pass);
         name = pbuf;
     }
+    if (v->type == OT_DOUBLE) /* the doubles as they are */
+        return kiln_weight_typed(g, name, KILN_F64, v->rank, v->shape, v->c);
     float *f = NULL; /* converted straight into the weight: no buffer between */
     kiln_value w = graph_weight_alloc(g, name, v->rank, v->shape, &f);
     for (int64_t k = 0; w >= 0 && k < numel; k++) f[k] = (float)v->c[k];
@@ -221,6 +234,8 @@ kiln_value ox_graph_output(OxNode *n, OxVal *v) {
     float f = (float)v->c[0];
     char buf[64];
     const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
+    if (v->type == OT_DOUBLE)
+        return v->v = kiln_weight_typed(n->im->g, name, KILN_F64, 0, NULL, v->c);
     return v->v = kiln_weight(n->im->g, name, 0, NULL, &f);
 }
 
@@ -347,7 +362,8 @@ static void eval_into(int nv, OxVal **v, EvalFn f, int outtype, int rank, const 
         double a[3] = {0, 0, 0};
         for (int k = 0; k < nv; k++) a[k] = ox_known(v[k])[ox_bcast_offset(v[k], rank, idx)];
         double r = f(a[0], a[1], a[2], v[0]->type);
-        out[i] = outtype == OT_FLOAT      ? (double)(float)r
+        out[i] = outtype == OT_DOUBLE     ? r
+                 : outtype == OT_FLOAT    ? (double)(float)r
                  : outtype == OT_FLOAT16  ? util_f16_to_f32(util_f32_to_f16((float)r))
                  : outtype == OT_BFLOAT16 ? util_bf16_to_f32(util_f32_to_bf16((float)r))
                                           : ox_wrap_int(r, outtype);

@@ -1068,8 +1068,11 @@ static bool parse_dtype(Parser *p, Type *ty) {
         ty->dtype = KILN_F32;
     else if (is_word(p, t, "bool"))
         ty->dtype = KILN_BOOL;
-    else if (is_word(p, t, "f64") || is_word(p, t, "i32") || is_word(p, t, "i64"))
-        return error_at(p, t, "dtype '%.*s' is not supported: programs compute in f32 and bool",
+    else if (is_word(p, t, "f64"))
+        ty->dtype = KILN_F64;
+    else if (is_word(p, t, "i32") || is_word(p, t, "i64"))
+        return error_at(p, t,
+                        "dtype '%.*s' is not supported: programs compute in f32, f64 and bool",
                         t->len, p->src + t->pos);
     else
         return error_at(p, t, "unknown dtype '%.*s'", t->len, p->src + t->pos);

@@ -19,11 +19,32 @@ static bool ok_optional(Graph *g, kiln_value v, const char *op) {
     return v == KILN_NONE ? g->status == KILN_OK : graph_ok_value(g, v, op);
 }
 
+/* The library calls (matmul, conv, gather) and random ops compute in f32. */
 static bool want_f32(Graph *g, kiln_value v, const char *op) {
     if (g->nodes[v].dtype == KILN_F32) return true;
-    graph_fail(g, KILN_ERR_INPUT, "%s expects an f32 tensor, got %s", op,
-               kiln_dtype_name(g->nodes[v].dtype));
+    graph_fail(g, KILN_ERR_INPUT, "%s expects an f32 tensor, got %s%s", op,
+               kiln_dtype_name(g->nodes[v].dtype),
+               g->nodes[v].dtype == KILN_F64 ? " (its library computes in f32)" : "");
     return false;
+}
+
+/* Pointwise math, reductions and the composites built of them compute in
+ * f32 or f64. */
+static bool want_float(Graph *g, kiln_value v, const char *op) {
+    kiln_dtype dt = g->nodes[v].dtype;
+    if (dt == KILN_F32 || dt == KILN_F64) return true;
+    graph_fail(g, KILN_ERR_INPUT, "%s expects an f32 or f64 tensor, got %s", op,
+               kiln_dtype_name(dt));
+    return false;
+}
+
+/* The type a pointwise op computes in: f64 when an operand is f64, else
+ * f32 (bools take part as 0/1). A scalar constant (kiln_scalar) takes the
+ * other operands' type, as a Python number does in PyTorch. */
+static kiln_dtype compute_type(const Graph *g, int nin, const int *in) {
+    for (int k = 0; k < nin; k++)
+        if (g->nodes[in[k]].dtype == KILN_F64 && g->nodes[in[k]].op != OP_CONST) return KILN_F64;
+    return KILN_F32;
 }
 
 /* Normalize a dim for a tensor of rank `rank` (negative counts from the end). */
@@ -87,9 +108,10 @@ static int add_source(Graph *g, Op op, const char *name, kiln_dtype dt, int rank
     if (!name || !*name) return graph_fail(g, KILN_ERR_INPUT, "%s needs a name", what);
     if (name_taken(g, name))
         return graph_fail(g, KILN_ERR_INPUT, "%s '%s' is declared twice", what, name);
-    if (dt != KILN_F32 && dt != KILN_BOOL)
+    if (dt != KILN_F32 && dt != KILN_F64 && dt != KILN_BOOL)
         return graph_fail(g, KILN_ERR_INPUT,
-                          "%s '%s': dtype %s is not supported; programs compute in f32 and bool",
+                          "%s '%s': dtype %s is not supported; programs compute in f32, f64 "
+                          "and bool",
                           what, name, kiln_dtype_name(dt));
     if (!check_shape(g, what, rank, shape)) return KILN_NONE;
     Node n = node_like(op, NULL);
@@ -107,25 +129,42 @@ kiln_value kiln_input(kiln_graph *g, const char *name, kiln_dtype dtype, int ran
     return v;
 }
 
-int graph_weight_alloc(Graph *g, const char *name, int rank, const int64_t *shape, float **data) {
-    int v = add_source(g, OP_WEIGHT, name, KILN_F32, rank, shape);
+int graph_weight_alloc_typed(Graph *g, const char *name, kiln_dtype dt, int rank,
+                             const int64_t *shape, void **data) {
+    if (g->status == KILN_OK && dt != KILN_F32 && dt != KILN_F64)
+        return graph_fail(g, KILN_ERR_INPUT, "weight '%s': dtype %s is not supported (f32, f64)",
+                          name ? name : "", kiln_dtype_name(dt));
+    int v = add_source(g, OP_WEIGHT, name, dt, rank, shape);
     if (v < 0) return v;
-    size_t bytes = sizeof(float) * (size_t)node_numel(&g->nodes[v]);
-    float *d = arena_alloc_lines(&g->arena, bytes ? bytes : sizeof(float));
+    size_t bytes = (size_t)loop_storage_size(dt) * (size_t)node_numel(&g->nodes[v]);
+    float *d = arena_alloc_lines(&g->arena, bytes ? bytes : sizeof(double));
     if (!d) return graph_nomem(g);
-    *data = g->nodes[v].data = d;
+    g->nodes[v].data = d;
+    *data = d;
+    return v;
+}
+
+int graph_weight_alloc(Graph *g, const char *name, int rank, const int64_t *shape, float **data) {
+    void *d = NULL;
+    int v = graph_weight_alloc_typed(g, name, KILN_F32, rank, shape, &d);
+    *data = d;
+    return v;
+}
+
+kiln_value kiln_weight_typed(kiln_graph *g, const char *name, kiln_dtype dtype, int rank,
+                             const int64_t *shape, const void *data) {
+    void *d = NULL;
+    int v = graph_weight_alloc_typed(g, name, dtype, rank, shape, &d);
+    if (v < 0) return v;
+    size_t bytes = (size_t)loop_storage_size(dtype) * (size_t)node_numel(&g->nodes[v]);
+    if (!data && bytes) return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
+    if (bytes) memcpy(d, data, bytes);
     return v;
 }
 
 kiln_value kiln_weight(kiln_graph *g, const char *name, int rank, const int64_t *shape,
                        const float *data) {
-    float *d = NULL;
-    int v = graph_weight_alloc(g, name, rank, shape, &d);
-    if (v < 0) return v;
-    size_t bytes = sizeof(float) * (size_t)node_numel(&g->nodes[v]);
-    if (!data && bytes) return graph_fail(g, KILN_ERR_INPUT, "weight '%s' has no data", name);
-    if (bytes) memcpy(d, data, bytes);
-    return v;
+    return kiln_weight_typed(g, name, KILN_F32, rank, shape, data);
 }
 
 kiln_value kiln_scalar(kiln_graph *g, double v) {
@@ -178,6 +217,9 @@ static bool is_cmp(Op op) { return op >= OP_LT && op <= OP_NE; }
 kiln_value kiln_unary(kiln_graph *g, const char *opname, kiln_value x) {
     int op = op_lookup(opname ? opname : "");
     bool composite = op == OP_SILU;
+    if (op == OP_CAST)
+        return g->status ? KILN_NONE
+                         : graph_fail(g, KILN_ERR_INPUT, "cast needs a dtype (kiln_cast)");
     if (op < 0 || (!composite && (op_info[op].kind != KIND_POINTWISE || op_info[op].arity != 1)))
         return g->status ? KILN_NONE
                          : graph_fail(g, KILN_ERR_INPUT, "unknown unary op '%s'", opname);
@@ -189,8 +231,8 @@ kiln_value kiln_unary(kiln_graph *g, const char *opname, kiln_value x) {
         return pointwise(g, op, 1, &x, KILN_BOOL);
     }
     if (op == OP_COPY) return pointwise(g, op, 1, &x, g->nodes[x].dtype);
-    if (!want_f32(g, x, opname)) return KILN_NONE;
-    return pointwise(g, op, 1, &x, KILN_F32);
+    if (!want_float(g, x, opname)) return KILN_NONE;
+    return pointwise(g, op, 1, &x, g->nodes[x].dtype);
 }
 
 kiln_value kiln_binary(kiln_graph *g, const char *opname, kiln_value a, kiln_value b) {
@@ -201,7 +243,7 @@ kiln_value kiln_binary(kiln_graph *g, const char *opname, kiln_value a, kiln_val
     if (!graph_ok_value(g, a, opname) || !graph_ok_value(g, b, opname)) return KILN_NONE;
     int in[2] = {a, b};
     /* bool operands take part as 0/1 (as in PyTorch's type promotion) */
-    return pointwise(g, op, 2, in, is_cmp(op) ? KILN_BOOL : KILN_F32);
+    return pointwise(g, op, 2, in, is_cmp(op) ? KILN_BOOL : compute_type(g, 2, in));
 }
 
 kiln_value kiln_where(kiln_graph *g, kiln_value c, kiln_value a, kiln_value b) {
@@ -213,15 +255,27 @@ kiln_value kiln_where(kiln_graph *g, kiln_value c, kiln_value a, kiln_value b) {
                           kiln_dtype_name(g->nodes[c].dtype));
     int in[3] = {c, a, b};
     bool both_bool = g->nodes[a].dtype == KILN_BOOL && g->nodes[b].dtype == KILN_BOOL;
-    return pointwise(g, OP_WHERE, 3, in, both_bool ? KILN_BOOL : KILN_F32);
+    return pointwise(g, OP_WHERE, 3, in, both_bool ? KILN_BOOL : compute_type(g, 2, in + 1));
+}
+
+kiln_value kiln_cast(kiln_graph *g, kiln_value x, kiln_dtype to) {
+    if (!graph_ok_value(g, x, "cast")) return KILN_NONE;
+    kiln_dtype from = g->nodes[x].dtype;
+    if (to == KILN_BOOL) return from == KILN_BOOL ? x : kiln_binary(g, "ne", x, kiln_scalar(g, 0));
+    if (to != KILN_F32 && to != KILN_F64)
+        return graph_fail(g, KILN_ERR_INPUT, "cast: to %s is not supported (f32, f64 or bool)",
+                          kiln_dtype_name(to));
+    if (from == to) return x;
+    return pointwise(g, OP_CAST, 1, &x, to);
 }
 
 kiln_value kiln_clamp(kiln_graph *g, kiln_value x, int has_min, double min, int has_max,
                       double max) {
-    if (!graph_ok_value(g, x, "clamp") || !want_f32(g, x, "clamp")) return KILN_NONE;
+    if (!graph_ok_value(g, x, "clamp") || !want_float(g, x, "clamp")) return KILN_NONE;
     if (!has_min && !has_max)
         return graph_fail(g, KILN_ERR_INPUT, "clamp: at least one of min and max is required");
     Node n = node_like(OP_CLAMP, &g->nodes[x]);
+    n.dtype = g->nodes[x].dtype;
     n.nin = 1;
     n.in[0] = x;
     n.f[0] = min;
@@ -275,8 +329,9 @@ kiln_value kiln_reduce(kiln_graph *g, const char *opname, kiln_value x, int ndim
     if (op < 0 || (op_info[op].kind != KIND_REDUCTION && op != OP_MEAN))
         return g->status ? KILN_NONE
                          : graph_fail(g, KILN_ERR_INPUT, "unknown reduction '%s'", opname);
-    if (!graph_ok_value(g, x, opname) || !want_f32(g, x, opname)) return KILN_NONE;
+    if (!graph_ok_value(g, x, opname) || !want_float(g, x, opname)) return KILN_NONE;
     Node n = node_like(op, NULL);
+    n.dtype = g->nodes[x].dtype;
     n.nin = 1;
     n.in[0] = x;
     if (!reduce_dims(g, opname, &g->nodes[x], dims ? ndims : 0, dims, &n)) return KILN_NONE;
@@ -289,8 +344,9 @@ kiln_value kiln_reduce(kiln_graph *g, const char *opname, kiln_value x, int ndim
 
 static int softmax_like(Graph *g, Op op, kiln_value x, int dim) {
     const char *name = op_info[op].name;
-    if (!graph_ok_value(g, x, name) || !want_f32(g, x, name)) return KILN_NONE;
+    if (!graph_ok_value(g, x, name) || !want_float(g, x, name)) return KILN_NONE;
     Node n = node_like(op, &g->nodes[x]);
+    n.dtype = g->nodes[x].dtype;
     int64_t d;
     if (!norm_dim(g, name, g->nodes[x].rank, dim, &d)) return KILN_NONE;
     n.nin = 1;
@@ -319,7 +375,7 @@ static bool same_shape(const Node *a, int rank, const int64_t *shape) {
 static bool param_shape(Graph *g, const char *op, const char *what, kiln_value p, int rank,
                         const int64_t *shape) {
     if (p == KILN_NONE) return true;
-    if (!want_f32(g, p, op)) return false;
+    if (!want_float(g, p, op)) return false;
     if (same_shape(&g->nodes[p], rank, shape)) return true;
     char want[128], got[128];
     graph_shape_str(want, sizeof want, rank, shape);
@@ -332,7 +388,7 @@ kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, int nshape, const int64_
                            kiln_value weight, kiln_value bias, double eps) {
     const char *op = "layer_norm";
     if (!graph_ok_value(g, x, op) || !ok_optional(g, weight, op) || !ok_optional(g, bias, op) ||
-        !want_f32(g, x, op))
+        !want_float(g, x, op))
         return KILN_NONE;
     const Node *xn = &g->nodes[x];
     if (nshape < 1 || nshape > xn->rank)
@@ -355,6 +411,7 @@ kiln_value kiln_layer_norm(kiln_graph *g, kiln_value x, int nshape, const int64_
         return KILN_NONE;
     if (!(eps >= 0)) return graph_fail(g, KILN_ERR_INPUT, "layer_norm: eps must be >= 0");
     Node n = node_like(OP_LAYER_NORM, xn);
+    n.dtype = xn->dtype;
     n.nin = 3;
     n.in[0] = x;
     n.in[1] = weight;
@@ -370,7 +427,7 @@ kiln_value kiln_batch_norm(kiln_graph *g, kiln_value x, kiln_value mean, kiln_va
                            kiln_value weight, kiln_value bias, double eps) {
     const char *op = "batch_norm";
     if (!graph_ok_value(g, x, op) || !graph_ok_value(g, mean, op) || !graph_ok_value(g, var, op) ||
-        !ok_optional(g, weight, op) || !ok_optional(g, bias, op) || !want_f32(g, x, op))
+        !ok_optional(g, weight, op) || !ok_optional(g, bias, op) || !want_float(g, x, op))
         return KILN_NONE;
     const Node *xn = &g->nodes[x];
     if (xn->rank < 2)
@@ -384,6 +441,7 @@ kiln_value kiln_batch_norm(kiln_graph *g, kiln_value x, kiln_value mean, kiln_va
         return KILN_NONE;
     if (!(eps >= 0)) return graph_fail(g, KILN_ERR_INPUT, "batch_norm: eps must be >= 0");
     Node n = node_like(OP_BATCH_NORM, xn);
+    n.dtype = xn->dtype;
     n.nin = 5;
     n.in[0] = x;
     n.in[1] = mean;
@@ -661,10 +719,32 @@ kiln_value kiln_concat(kiln_graph *g, int n, const kiln_value *xs, int dim) {
 
 /* ---- externs -------------------------------------------------------------- */
 
+/* An f64 matmul (the libraries compute in f32): the sum over k of
+ * a[..., m, k, 1] * b[..., 1, k, n], which lowering fuses into one
+ * reduction kernel (the product is never stored), accumulated in double. */
+static int matmul_f64(Graph *g, int a2, int b2, const Node *n) {
+    const Node A = g->nodes[a2], B = g->nodes[b2];
+    if (n->rank + 1 > KILN_MAX_RANK)
+        return graph_fail(g, KILN_ERR_INPUT, "matmul: an f64 result of rank %d: at most %d",
+                          n->rank, KILN_MAX_RANK - 1);
+    int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK];
+    memcpy(sa, A.shape, sizeof(int64_t) * (size_t)A.rank);
+    sa[A.rank] = 1;
+    memcpy(sb, B.shape, sizeof(int64_t) * (size_t)(B.rank - 2));
+    sb[B.rank - 2] = 1;
+    sb[B.rank - 1] = B.shape[B.rank - 2];
+    sb[B.rank] = B.shape[B.rank - 1];
+    int pa = kiln_reshape(g, a2, A.rank + 1, sa), pb = kiln_reshape(g, b2, B.rank + 1, sb);
+    int k = -2;
+    return kiln_reduce(g, "sum", kiln_binary(g, "mul", pa, pb), 1, &k, 0);
+}
+
 /* torch.matmul: 1-D operands gain a dim that is removed again afterwards. */
+static int matmul_f64(Graph *g, int a2, int b2, const Node *n);
+
 kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
     if (!graph_ok_value(g, a, "matmul") || !graph_ok_value(g, b, "matmul") ||
-        !want_f32(g, a, "matmul") || !want_f32(g, b, "matmul"))
+        !want_float(g, a, "matmul") || !want_float(g, b, "matmul"))
         return KILN_NONE;
     Node an = g->nodes[a], bn = g->nodes[b];
     if (an.rank == 0 || bn.rank == 0)
@@ -717,7 +797,10 @@ kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
     n.nin = 2;
     n.in[0] = a2;
     n.in[1] = b2;
-    int m = graph_add(g, &n);
+    bool f64 = g->nodes[a2].dtype == KILN_F64 || g->nodes[b2].dtype == KILN_F64;
+    if (f64 && !saved) g->origin = "matmul";
+    int m = f64 ? matmul_f64(g, a2, b2, &n) : graph_add(g, &n);
+    g->origin = saved;
     if (m < 0 || (an.rank > 1 && bn.rank > 1)) return m;
     /* drop the dims that 1-D operands gained */
     int64_t out[KILN_MAX_RANK];
@@ -940,10 +1023,11 @@ static bool pool_params_ok(Graph *g, const char *op, const Node *xn, const kiln_
 
 static int pool(Graph *g, Op op, kiln_value x, const kiln_pool_params *p) {
     const char *name = op_info[op].name;
-    if (!graph_ok_value(g, x, name) || !want_f32(g, x, name)) return KILN_NONE;
+    if (!graph_ok_value(g, x, name) || !want_float(g, x, name)) return KILN_NONE;
     const Node *xn = &g->nodes[x];
     if (!pool_params_ok(g, name, xn, p)) return KILN_NONE;
     Node r = node_like(op, xn);
+    r.dtype = xn->dtype;
     int ns = p->nspatial;
     r.attr[0] = ns;
     for (int i = 0; i < ns; i++) {

@@ -227,8 +227,13 @@ static int avg_scale(Graph *g, const Node *n, const Node *xn, const PoolGeom *p)
         total *= shape[i];
         full *= p->k[i];
     }
-    float *w = kmalloc(sizeof(float) * (size_t)total);
-    if (!w) return graph_fail(g, KILN_ERR_NOMEM, "out of memory");
+    bool f64 = xn->dtype == KILN_F64;
+    double *w = kmalloc(sizeof(double) * (size_t)total);
+    float *wf = kmalloc(sizeof(float) * (size_t)total);
+    if (!w || !wf) {
+        kfree(w), kfree(wf);
+        return graph_fail(g, KILN_ERR_NOMEM, "out of memory");
+    }
     bool uniform = true;
     for (int64_t f = 0; f < total; f++) {
         int64_t rest = f, count = 1;
@@ -238,13 +243,16 @@ static int avg_scale(Graph *g, const Node *n, const Node *xn, const PoolGeom *p)
             count *= n->flags & NF_COUNT_PAD ? taps_inside(p, i, o, -p->pb[i], in + p->pe[i])
                                              : taps_inside(p, i, o, 0, in);
         }
-        w[f] = 1.0f / (float)count;
+        w[f] = 1.0 / (double)count;
+        wf[f] = 1.0f / (float)count;
         uniform = uniform && count == full;
     }
     char name[64];
     snprintf(name, sizeof name, "avg_pool_scale_%d", g->n);
-    int v = uniform ? num(g, 1.0 / (double)full) : kiln_weight(g, name, ns, shape, w);
-    kfree(w);
+    int v = uniform ? num(g, 1.0 / (double)full)
+                    : kiln_weight_typed(g, name, f64 ? KILN_F64 : KILN_F32, ns, shape,
+                                        f64 ? (void *)w : (void *)wf);
+    kfree(w), kfree(wf);
     return v;
 }
 

@@ -112,10 +112,10 @@ int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map) {
         return graph_nomem(dst);
     if (n.name && !(n.name = arena_strdup(&dst->arena, n.name))) return graph_nomem(dst);
     if (n.data) {
-        int64_t cnt = node_numel(&n);
-        float *d = arena_alloc_lines(&dst->arena, sizeof(float) * (size_t)(cnt ? cnt : 1));
+        size_t bytes = (size_t)(node_numel(&n) * loop_storage_size(n.dtype));
+        float *d = arena_alloc_lines(&dst->arena, bytes ? bytes : sizeof(double));
         if (!d) return graph_nomem(dst);
-        memcpy(d, src->nodes[id].data, sizeof(float) * (size_t)cnt);
+        memcpy(d, src->nodes[id].data, bytes);
         n.data = d;
     }
     int r = graph_add(dst, &n);

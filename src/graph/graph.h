@@ -87,7 +87,7 @@ enum {
  */
 typedef struct {
     Op op;
-    kiln_dtype dtype; /* KILN_F32 or KILN_BOOL */
+    kiln_dtype dtype; /* KILN_F32, KILN_F64 or KILN_BOOL */
     int rank;
     int64_t shape[KILN_MAX_RANK];
     int nin;
@@ -99,7 +99,7 @@ typedef struct {
     uint64_t seed;
     const char *origin; /* the user-level op this node came from */
     const char *name;   /* input/weight/output name, or NULL */
-    float *data;        /* WEIGHT: numel floats, arena-owned */
+    float *data;        /* WEIGHT: numel floats (F64: doubles), arena-owned */
 } Node;
 
 enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
@@ -167,6 +167,9 @@ kiln_status graph_check_input(const Graph *g, int i, const kiln_tensor *t, char 
  * fills through *data: kiln_weight without a buffer to copy from (the
  * ONNX importer converts its constants straight into it). */
 int graph_weight_alloc(Graph *g, const char *name, int rank, const int64_t *shape, float **data);
+/* The same of dtype F32 or F64 (numel doubles: Node.data then holds doubles). */
+int graph_weight_alloc_typed(Graph *g, const char *name, kiln_dtype dt, int rank,
+                             const int64_t *shape, void **data);
 /* Copy a node into another graph with operands remapped by map[]. */
 int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map);
 

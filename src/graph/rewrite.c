@@ -67,6 +67,9 @@ static bool folds(const Graph *g, const Node *bn, int c, const int *uses, char *
             util_fmt(why, len, "batch_norm's %s is not a compile-time constant", param[k]);
             return false;
         }
+    for (int k = 1; k < 5 && !r; k++)
+        if (bn->in[k] >= 0 && g->nodes[bn->in[k]].dtype != KILN_F32)
+            r = "a batch_norm parameter is not f32";
     for (int i = 0; i < g->noutputs && !r; i++)
         if (g->outputs[i] == c) r = "the conv's output is a program output";
     if (!r && uses[c] > 1) r = "the conv's output has another user";

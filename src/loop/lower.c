@@ -530,12 +530,38 @@ Expr *ex_const(Pool *p, double v) {
     return e;
 }
 
+/* A constant operand takes the type its op computes in (f64 when the op's
+ * result or another operand is f64): a scalar is weak, as in PyTorch, and
+ * 0.1 in an f64 expression is the double 0.1, not the float. A cast's
+ * operand keeps its own type. */
+static bool computes_f64(Op op, kiln_dtype dt, int nargs, Expr *const *args) {
+    if (op == OP_CAST) return false;
+    bool f64 = dt == KILN_F64;
+    for (int i = 0; i < nargs; i++) f64 |= args[i]->dtype == KILN_F64;
+    return f64;
+}
+
+static Expr *as_f64(Pool *p, Expr *a) {
+    if (a->kind != EX_CONST || a->dtype == KILN_F64) return a;
+    Expr *c = ex_const(p, a->value);
+    c->dtype = KILN_F64;
+    return c;
+}
+
+bool ex_has_f64(const Expr *e) {
+    if (e->dtype == KILN_F64) return true;
+    for (int i = 0; e->kind != EX_LOAD && e->kind != EX_CONST && i < e->nargs; i++)
+        if (ex_has_f64(e->args[i])) return true;
+    return false;
+}
+
 Expr *ex_op(Pool *p, Op op, kiln_dtype dt, int nargs, Expr *const *args) {
     Expr *e = ex_new(p, EX_OP, dt);
+    bool f64 = computes_f64(op, dt, nargs, args);
     e->op = op;
     e->nargs = nargs;
     e->args = pool_alloc(p, sizeof(Expr *) * (size_t)(nargs ? nargs : 1));
-    for (int i = 0; i < nargs; i++) e->args[i] = args[i];
+    for (int i = 0; i < nargs; i++) e->args[i] = f64 ? as_f64(p, args[i]) : args[i];
     return e;
 }
 
@@ -552,7 +578,8 @@ static int select_decide(const Simp *S, const Index *ix, int64_t *lo, int64_t *h
 
 static Expr *select_new(Pool *p, Index *ix, int64_t lo, int64_t hi, Expr *a, Expr *b) {
     Expr *args[2] = {a, b};
-    Expr *e = ex_op(p, OP_COUNT, a->dtype, 2, args);
+    bool f64 = a->dtype == KILN_F64 || b->dtype == KILN_F64;
+    Expr *e = ex_op(p, OP_COUNT, f64 ? KILN_F64 : a->dtype, 2, args);
     e->kind = EX_SELECT;
     e->index = ix;
     e->lo = lo;
@@ -695,7 +722,7 @@ static void ex_print_prec(Str *s, const LoopProgram *p, const Expr *e, int ctx) 
         if (prec < ctx) str_putf(s, ")");
         return;
     }
-    str_putf(s, "%s(", op_info[e->op].name);
+    str_putf(s, "%s(", e->op == OP_CAST ? kiln_dtype_name(e->dtype) : op_info[e->op].name);
     for (int i = 0; i < e->nargs; i++) {
         if (i) str_putf(s, ", ");
         ex_print_prec(s, p, e->args[i], 0);

@@ -9,14 +9,18 @@
  * contiguous for every array it walks, and hands whole inner rows to a
  * kernel whose switch over the op sits outside the element loop.
  *
- * Every node becomes a contiguous C-ordered float array (bools as 0.0f and
- * 1.0f). Views are gathers through strides (a broadcast dim has stride 0),
- * never arithmetic. Numerics: +, -, *, / and comparisons are done in float,
- * which is exact rounding already; transcendentals (exp, log, tanh, sin,
- * cos, erf, pow, sigmoid, rsqrt) are evaluated in double and rounded once,
- * so the oracle is at least as accurate as the generated code's float libm
- * calls. Sums, products, matmul and conv accumulate in double. max/min/relu
- * propagate NaN the way torch does.
+ * Every node becomes a contiguous C-ordered double array (bools as 0 and
+ * 1), whatever its dtype: an f32 node's elements are floats held in
+ * doubles, an f64 node's are doubles. Views are gathers through strides (a
+ * broadcast dim has stride 0), never arithmetic. Numerics of an f32 node:
+ * its operands are read as floats (a scalar constant is rounded to float
+ * there), +, -, *, / and comparisons are done in float, which is exact
+ * rounding already; transcendentals (exp, log, tanh, sin, cos, erf, pow,
+ * sigmoid, rsqrt) are evaluated in double and rounded once, so the oracle
+ * is at least as accurate as the generated code's float libm calls. An
+ * f64 node computes in double with libm's double functions. Sums,
+ * products, matmul and conv accumulate in double. max/min/relu propagate
+ * NaN the way torch does.
  *
  * Memory: a value is freed as soon as its last user has run (graph_use_counts);
  * inputs and weights are borrowed, never freed. Any allocation failure is
@@ -139,9 +143,8 @@ static void nest_run(Nest *s, RowFn fn, void *ctx) {
 /* ===== interpreter state ================================================ */
 
 typedef struct {
-    float *data; /* the node's materialized value; NULL before/after its life */
-    bool owned;  /* allocated here (inputs and weights are borrowed) */
-    bool handed; /* given to the caller as an output */
+    double *data; /* the node's materialized value; NULL before/after its life */
+    bool owned;   /* allocated here (f64 inputs and weights are borrowed) */
 } Val;
 
 typedef struct {
@@ -173,7 +176,7 @@ static void *scratch(Interp *it, int id, int64_t n, size_t size) {
 }
 
 static const Node *node(const Interp *it, int id) { return graph_node(it->g, id); }
-static const float *operand(const Interp *it, const Node *n, int k) {
+static const double *operand(const Interp *it, const Node *n, int k) {
     return it->val[n->in[k]].data;
 }
 
@@ -181,8 +184,10 @@ static const float *operand(const Interp *it, const Node *n, int k) {
 
 typedef struct {
     Op op;
-    float *out;
-    const float *in[3];
+    bool f64;   /* computes in double (an f64 result or operand) */
+    bool round; /* where's result is f32: its operands round to float */
+    double *out;
+    const double *in[3];
 } PwCtx;
 
 static float relu_f(float x) { return x < 0.0f ? 0.0f : x; }               /* NaN stays */
@@ -193,18 +198,81 @@ static float sigmoid_f(float x) { return (float)(1.0 / (1.0 + exp(-(double)x)));
 
 #define MAP1(E)                       \
     for (int64_t j = 0; j < n; j++) { \
-        float x = a[j * sa];          \
+        float x = (float)a[j * sa];   \
         o[j * so] = (E);              \
     }                                 \
     break
-#define MAP2(E)                             \
-    for (int64_t j = 0; j < n; j++) {       \
-        float x = a[j * sa], y = b[j * sb]; \
-        o[j * so] = (E);                    \
-    }                                       \
+#define MAP2(E)                                           \
+    for (int64_t j = 0; j < n; j++) {                     \
+        float x = (float)a[j * sa], y = (float)b[j * sb]; \
+        o[j * so] = (E);                                  \
+    }                                                     \
+    break
+#define MAPD1(E)                      \
+    for (int64_t j = 0; j < n; j++) { \
+        double x = a[j * sa];         \
+        o[j * so] = (E);              \
+    }                                 \
+    break
+#define MAPD2(E)                             \
+    for (int64_t j = 0; j < n; j++) {        \
+        double x = a[j * sa], y = b[j * sb]; \
+        o[j * so] = (E);                     \
+    }                                        \
     break
 
-static void pw_unary(Op op, float *o, int64_t so, const float *a, int64_t sa, int64_t n) {
+static double relu_d(double x) { return x < 0.0 ? 0.0 : x; }
+static double max_d(double a, double b) { return (a != a || a > b) ? a : b; }
+static double min_d(double a, double b) { return (a != a || a < b) ? a : b; }
+
+/* An f64 node: libm's double functions. */
+static void pw_unary_d(Op op, double *o, int64_t so, const double *a, int64_t sa, int64_t n) {
+    switch (op) {
+    case OP_NEG: MAPD1(-x);
+    case OP_ABS: MAPD1(fabs(x));
+    case OP_RELU: MAPD1(relu_d(x));
+    case OP_SIGMOID: MAPD1(1.0 / (1.0 + exp(-x)));
+    case OP_TANH: MAPD1(tanh(x));
+    case OP_EXP: MAPD1(exp(x));
+    case OP_LOG: MAPD1(log(x));
+    case OP_SQRT: MAPD1(sqrt(x));
+    case OP_RSQRT: MAPD1(1.0 / sqrt(x));
+    case OP_SIN: MAPD1(sin(x));
+    case OP_COS: MAPD1(cos(x));
+    case OP_ERF: MAPD1(erf(x));
+    case OP_GELU: MAPD1(0.5 * x * erfc(-x * M_SQRT1_2));
+    case OP_FLOOR: MAPD1(floor(x));
+    case OP_CEIL: MAPD1(ceil(x));
+    case OP_RECIPROCAL: MAPD1(1.0 / x);
+    case OP_COPY:
+    case OP_CAST: MAPD1(x);
+    default: assert(!"not a unary f64 pointwise op");
+    }
+}
+
+static void pw_binary_d(Op op, double *o, int64_t so, const double *a, int64_t sa, const double *b,
+                        int64_t sb, int64_t n) {
+    switch (op) {
+    case OP_ADD: MAPD2(x + y);
+    case OP_SUB: MAPD2(x - y);
+    case OP_MUL: MAPD2(x * y);
+    case OP_DIV:
+    case OP_TRUE_DIV: MAPD2(x / y);
+    case OP_POW: MAPD2(pow(x, y));
+    case OP_FMOD: MAPD2(fmod(x, y));
+    case OP_MAXIMUM: MAPD2(max_d(x, y));
+    case OP_MINIMUM: MAPD2(min_d(x, y));
+    case OP_LT: MAPD2(x < y);
+    case OP_LE: MAPD2(x <= y);
+    case OP_GT: MAPD2(x > y);
+    case OP_GE: MAPD2(x >= y);
+    case OP_EQ: MAPD2(x == y);
+    case OP_NE: MAPD2(x != y);
+    default: assert(!"not a binary f64 pointwise op");
+    }
+}
+
+static void pw_unary(Op op, double *o, int64_t so, const double *a, int64_t sa, int64_t n) {
     switch (op) {
     case OP_NEG: MAP1(-x);
     case OP_ABS: MAP1(fabsf(x));
@@ -223,12 +291,13 @@ static void pw_unary(Op op, float *o, int64_t so, const float *a, int64_t sa, in
     case OP_CEIL: MAP1(ceilf(x));
     case OP_RECIPROCAL: MAP1(1.0f / x);
     case OP_LOGICAL_NOT: MAP1((float)(x == 0.0f));
-    case OP_COPY: MAP1(x);
+    case OP_COPY:
+    case OP_CAST: MAP1(x); /* to f32: x is the float */
     default: assert(!"not a unary pointwise op");
     }
 }
 
-static void pw_binary(Op op, float *o, int64_t so, const float *a, int64_t sa, const float *b,
+static void pw_binary(Op op, double *o, int64_t so, const double *a, int64_t sa, const double *b,
                       int64_t sb, int64_t n) {
     switch (op) {
     case OP_ADD: MAP2(x + y);
@@ -252,23 +321,36 @@ static void pw_binary(Op op, float *o, int64_t so, const float *a, int64_t sa, c
 
 static void pw_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
     const PwCtx *c = ctx;
-    float *o = c->out + off[0];
-    const float *a = c->in[0] + off[1];
+    double *o = c->out + off[0];
+    const double *a = c->in[0] + off[1];
     int arity = op_info[c->op].arity;
     if (arity == 1) {
-        pw_unary(c->op, o, st[0], a, st[1], n);
+        (c->f64 ? pw_unary_d : pw_unary)(c->op, o, st[0], a, st[1], n);
     } else if (arity == 2) {
-        pw_binary(c->op, o, st[0], a, st[1], c->in[1] + off[2], st[2], n);
+        (c->f64 ? pw_binary_d : pw_binary)(c->op, o, st[0], a, st[1], c->in[1] + off[2], st[2], n);
     } else {
         assert(c->op == OP_WHERE);
-        const float *b = c->in[1] + off[2], *e = c->in[2] + off[3];
-        for (int64_t j = 0; j < n; j++)
-            o[j * st[0]] = a[j * st[1]] != 0.0f ? b[j * st[2]] : e[j * st[3]];
+        const double *b = c->in[1] + off[2], *e = c->in[2] + off[3];
+        for (int64_t j = 0; j < n; j++) {
+            double v = a[j * st[1]] != 0.0 ? b[j * st[2]] : e[j * st[3]];
+            o[j * st[0]] = c->round ? (float)v : v;
+        }
     }
 }
 
-static void eval_pointwise(Interp *it, const Node *n, float *out) {
-    PwCtx c = {.op = n->op, .out = out};
+/* Does node n compute in double? An f64 result, or an f64 operand (a
+ * comparison of f64 values); a cast computes in its result's type. */
+static bool computes_f64(const Interp *it, const Node *n) {
+    if (n->dtype == KILN_F64) return true;
+    if (n->op == OP_CAST) return false;
+    for (int k = 0; k < n->nin; k++)
+        if (node(it, n->in[k])->dtype == KILN_F64) return true;
+    return false;
+}
+
+static void eval_pointwise(Interp *it, const Node *n, double *out) {
+    PwCtx c = {.op = n->op, .f64 = computes_f64(it, n), .out = out};
+    c.round = !c.f64 && n->dtype == KILN_F32;
     Nest s;
     assert(n->nin == op_info[n->op].arity && n->nin <= 3);
     nest_init(&s, n->rank, n->shape, 1 + n->nin);
@@ -285,17 +367,18 @@ static void eval_pointwise(Interp *it, const Node *n, float *out) {
 
 typedef struct {
     Op op;
+    bool f64; /* else the operand is read as floats */
     double *acc;
-    const float *in;
+    const double *in;
 } RedCtx;
 
 static void red_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
     const RedCtx *c = ctx;
     double *acc = c->acc + off[0];
-    const float *x = c->in + off[1];
+    const double *x = c->in + off[1];
     int64_t sa = st[0], sx = st[1];
     for (int64_t j = 0; j < n; j++) {
-        double v = x[j * sx], *r = &acc[j * sa];
+        double v = c->f64 ? x[j * sx] : (float)x[j * sx], *r = &acc[j * sa];
         switch (c->op) {
         case OP_SUM: *r += v; break;
         case OP_PROD: *r *= v; break;
@@ -323,7 +406,7 @@ static double red_init(Op op) {
 /* Walks the operand in C order, accumulating into a double per output
  * element: the accumulator is read with the output's strides over the
  * operand's dims, 0 along reduced dims. */
-static kiln_status eval_reduction(Interp *it, int id, float *out) {
+static kiln_status eval_reduction(Interp *it, int id, double *out) {
     const Node *n = node(it, id), *x = node(it, n->in[0]);
     int64_t on = node_numel(n), ostride[KILN_MAX_RANK], kept[KILN_MAX_RANK];
     bool reduced[KILN_MAX_RANK] = {false};
@@ -333,14 +416,15 @@ static kiln_status eval_reduction(Interp *it, int id, float *out) {
     double *acc = scratch(it, id, on, sizeof(double));
     if (!acc) return KILN_ERR_NOMEM;
     for (int64_t i = 0; i < on; i++) acc[i] = red_init(n->op);
-    RedCtx c = {n->op, acc, operand(it, n, 0)};
+    bool f64 = n->dtype == KILN_F64;
+    RedCtx c = {n->op, f64, acc, operand(it, n, 0)};
     Nest s;
     nest_init(&s, x->rank, x->shape, 2);
     contiguous_strides(x->rank, kept, 1, ostride);
     for (int d = 0; d < x->rank; d++) s.stride[0][d] = reduced[d] ? 0 : ostride[d];
     contiguous_strides(x->rank, x->shape, 1, s.stride[1]);
     nest_run(&s, red_row, &c);
-    for (int64_t i = 0; i < on; i++) out[i] = (float)acc[i];
+    for (int64_t i = 0; i < on; i++) out[i] = f64 ? acc[i] : (float)acc[i];
     kfree(acc);
     return KILN_OK;
 }
@@ -348,18 +432,18 @@ static kiln_status eval_reduction(Interp *it, int id, float *out) {
 /* ===== views ============================================================= */
 
 static void copy_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) {
-    float *const *p = ctx; /* p[0] = out, p[1] = in */
-    float *o = p[0] + off[0];
-    const float *x = p[1] + off[1];
+    double *const *p = ctx; /* p[0] = out, p[1] = in */
+    double *o = p[0] + off[0];
+    const double *x = p[1] + off[1];
     for (int64_t j = 0; j < n; j++) o[j * st[0]] = x[j * st[1]];
 }
 
 /* The one strided gather every view uses:
  * out[i] = in[offset + sum_d idx_d * stride_d], i running over shape in C order. */
-static void gather(float *out, const float *in, int rank, const int64_t *shape, int64_t offset,
+static void gather(double *out, const double *in, int rank, const int64_t *shape, int64_t offset,
                    const int64_t *stride) {
     Nest s;
-    float *p[2] = {out, (float *)in};
+    double *p[2] = {out, (double *)in};
     nest_init(&s, rank, shape, 2);
     contiguous_strides(rank, shape, 1, s.stride[0]);
     memcpy(s.stride[1], stride, sizeof(int64_t) * (size_t)rank);
@@ -369,9 +453,10 @@ static void gather(float *out, const float *in, int rank, const int64_t *shape, 
 
 /* Constant padding, element by element: out[i] = x[i - before] where that
  * is inside x, else the value. */
-static void eval_pad(Interp *it, const Node *n, float *out) {
+static void eval_pad(Interp *it, const Node *n, double *out) {
     const Node *x = node(it, n->in[0]);
-    const float *in = operand(it, n, 0);
+    const double *in = operand(it, n, 0);
+    double value = n->dtype == KILN_F64 ? n->f[0] : (float)n->f[0];
     int64_t xs[KILN_MAX_RANK], total = node_numel(n);
     assert(n->attr[0] == KILN_PAD_CONSTANT && "edge/reflect pads are decomposed");
     contiguous_strides(x->rank, x->shape, 1, xs);
@@ -384,32 +469,32 @@ static void eval_pad(Interp *it, const Node *n, float *out) {
             inside = inside && j >= 0 && j < x->shape[d];
             off += j * xs[d];
         }
-        out[i] = inside ? in[off] : (float)n->f[0];
+        out[i] = inside ? in[off] : value;
     }
 }
 
 /* Concatenation: each part is a block of rows [outer, part size * inner]. */
-static void eval_concat(Interp *it, const Node *n, float *out) {
+static void eval_concat(Interp *it, const Node *n, double *out) {
     int d = (int)n->attr[0];
     int64_t outer = 1, inner = 1, at = 0;
     for (int k = 0; k < d; k++) outer *= n->shape[k];
     for (int k = d + 1; k < n->rank; k++) inner *= n->shape[k];
     for (int p = 0; p < n->nin; p++) {
-        const float *in = operand(it, n, p);
+        const double *in = operand(it, n, p);
         int64_t w = node(it, n->in[p])->shape[d] * inner;
         for (int64_t o = 0; o < outer; o++)
-            memcpy(out + o * n->shape[d] * inner + at, in + o * w, sizeof(float) * (size_t)w);
+            memcpy(out + o * n->shape[d] * inner + at, in + o * w, sizeof(double) * (size_t)w);
         at += w;
     }
 }
 
-static void eval_view(Interp *it, const Node *n, float *out) {
+static void eval_view(Interp *it, const Node *n, double *out) {
     if (n->op == OP_PAD || n->op == OP_CONCAT) {
         (n->op == OP_PAD ? eval_pad : eval_concat)(it, n, out);
         return;
     }
     const Node *x = node(it, n->in[0]);
-    const float *in = operand(it, n, 0);
+    const double *in = operand(it, n, 0);
     int64_t xs[KILN_MAX_RANK], st[KILN_MAX_RANK], offset = 0;
     contiguous_strides(x->rank, x->shape, 1, xs);
     switch (n->op) {
@@ -439,18 +524,18 @@ static void eval_view(Interp *it, const Node *n, float *out) {
  * broadcast numpy-style. The inner loops run i, k, j so that b and the
  * double row accumulator are walked contiguously. */
 typedef struct {
-    const float *a, *b;
-    float *out;
+    const double *a, *b;
+    double *out;
     int64_t m, k, n;
     double *row; /* n accumulators */
 } MmCtx;
 
-static void mm_one(const MmCtx *c, const float *a, const float *b, float *o) {
+static void mm_one(const MmCtx *c, const double *a, const double *b, double *o) {
     for (int64_t i = 0; i < c->m; i++) {
         for (int64_t j = 0; j < c->n; j++) c->row[j] = 0.0;
         for (int64_t p = 0; p < c->k; p++) {
             double aip = a[i * c->k + p];
-            const float *brow = b + p * c->n;
+            const double *brow = b + p * c->n;
             for (int64_t j = 0; j < c->n; j++) c->row[j] += aip * brow[j];
         }
         for (int64_t j = 0; j < c->n; j++) o[i * c->n + j] = (float)c->row[j];
@@ -464,7 +549,7 @@ static void mm_row(void *ctx, const int64_t *off, int64_t n, const int64_t *st) 
                c->out + off[0] + j * st[0]);
 }
 
-static kiln_status eval_matmul(Interp *it, int id, float *out) {
+static kiln_status eval_matmul(Interp *it, int id, double *out) {
     const Node *n = node(it, id), *a = node(it, n->in[0]), *b = node(it, n->in[1]);
     assert(a->rank >= 2 && b->rank >= 2 && n->rank >= 2);
     int br = n->rank - 2;
@@ -491,12 +576,12 @@ typedef struct {
     int64_t sh, sw, ph, pw, dh, dw, groups;
 } ConvGeom;
 
-static void conv_tap(const ConvGeom *q, double *plane, const float *img, double wv, int64_t kh,
+static void conv_tap(const ConvGeom *q, double *plane, const double *img, double wv, int64_t kh,
                      int64_t kw) {
     for (int64_t y = 0; y < q->oh; y++) {
         int64_t iy = y * q->sh - q->ph + kh * q->dh;
         if (iy < 0 || iy >= q->h) continue;
-        const float *irow = img + iy * q->w;
+        const double *irow = img + iy * q->w;
         for (int64_t x = 0; x < q->ow; x++) {
             int64_t ix = x * q->sw - q->pw + kw * q->dw;
             if (ix >= 0 && ix < q->w) plane[y * q->ow + x] += wv * irow[ix];
@@ -505,14 +590,14 @@ static void conv_tap(const ConvGeom *q, double *plane, const float *img, double 
 }
 
 /* One output plane (image nb, output channel oc). */
-static void conv_plane(const ConvGeom *q, double *plane, const float *x, const float *w,
-                       const float *bias, int64_t nb, int64_t oc) {
+static void conv_plane(const ConvGeom *q, double *plane, const double *x, const double *w,
+                       const double *bias, int64_t nb, int64_t oc) {
     int64_t cpg = q->c / q->groups, opg = q->o / q->groups, g = oc / opg;
     double b0 = bias ? bias[oc] : 0.0;
     for (int64_t i = 0; i < q->oh * q->ow; i++) plane[i] = b0;
     for (int64_t ci = 0; ci < cpg; ci++) {
-        const float *img = x + ((nb * q->c) + g * cpg + ci) * q->h * q->w;
-        const float *ker = w + ((oc * cpg) + ci) * q->kh * q->kw;
+        const double *img = x + ((nb * q->c) + g * cpg + ci) * q->h * q->w;
+        const double *ker = w + ((oc * cpg) + ci) * q->kh * q->kw;
         for (int64_t kh = 0; kh < q->kh; kh++)
             for (int64_t kw = 0; kw < q->kw; kw++)
                 conv_tap(q, plane, img, ker[kh * q->kw + kw], kh, kw);
@@ -542,16 +627,16 @@ static ConvGeom conv_geom(const Node *n, const Node *x, const Node *w) {
     return q;
 }
 
-static kiln_status eval_conv2d(Interp *it, int id, float *out) {
+static kiln_status eval_conv2d(Interp *it, int id, double *out) {
     const Node *n = node(it, id), *x = node(it, n->in[0]), *w = node(it, n->in[1]);
     assert(x->rank == 4 && w->rank == 4 && n->rank == 4 && n->nattr >= 7);
     ConvGeom q = conv_geom(n, x, w);
-    const float *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
+    const double *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
     double *plane = scratch(it, id, q.oh * q.ow, sizeof(double));
     if (!plane) return KILN_ERR_NOMEM;
     for (int64_t nb = 0; nb < x->shape[0]; nb++)
         for (int64_t oc = 0; oc < q.o; oc++) {
-            float *o = out + (nb * q.o + oc) * q.oh * q.ow;
+            double *o = out + (nb * q.o + oc) * q.oh * q.ow;
             conv_plane(&q, plane, operand(it, n, 0), operand(it, n, 1), bias, nb, oc);
             for (int64_t i = 0; i < q.oh * q.ow; i++) o[i] = (float)plane[i];
         }
@@ -574,13 +659,13 @@ static bool gather_index_ok(Interp *it, double v, int axis, int64_t size) {
     return false;
 }
 
-static kiln_status eval_gather(Interp *it, int id, float *out) {
+static kiln_status eval_gather(Interp *it, int id, double *out) {
     const Node *n = node(it, id), *d = node(it, n->in[0]), *ix = node(it, n->in[1]);
     int axis = (int)n->attr[0];
     int64_t size = d->shape[axis], nidx = node_numel(ix), outer = 1, inner = 1;
     for (int k = 0; k < axis; k++) outer *= d->shape[k];
     for (int k = axis + 1; k < d->rank; k++) inner *= d->shape[k];
-    const float *data = operand(it, n, 0), *idx = operand(it, n, 1);
+    const double *data = operand(it, n, 0), *idx = operand(it, n, 1);
     for (int64_t j = 0; j < nidx; j++)
         if (!gather_index_ok(it, idx[j], axis, size)) return KILN_ERR_INPUT;
     for (int64_t o = 0; o < outer; o++)
@@ -601,7 +686,7 @@ typedef struct {
     int64_t sh, sw, ph, pw, dh, dw, groups;
 } CtGeom;
 
-static void ct_pixel(const CtGeom *q, double *acc, const float *w, double xv, int64_t nb,
+static void ct_pixel(const CtGeom *q, double *acc, const double *w, double xv, int64_t nb,
                      int64_t ci, int64_t ih, int64_t iw) {
     int64_t cog = q->o / q->groups, g = ci / (q->c / q->groups);
     for (int64_t c = 0; c < cog; c++)
@@ -617,15 +702,15 @@ static void ct_pixel(const CtGeom *q, double *acc, const float *w, double xv, in
         }
 }
 
-static kiln_status eval_conv_transpose2d(Interp *it, int id, float *out) {
+static kiln_status eval_conv_transpose2d(Interp *it, int id, double *out) {
     const Node *n = node(it, id), *x = node(it, n->in[0]), *w = node(it, n->in[1]);
     const int64_t *a = n->attr;
     CtGeom q = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], n->shape[1], w->shape[2],
                 w->shape[3], n->shape[2], n->shape[3], a[0],        a[1],        a[2],
                 a[3],        a[6],        a[7],        a[8]};
     assert(n->nattr == 9 && w->shape[0] == q.c && w->shape[1] * q.groups == q.o);
-    const float *xd = operand(it, n, 0), *wd = operand(it, n, 1);
-    const float *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
+    const double *xd = operand(it, n, 0), *wd = operand(it, n, 1);
+    const double *bias = (n->nin > 2 && n->in[2] >= 0) ? operand(it, n, 2) : NULL;
     int64_t numel = node_numel(n), plane = q.oh * q.ow;
     double *acc = scratch(it, id, numel, sizeof(double));
     if (!acc) return KILN_ERR_NOMEM;
@@ -643,25 +728,40 @@ static kiln_status eval_conv_transpose2d(Interp *it, int id, float *out) {
 
 /* ===== one node =========================================================== */
 
-/* Compute node id into a new buffer (sources: borrow where possible). */
+/* A value as the interpreter holds it: an f64 one as it is (borrowed),
+ * any other (f32 data, bools as 0/1 floats) converted into a new double
+ * array. */
+static kiln_status hold(Interp *it, int id, const void *data) {
+    const Node *n = node(it, id);
+    if (n->dtype == KILN_F64) {
+        it->val[id] = (Val){(double *)data, false};
+        return KILN_OK;
+    }
+    int64_t numel = node_numel(n);
+    double *d = scratch(it, id, numel, sizeof(double));
+    if (!d) return KILN_ERR_NOMEM;
+    const float *f = data;
+    for (int64_t i = 0; i < numel; i++) d[i] = f[i];
+    it->val[id] = (Val){d, true};
+    return KILN_OK;
+}
+
+/* Compute node id into a new buffer (f64 sources are borrowed). */
 static kiln_status eval_node(Interp *it, int id) {
     const Node *n = node(it, id);
     OpKind kind = op_info[n->op].kind;
     assert(kind != KIND_COMPOSITE && "interp_run needs a decomposed graph");
     if (n->op == OP_INPUT) return KILN_OK; /* set up by interp_run */
-    if (n->op == OP_WEIGHT) {
-        it->val[id].data = n->data;
-        return KILN_OK;
-    }
+    if (n->op == OP_WEIGHT) return hold(it, id, n->data);
     int64_t numel = node_numel(n);
     assert(numel >= 0);
-    float *out = scratch(it, id, numel, sizeof(float));
+    double *out = scratch(it, id, numel, sizeof(double));
     if (!out) return KILN_ERR_NOMEM;
-    it->val[id] = (Val){out, true, false};
+    it->val[id] = (Val){out, true};
     switch (kind) {
-    case KIND_SOURCE: /* CONST */
+    case KIND_SOURCE: /* CONST: the double; an f32 op reads it as a float */
         assert(n->op == OP_CONST);
-        out[0] = (float)n->f[0];
+        out[0] = n->f[0];
         return KILN_OK;
     case KIND_POINTWISE: eval_pointwise(it, n, out); return KILN_OK;
     case KIND_REDUCTION: return eval_reduction(it, id, out);
@@ -683,8 +783,8 @@ static kiln_status eval_node(Interp *it, int id) {
 
 static void release(Interp *it, int id) {
     Val *v = &it->val[id];
-    if (v->owned && !v->handed) kfree(v->data);
-    *v = (Val){NULL, false, false};
+    if (v->owned) kfree(v->data);
+    *v = (Val){NULL, false};
 }
 
 /* Node id has run (or was skipped): each operand slot gives up its use
@@ -700,29 +800,25 @@ static void drop_operands(Interp *it, int id) {
     }
 }
 
-/* outputs[i] takes the node's own buffer the first time that buffer is an
- * output; borrowed or repeated values are copied. On failure the copies
- * made so far are freed (handed buffers are freed with the rest). */
+/* Each output in a new array of its storage type (doubles for f64, else
+ * floats). On failure the arrays made so far are freed. */
 static kiln_status hand_outputs(Interp *it, float **outputs) {
     Graph *g = it->g;
     for (int i = 0; i < g->noutputs; i++) {
         int id = g->outputs[i];
-        Val *v = &it->val[id];
-        if (v->owned && !v->handed) {
-            outputs[i] = v->data;
-            v->handed = true;
-            continue;
-        }
-        int64_t numel = node_numel(node(it, id));
-        outputs[i] = scratch(it, id, numel, sizeof(float));
+        const Node *n = node(it, id);
+        const double *v = it->val[id].data;
+        int64_t numel = node_numel(n);
+        outputs[i] = scratch(it, id, numel, (size_t)loop_storage_size(n->dtype));
         if (!outputs[i]) {
-            for (int j = 0; j < i; j++)
-                if (outputs[j] != it->val[g->outputs[j]].data) kfree(outputs[j]);
-            for (int j = 0; j < g->noutputs; j++) it->val[g->outputs[j]].handed = false;
+            for (int j = 0; j < i; j++) kfree(outputs[j]);
             memset(outputs, 0, sizeof(float *) * (size_t)g->noutputs);
             return KILN_ERR_NOMEM;
         }
-        if (numel > 0) memcpy(outputs[i], v->data, sizeof(float) * (size_t)numel);
+        if (n->dtype == KILN_F64 && numel > 0)
+            memcpy(outputs[i], v, sizeof(double) * (size_t)numel);
+        else
+            for (int64_t k = 0; k < numel; k++) outputs[i][k] = (float)v[k];
     }
     return KILN_OK;
 }
@@ -753,15 +849,18 @@ static void perturb(Interp *it, int id) {
         }
         r = 0x1p-23 * sqrt((double)(len > 1 ? len : 1));
     }
-    float *v = it->val[id].data;
+    double *v = it->val[id].data;
     uint64_t seed = it->perturb * 0x9E3779B97F4A7C15ull + (uint64_t)id;
     for (int64_t i = 0; i < node_numel(n); i++)
-        v[i] *= (float)(1.0 + (2.0 * util_rand_uniform(seed, (uint64_t)i) - 1.0) * r);
+        v[i] = (float)v[i] * (float)(1.0 + (2.0 * util_rand_uniform(seed, (uint64_t)i) - 1.0) * r);
 }
 
 static kiln_status run_nodes(Interp *it, float *const *inputs) {
     Graph *g = it->g;
-    for (int i = 0; i < g->ninputs; i++) it->val[g->inputs[i]].data = inputs[i];
+    for (int i = 0; i < g->ninputs; i++) {
+        kiln_status st = hold(it, g->inputs[i], inputs[i]);
+        if (st != KILN_OK) return st;
+    }
     for (int id = 0; id < g->n; id++) {
         if (it->uses[id] > 0) { /* a value nobody reads is not computed */
             kiln_status st = eval_node(it, id);
@@ -827,7 +926,7 @@ static void run_free(Run *r) {
 static kiln_status convert_inputs(Graph *g, Run *r, const kiln_tensor *inputs) {
     for (int i = 0; i < r->nin; i++) {
         const kiln_tensor *t = &inputs[i];
-        if (t->dtype == KILN_F32) {
+        if (t->dtype == KILN_F32 || t->dtype == KILN_F64) { /* as interp_run reads them */
             r->in[i] = t->data;
             continue;
         }
@@ -848,7 +947,7 @@ static kiln_status convert_inputs(Graph *g, Run *r, const kiln_tensor *inputs) {
 /* Output i of the decomposed graph as a new tensor (f32 or bool bytes). */
 static kiln_status convert_output(Graph *g, const Run *r, int i, kiln_tensor *t) {
     const Node *n = graph_node(r->dec, r->dec->outputs[i]);
-    assert(n->dtype == KILN_F32 || n->dtype == KILN_BOOL);
+    assert(n->dtype == KILN_F32 || n->dtype == KILN_F64 || n->dtype == KILN_BOOL);
     *t = (kiln_tensor){.dtype = n->dtype, .rank = n->rank};
     memcpy(t->shape, n->shape, sizeof(int64_t) * (size_t)n->rank);
     if (kiln_tensor_alloc(t) != KILN_OK) {
@@ -856,8 +955,8 @@ static kiln_status convert_output(Graph *g, const Run *r, int i, kiln_tensor *t)
         return KILN_ERR_NOMEM;
     }
     int64_t numel = kiln_tensor_numel(t);
-    if (n->dtype == KILN_F32 && numel > 0)
-        memcpy(t->data, r->out[i], sizeof(float) * (size_t)numel);
+    if (n->dtype != KILN_BOOL && numel > 0)
+        memcpy(t->data, r->out[i], (size_t)loop_storage_size(n->dtype) * (size_t)numel);
     for (int64_t k = 0; n->dtype == KILN_BOOL && k < numel; k++)
         ((unsigned char *)t->data)[k] = r->out[i][k] != 0.0f;
     return KILN_OK;

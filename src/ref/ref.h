@@ -2,8 +2,8 @@
  * ref.h -- the reference: the interpreter (unfused, op by op), the oracle
  * every fused result is checked against, and the tolerances of that check.
  *
- *   interp.c     runs a decomposed graph node by node in float (double
- *                accumulation)
+ *   interp.c     runs a decomposed graph node by node in float, f64 nodes
+ *                in double (double accumulation)
  *   tolerance.c  how far a fused result may be from the interpreter's,
  *                and how far the interpreter itself moves (the spread)
  */
@@ -15,7 +15,8 @@
 /* ===== interp.c ======================================================== */
 
 /* Run a decomposed graph. inputs[i] holds input i as numel floats (bool as
- * 0/1). outputs[i] receives a kmalloc'd array of numel floats. */
+ * 0/1; an f64 input: numel doubles). outputs[i] receives a kmalloc'd array
+ * of numel floats (of doubles for an f64 output). */
 kiln_status interp_run(Graph *g, float *const *inputs, float **outputs);
 /* The same with every computed float value nudged by about the error fused
  * code may make there (seed != 0; see perturb in interp.c), and
@@ -35,7 +36,7 @@ typedef struct {
 RtTolerance rt_tolerance(const Graph *dec);
 /* |got - want| in units of atol + rtol |want| (> 1 fails). NaN matches NaN
  * and an infinity the same infinity; anything else non-finite fails. */
-double rt_excess(float got, float want, RtTolerance t);
+double rt_excess(double got, double want, RtTolerance t);
 /* How far the reference itself moves: the interpreter run `runs` more
  * times with its intermediate values nudged (kiln_interpret_perturbed,
  * seeds 1..runs), and per output element the largest change against want
@@ -52,11 +53,11 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
 /* rt_excess with RT_SPREAD_K times the element's spread added to the
  * allowance; an infinite spread (the reference itself is undetermined
  * there) accepts any value. */
-double rt_excess_spread(float got, float want, float spread, RtTolerance t);
+double rt_excess_spread(double got, double want, float spread, RtTolerance t);
 /* One output element of either dtype (a bool as 0/1) against the
  * reference: a bool must match unless the reference itself flipped there
  * (spread > 0); a float goes through rt_excess_spread (spread 0: exactly
  * rt_excess). The excess, > 1 fails. */
-double rt_check_excess(kiln_dtype dt, float got, float want, float spread, RtTolerance t);
+double rt_check_excess(kiln_dtype dt, double got, double want, float spread, RtTolerance t);
 
 #endif

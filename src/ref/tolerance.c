@@ -56,7 +56,7 @@ RtTolerance rt_tolerance(const Graph *dec) {
     return t;
 }
 
-double rt_excess(float got, float want, RtTolerance t) {
+double rt_excess(double got, double want, RtTolerance t) {
     if (!isfinite(want)) return (isnan(want) ? isnan(got) : got == want) ? 0.0 : INFINITY;
     if (!isfinite(got)) return INFINITY;
     return fabs((double)got - (double)want) / (t.atol + t.rtol * fabs((double)want));
@@ -96,6 +96,8 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
                 double a, b;
                 if (want[i].dtype == KILN_BOOL) {
                     a = ((const uint8_t *)ref[i].data)[k], b = ((const uint8_t *)want[i].data)[k];
+                } else if (want[i].dtype == KILN_F64) {
+                    a = ((const double *)ref[i].data)[k], b = ((const double *)want[i].data)[k];
                 } else {
                     a = ((const float *)ref[i].data)[k], b = ((const float *)want[i].data)[k];
                 }
@@ -113,14 +115,14 @@ kiln_status rt_reference_spread(kiln_graph *g, const kiln_tensor *in, const kiln
     return st;
 }
 
-double rt_excess_spread(float got, float want, float spread, RtTolerance t) {
+double rt_excess_spread(double got, double want, float spread, RtTolerance t) {
     if (isinf(spread) && spread > 0) return 0.0;
     if (!isfinite(want) || !isfinite(got)) return rt_excess(got, want, t);
     return fabs((double)got - (double)want) /
            (t.atol + t.rtol * fabs((double)want) + RT_SPREAD_K * spread);
 }
 
-double rt_check_excess(kiln_dtype dt, float got, float want, float spread, RtTolerance t) {
+double rt_check_excess(kiln_dtype dt, double got, double want, float spread, RtTolerance t) {
     if (dt == KILN_BOOL) return (got != 0) == (want != 0) || spread > 0 ? 0.0 : INFINITY;
     return rt_excess_spread(got, want, spread, t);
 }

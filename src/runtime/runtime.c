@@ -107,7 +107,7 @@ void rt_set_externs(const KilnRT *rt) {
 }
 #endif
 
-static int64_t buf_bytes(const Buffer *b) { return b->numel * (int64_t)sizeof(float); }
+static int64_t buf_bytes(const Buffer *b) { return b->numel * loop_storage_size(b->dtype); }
 
 static int64_t align_up(int64_t n) { return (n + RT_ALIGN - 1) / RT_ALIGN * RT_ALIGN; }
 
@@ -911,7 +911,7 @@ static float *bool_to_float(const kiln_tensor *t) {
 
 static kiln_status io_inputs(Io *io, const kiln_tensor *inputs) {
     for (int i = 0; i < io->nin; i++) {
-        if (inputs[i].dtype == KILN_F32) {
+        if (inputs[i].dtype == KILN_F32 || inputs[i].dtype == KILN_F64) { /* as stored */
             io->in[i] = inputs[i].data;
             continue;
         }
@@ -926,7 +926,7 @@ static kiln_status io_outputs(Io *io, const Graph *g, kiln_tensor *outputs, bool
     for (int i = 0; i < io->nout; i++) {
         if (!caller) outputs[i] = kiln_output_desc(g, i);
         if (!caller && kiln_tensor_alloc(&outputs[i]) != KILN_OK) return KILN_ERR_NOMEM;
-        if (outputs[i].dtype == KILN_F32) {
+        if (outputs[i].dtype == KILN_F32 || outputs[i].dtype == KILN_F64) {
             io->out[i] = outputs[i].data;
             continue;
         }

@@ -11,14 +11,17 @@ program). For each case this writes
     cases/<name>/prog.kiln          the program
     cases/<name>/<input>.npy        one file per declared input
     cases/<name>/<weight file>.npy  one per file("...") weight
-    cases/<name>/expect_<out>.npy   one per output (f32, or bool for
+    cases/<name>/expect_<out>.npy   one per output (f32, f64 for a case
+                                    with f64 inputs, or bool for
                                     comparisons)
 
 and cases/index.txt with the case names, one per line. tests/test_golden.c
 runs every case through kiln's reference interpreter and compares.
 
 References compute in float64 from the float32 inputs and cast the result to
-float32 (bool outputs stay bool). Where a discontinuous op (a comparison,
+float32 (bool outputs stay bool); a case whose inputs are f64 keeps its
+float results in float64, and kiln must then match them to double
+precision. Where a discontinuous op (a comparison,
 floor) reads a computed value, the reference computes that value in float32
 like kiln does, so a rounding difference cannot flip a result.
 
@@ -1435,9 +1438,62 @@ case("bool_input_passthrough", """
 """, lambda v: {"c": v.c, "k": v.x > 0})
 
 
+# -- f64: inputs of doubles, computed in double (no weights: a .kiln weight
+# is f32). The inputs sit near 1000 with small differences, where float
+# arithmetic would keep nothing of them.
+def near1000(rng, shape):
+    return 1000.0 + rng.standard_normal(shape) * 1e-6
+
+
+case("f64_pointwise", """
+    input x: f64[4, 9]
+    input y: f64[4, 9]
+    d = (x - y) * 1e6
+    a = exp(d * 0.1) + sin(d) * cos(d) - tanh(d) + sigmoid(d) + gelu(d) + erf(d)
+    b = sqrt(abs(d)) + log(abs(d) + 1.0) + rsqrt(abs(d) + 0.5) + reciprocal(d + 10.0)
+    c = pow(abs(d) + 1.0, 0.7) + floor(d * 4.0) + ceil(d) + relu(d - 0.25) + neg(d)
+    m = maximum(d, 0.1) - minimum(d, -0.1) + where(d > 0.3, d * 2.0, d / 3.0)
+    output a, b, c, m
+""", lambda v: (lambda d: {
+    "a": np.exp(d * 0.1) + np.sin(d) * np.cos(d) - np.tanh(d) + sigmoid(d) + gelu(d) + erf(d),
+    "b": np.sqrt(np.abs(d)) + np.log(np.abs(d) + 1.0) + rsqrt(np.abs(d) + 0.5)
+         + 1.0 / (d + 10.0),
+    "c": (np.abs(d) + 1.0) ** 0.7 + np.floor(d * 4.0) + np.ceil(d) + relu(d - 0.25) - d,
+    "m": np.maximum(d, 0.1) - np.minimum(d, -0.1) + np.where(d > 0.3, d * 2.0, d / 3.0)})(
+        (v.x - v.y) * 1e6),
+    dist={"x": near1000, "y": near1000})
+case("f64_reductions", """
+    input x: f64[5, 12]
+    s = sum(x, 1)
+    p = prod(x * 0.001, 1)
+    hi = amax(x, 0)
+    lo = amin(x, 1, keepdim=true)
+    m = mean(x)
+    sm = softmax((x - 1000.0) * 1e6, 1)
+    ls = log_softmax((x - 1000.0) * 1e6, 0)
+    ln = layer_norm((x - 1000.0) * 1e6, [12])
+    output s, p, hi, lo, m, sm, ls, ln
+""", lambda v: {"s": v.x.sum(1), "p": (v.x * 0.001).prod(1), "hi": v.x.max(0),
+                "lo": v.x.min(1, keepdims=True), "m": v.x.mean(),
+                "sm": softmax((v.x - 1000.0) * 1e6, 1), "ls": log_softmax((v.x - 1000.0) * 1e6, 0),
+                "ln": layer_norm((v.x - 1000.0) * 1e6, [12])},
+    dist={"x": near1000})
+case("f64_matmul_views", """
+    input a: f64[2, 6, 5]
+    input b: f64[5, 3]
+    c = matmul(a, b) + 1.0
+    t = transpose(a, 1, 2)
+    d = cat([t, t * 2.0], 1)
+    e = pad(slice(a, 2, 1, 4), [1, 1], value=0.5)
+    output c, d, e
+""", lambda v: {"c": v.a @ v.b + 1.0,
+                "d": np.concatenate([v.a.transpose(0, 2, 1), v.a.transpose(0, 2, 1) * 2.0], 1),
+                "e": np.pad(v.a[:, :, 1:4], [(0, 0), (0, 0), (1, 1)], constant_values=0.5)})
+
+
 # ---- writing the data ------------------------------------------------------
 
-DTYPE = {"f32": np.float32, "bool": np.bool_}
+DTYPE = {"f32": np.float32, "f64": np.float64, "bool": np.bool_}
 
 
 def parse_shape(text):
@@ -1453,7 +1509,7 @@ def declarations(prog):
     """(inputs, weights, outputs) read from a program's text."""
     inputs, weights, outputs = [], [], None
     for line in map(strip_comment, prog.splitlines()):
-        m = re.fullmatch(r"input\s+(\w+)\s*:\s*(f32|bool)\s*\[([^\]]*)\]", line)
+        m = re.fullmatch(r"input\s+(\w+)\s*:\s*(f32|f64|bool)\s*\[([^\]]*)\]", line)
         if m:
             inputs.append((m[1], m[2], parse_shape(m[3])))
             continue
@@ -1635,9 +1691,10 @@ def write_case(c):
     with np.errstate(all="raise"):
         got = c.ref(SimpleNamespace(**env))
     assert sorted(got) == sorted(outputs), (c.name, sorted(got), outputs)
+    f64 = any(dtype == "f64" for _, dtype, _ in inputs)
     for name in outputs:
         a = np.asarray(got[name])
-        a = a if a.dtype == np.bool_ else a.astype(np.float32)
+        a = a if a.dtype == np.bool_ else a.astype(np.float64 if f64 else np.float32)
         check_size(f"{c.name}/expect_{name}", a.shape)
         assert a.dtype == np.bool_ or np.all(np.isfinite(a)), (c.name, name)
         save(os.path.join(d, f"expect_{name}.npy"), a.copy(order="C"))
