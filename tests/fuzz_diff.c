@@ -18,6 +18,9 @@
  * batch goes to stdout. Stops after PROGRAMS programs (default: never); the exit
  * status is 1 when anything failed.
  *
+ * Every fourth seed (seed % 4 == 3) is a program with f64 inputs
+ * (randprog_f64).
+ *
  * The JIT cache goes to DIR/cache unless KILN_CACHE_DIR is set: fuzzed
  * programs never repeat, so they should not fill the user's cache.
  */
@@ -74,9 +77,10 @@ static void save(const Fuzz *f, const Prog *pr) {
 
 /* ===== one program ========================================================= */
 
-static float value(const kiln_tensor *t, int64_t k) {
-    return t->dtype == KILN_BOOL ? ((const unsigned char *)t->data)[k]
-                                 : ((const float *)t->data)[k];
+static double value(const kiln_tensor *t, int64_t k) {
+    return t->dtype == KILN_BOOL  ? ((const unsigned char *)t->data)[k]
+           : t->dtype == KILN_F64 ? ((const double *)t->data)[k]
+                                  : ((const float *)t->data)[k];
 }
 
 /* Compare fused float outputs with the interpreter's tensors. An element
@@ -84,17 +88,33 @@ static float value(const kiln_tensor *t, int64_t k) {
  * (rt_reference_spread, computed once, only then): an ill-conditioned
  * element passes with it (pr->conditioned counts them), anything else
  * fails. */
-static void compare(Prog *pr, float **got, const kiln_tensor *in, const kiln_tensor *want) {
+static void compare(Prog *pr, void **got, const kiln_tensor *in, const kiln_tensor *want) {
     RtTolerance tol = rt_tolerance(rt_graph(pr->p));
     int nout = kiln_num_outputs(pr->g);
+    /* a program of f64 inputs computes wholly in double, fused and
+     * interpreted: its f64 outputs must agree to 1e-9, where float math
+     * anywhere would be off by 1e-7 or more */
+    bool all64 = true;
+    for (int i = 0; i < kiln_num_inputs(pr->g); i++) all64 &= in[i].dtype == KILN_F64;
     kiln_tensor spread[MAX_IO];
     bool have = false;
     for (int i = 0; i < nout && !pr->why[0]; i++) {
         int64_t n = kiln_tensor_numel(&want[i]);
         for (int64_t k = 0; k < n; k++) {
-            float w = value(&want[i], k), g = got[i][k];
-            double x = rt_check_excess(want[i].dtype, g, w, 0.0f, tol);
+            double w = value(&want[i], k);
+            double g = want[i].dtype == KILN_F64 ? ((const double *)got[i])[k]
+                                                 : ((const float *)got[i])[k];
+            bool tight = all64 && want[i].dtype == KILN_F64;
+            double x = rt_check_excess(want[i].dtype, g, w, 0.0f,
+                                       tight ? (RtTolerance){1e-9, 1e-9, 1} : tol);
             if (x <= 1.0) continue;
+            if (tight) {
+                snprintf(pr->why, sizeof pr->why,
+                         "output %s[%lld]: fused %.17g, interpreter %.17g (%.3g x the f64 "
+                         "tolerance 1e-9)",
+                         kiln_output_name(pr->g, i), (long long)k, g, w, x);
+                break;
+            }
             if (!have && rt_reference_spread(pr->g, in, want, RT_SPREAD_RUNS, spread) != KILN_OK) {
                 snprintf(pr->why, sizeof pr->why, "reference spread: %s", kiln_error(pr->g));
                 break;
@@ -121,22 +141,32 @@ static void compare(Prog *pr, float **got, const kiln_tensor *in, const kiln_ten
 static void check(Prog *pr) {
     int nin = kiln_num_inputs(pr->g), nout = kiln_num_outputs(pr->g);
     kiln_tensor in[MAX_IO], want[MAX_IO];
-    float *fin[MAX_IO], *got[MAX_IO];
+    float *fin[MAX_IO];
+    void *got[MAX_IO];
     char err[512];
     if (nin > MAX_IO || nout > MAX_IO) return;
     for (int i = 0; i < nin; i++) {
         in[i] = kiln_input_desc(pr->g, i);
         kiln_tensor_alloc(&in[i]);
         /* the inputs `kiln run --seed N` generates (src/cli/main.c) */
-        kiln_fill_randn(in[i].data, kiln_tensor_numel(&in[i]),
-                        pr->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i);
+        int64_t n = kiln_tensor_numel(&in[i]);
+        uint64_t s = pr->seed * 0x9E3779B97F4A7C15ull + (uint64_t)i;
+        if (in[i].dtype == KILN_F64) { /* the same normal values, as doubles */
+            float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+            kiln_fill_randn(f, n, s);
+            for (int64_t k = 0; k < n; k++) ((double *)in[i].data)[k] = f[k];
+            free(f);
+        } else {
+            kiln_fill_randn(in[i].data, n, s);
+        }
         fin[i] = in[i].data;
     }
     for (int i = 0; i < nout; i++) {
         kiln_tensor d = kiln_output_desc(pr->g, i);
-        got[i] = malloc(sizeof(float) * (size_t)kiln_tensor_numel(&d));
+        got[i] = malloc((d.dtype == KILN_F64 ? sizeof(double) : sizeof(float)) *
+                        (size_t)(kiln_tensor_numel(&d) ? kiln_tensor_numel(&d) : 1));
     }
-    if (rt_run(pr->p, (const float *const *)fin, got, err, sizeof err) != KILN_OK)
+    if (rt_run(pr->p, (const float *const *)fin, (float **)got, err, sizeof err) != KILN_OK)
         snprintf(pr->why, sizeof pr->why, "fused run: %s", err);
     else if (kiln_interpret(pr->g, in, want) != KILN_OK)
         snprintf(pr->why, sizeof pr->why, "interpreter: %s", kiln_error(pr->g));
@@ -166,7 +196,7 @@ static void run_batch(Fuzz *f, Prog *ps, int n) {
     char err[4096];
     for (int i = 0; i < n; i++) {
         ps[i] = (Prog){.seed = f->seed++};
-        randprog(ps[i].seed, ps[i].text, sizeof ps[i].text);
+        (ps[i].seed % 4 == 3 ? randprog_f64 : randprog)(ps[i].seed, ps[i].text, sizeof ps[i].text);
         ps[i].g = kiln_graph_new();
         if (kiln_parse(ps[i].g, ps[i].text, "randprog") != KILN_OK)
             snprintf(ps[i].why, sizeof ps[i].why, "parse: %s", kiln_error(ps[i].g));

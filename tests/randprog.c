@@ -12,6 +12,9 @@
  * The same seed always gives the same program. randprog_empty(seed) is the
  * same generator with a dim of 0 in about half the inputs (empty values:
  * every op on them, and the non-empty results some compute from them).
+ * randprog_f64(seed) makes the first input f64 and each other one f64 or
+ * f32 at random: the same ops in double, and f32 values promoted where
+ * they meet f64 ones.
  */
 #include "randprog.h"
 #include <stdarg.h>
@@ -27,6 +30,7 @@ typedef struct {
     size_t len, cap;
     int nv;
     bool empty; /* randprog_empty */
+    bool f64;   /* randprog_f64 */
     int rank[MAXV];
     int64_t shape[MAXV][6];
 } Gen;
@@ -81,7 +85,7 @@ static void add_input(Gen *g) {
     int v = new_value(g, rank, shape);
     char s[128];
     shape_str(g, v, s, sizeof s);
-    emit(g, "input v%d: f32%s\n", v, s);
+    emit(g, "input v%d: %s%s\n", v, g->f64 && (v == 0 || pick(g, 2)) ? "f64" : "f32", s);
 }
 
 /* Unary ops that keep any finite input finite and tame. */
@@ -325,8 +329,8 @@ static void composite(Gen *g, int v) {
         emit(g, "v%d = layer_norm(v%d, [%lld])\n", w, v, (long long)g->shape[v][r - 1]);
 }
 
-static size_t generate(uint64_t seed, char *buf, size_t cap, bool empty) {
-    Gen g = {seed * 0x9E3779B97F4A7C15ull + 1, buf, 0, cap, 0, empty, {0}, {{0}}};
+static size_t generate(uint64_t seed, char *buf, size_t cap, bool empty, bool f64) {
+    Gen g = {seed * 0x9E3779B97F4A7C15ull + 1, buf, 0, cap, 0, empty, f64, {0}, {{0}}};
     buf[0] = 0;
     emit(&g, "# random program, seed %llu\n", (unsigned long long)seed);
     int ninputs = 1 + pick(&g, 3);
@@ -360,8 +364,14 @@ static size_t generate(uint64_t seed, char *buf, size_t cap, bool empty) {
     return g.len;
 }
 
-size_t randprog(uint64_t seed, char *buf, size_t cap) { return generate(seed, buf, cap, false); }
+size_t randprog(uint64_t seed, char *buf, size_t cap) {
+    return generate(seed, buf, cap, false, false);
+}
 
 size_t randprog_empty(uint64_t seed, char *buf, size_t cap) {
-    return generate(seed, buf, cap, true);
+    return generate(seed, buf, cap, true, false);
+}
+
+size_t randprog_f64(uint64_t seed, char *buf, size_t cap) {
+    return generate(seed, buf, cap, false, true);
 }

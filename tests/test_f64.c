@@ -170,8 +170,8 @@ TEST(f64_reductions_and_composites) {
                        r, c, sm[r * C + c], wsm);
                 /* values of 1000 that differ by 0.5 and 1e-7: float holds
                  * 1000 to 6e-5, so the 1e-7 parts survive only in double */
-                EXPECT(fabs(ln[r * C + c] - wln) < 1e-9, "%s layer_norm[%d,%d] %.17g vs %.17g",
-                       who, r, c, ln[r * C + c], wln);
+                EXPECT(fabs(ln[r * C + c] - wln) < 1e-9, "%s layer_norm[%d,%d] %.17g vs %.17g", who,
+                       r, c, ln[r * C + c], wln);
             }
         }
         for (int c = 0; c < C; c++) {
@@ -185,8 +185,9 @@ TEST(f64_reductions_and_composites) {
             const double *pl = x + ch * 40;
             for (int i = 0; i < 2; i++)
                 for (int j = 0; j < 4; j++) {
-                    double v = fmax(fmax(pl[(2 * i) * 8 + 2 * j], pl[(2 * i) * 8 + 2 * j + 1]),
-                                    fmax(pl[(2 * i + 1) * 8 + 2 * j], pl[(2 * i + 1) * 8 + 2 * j + 1]));
+                    double v =
+                        fmax(fmax(pl[(2 * i) * 8 + 2 * j], pl[(2 * i) * 8 + 2 * j + 1]),
+                             fmax(pl[(2 * i + 1) * 8 + 2 * j], pl[(2 * i + 1) * 8 + 2 * j + 1]));
                     EXPECT(mp[ch * 8 + i * 4 + j] == v, "%s max_pool[%d,%d,%d]", who, ch, i, j);
                 }
             for (int i = 0; i < 5; i++)
@@ -337,8 +338,8 @@ TEST(f64_refusals) {
     g = kiln_graph_new();
     x = kiln_input(g, "x", KILN_F64, 2, s);
     CHECK(kiln_cast(g, x, KILN_I32) == KILN_NONE);
-    EXPECT(strcmp(kiln_error(g), "cast: to i32 is not supported (f32, f64 or bool)") == 0, "got: %s",
-           kiln_error(g));
+    EXPECT(strcmp(kiln_error(g), "cast: to i32 is not supported (f32, f64 or bool)") == 0,
+           "got: %s", kiln_error(g));
     kiln_graph_free(g);
     g = kiln_graph_new();
     x = kiln_input(g, "x", KILN_F64, 2, s);
