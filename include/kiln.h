@@ -414,8 +414,8 @@ void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
  * whose value is read where the import needs a constant (Range's bounds, a
  * Loop's trip count, NonZero's and Compress's sizes), so the program must
  * be run with that same value (nothing checks it at run time). Graphs
- * compute in f32 and bool: integer inputs and outputs are f32 in the graph
- * (exact below 2^24), and io, when
+ * compute in f32, f64 (DOUBLE tensors) and bool: integer inputs and
+ * outputs are f32 in the graph (exact below 2^24), and io, when
  * not NULL, receives each one's ONNX type for kiln_tensor_convert at the
  * boundary. Messages name the file and the node (index, name, op); an op
  * kiln lacks is "unsupported op NAME (opset N) at node M ('name')", and
