@@ -412,3 +412,43 @@ TEST(f64_matmul) {
     kiln_program_free(p);
     kiln_graph_free(g);
 }
+
+/* A gather of f64 data (the library copies each double as two floats),
+ * from a transposed view and along the last dim, then f64 math on it. */
+TEST(f64_gather) {
+    test_use_shared_cache();
+    kiln_graph *g = kiln_graph_new();
+    int64_t sx[2] = {5, 6}, si[2] = {2, 3};
+    kiln_value x = kiln_input(g, "x", KILN_F64, 2, sx);
+    kiln_value ix = kiln_input(g, "ix", KILN_F32, 2, si);
+    kiln_value t = kiln_gather(g, kiln_transpose(g, x, 0, 1), ix, 0); /* [2, 3, 5] */
+    kiln_value l = kiln_gather(g, x, ix, 1);                          /* [5, 2, 3] */
+    kiln_output(g, kiln_binary(g, "add", t, kiln_scalar(g, 1e-12)), "t");
+    kiln_output(g, l, "l");
+    CHECKF(kiln_error(g)[0] == 0, "build: %s", kiln_error(g));
+    CHECK(kiln_value_dtype(g, l) == KILN_F64);
+    double xd[30];
+    float id[6] = {0, 5, -1, 2, 3, -6};
+    for (int i = 0; i < 30; i++) xd[i] = 1.0 + 1e-13 * i;
+    kiln_tensor in[2] = {kiln_input_desc(g, 0), kiln_input_desc(g, 1)}, got[2], ref[2];
+    in[0].data = xd, in[1].data = id;
+    if (!run_both(g, in, got, ref, NULL)) {
+        kiln_graph_free(g);
+        return;
+    }
+    for (int w = 0; w < 2; w++) {
+        const kiln_tensor *o = w ? ref : got;
+        const char *who = w ? "interpreted" : "compiled";
+        const double *tv = o[0].data, *lv = o[1].data;
+        for (int j = 0; j < 6; j++) {
+            int c = (int)id[j] < 0 ? (int)id[j] + 6 : (int)id[j];
+            for (int r = 0; r < 5; r++) {
+                EXPECT(tv[j * 5 + r] == xd[r * 6 + c] + 1e-12, "%s t[%d,%d]", who, j, r);
+                EXPECT(lv[r * 6 + j] == xd[r * 6 + c], "%s l[%d,%d] %.17g vs %.17g", who, r, j,
+                       lv[r * 6 + j], xd[r * 6 + c]);
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++) kiln_tensor_free(&got[i]), kiln_tensor_free(&ref[i]);
+    kiln_graph_free(g);
+}

@@ -109,8 +109,24 @@ static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char
 
 /* A gather's index can be out of range: its message goes to rt->err and
  * the entry returns KILN_RT_ERR_INPUT. */
+/* An f64 operand as the library's floats: each double a pair of floats,
+ * one more dim of 2 (the gather copies bytes; it never reads the data as
+ * numbers). The builder keeps such a view within KILN_MAX_RANK. */
+static bool e_is_set(const char *epi) { return strcmp(epi, "NULL, NULL") != 0; }
+
+static BufView as_float_pairs(BufView v) {
+    for (int d = 0; d < v.rank; d++) v.stride[d] *= 2;
+    v.offset *= 2;
+    v.shape[v.rank] = 2;
+    v.stride[v.rank++] = 1;
+    return v;
+}
+
 static void gather_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
-    view_text(g, o, "d", &b->opnd[0]);
+    bool f64 = buf_of(g, b->opnd[0].buf)->dtype == KILN_F64;
+    if (f64 && e_is_set(epi)) cg_fail(g, "codegen: an f64 gather with an epilogue");
+    BufView dv = f64 ? as_float_pairs(b->opnd[0]) : b->opnd[0];
+    view_text(g, o, "d", &dv);
     view_text(g, o, "ix", &b->opnd[1]);
     str_putf(o,
              "        int rc = rt->gather(bufs[%d], &d, bufs[%d], &ix, %d, %s, %s, rt->err, "

@@ -880,17 +880,22 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bia
  * interpreter) check each one against data.shape[axis]. */
 kiln_value kiln_gather(kiln_graph *g, kiln_value data, kiln_value indices, int axis) {
     const char *op = "gather";
-    if (!graph_ok_value(g, data, op) || !graph_ok_value(g, indices, op) || !want_f32(g, data, op) ||
-        !want_f32(g, indices, op))
+    if (!graph_ok_value(g, data, op) || !graph_ok_value(g, indices, op) ||
+        !want_float(g, data, op) || !want_f32(g, indices, op))
         return KILN_NONE;
     const Node *D = &g->nodes[data], *I = &g->nodes[indices];
     if (D->rank == 0) return graph_fail(g, KILN_ERR_INPUT, "gather: data must have at least 1 dim");
+    /* f64 data goes to the library as pairs of floats: one dim more */
+    if (D->dtype == KILN_F64 && D->rank + 1 > KILN_MAX_RANK)
+        return graph_fail(g, KILN_ERR_INPUT, "gather: f64 data of rank %d: at most %d", D->rank,
+                          KILN_MAX_RANK - 1);
     int64_t ax;
     if (!norm_dim(g, op, D->rank, axis, &ax)) return KILN_NONE;
     if (D->rank - 1 + I->rank > KILN_MAX_RANK)
         return graph_fail(g, KILN_ERR_INPUT, "gather: result rank %d exceeds %d",
                           D->rank - 1 + I->rank, KILN_MAX_RANK);
     Node n = node_like(OP_GATHER, NULL);
+    n.dtype = D->dtype;
     for (int d = 0; d < ax; d++) n.shape[n.rank++] = D->shape[d];
     for (int d = 0; d < I->rank; d++) n.shape[n.rank++] = I->shape[d];
     for (int d = (int)ax + 1; d < D->rank; d++) n.shape[n.rank++] = D->shape[d];
