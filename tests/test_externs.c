@@ -373,10 +373,10 @@ static const int64_t conv_cases[][15] = {
     /* x of 9.2 MB, over C1_PREFETCH_BYTES: the first tile over each chunk
      * prefetches (AVX-512), 18000 pixels in 9 chunks of 2000 */
     {4, 32, 120, 150, 16, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
-    /* one pixel (squeeze-and-excitation): dot products along K, 4 rows at
-     * a time: K 300 (a masked tail of 12), 70 rows (blocks of 64, the
-     * last 2 rows a part step); K 7 (the tail alone); 512 -> 1280 in
-     * parallel */
+    /* one pixel (squeeze-and-excitation): a dot product along K per row,
+     * in 4 partial sums: K 300 (4 blocks of 64, 2 vectors of 16, a masked
+     * tail of 12), 70 rows (blocks of 64 rows); K 7 (the tail alone);
+     * 512 -> 1280 in parallel */
     {2, 300, 1, 1, 70, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},
     {3, 7, 1, 1, 5, 1, 1, 1, 1, 0, 0, 1, 1, 1, 0},
     {1, 512, 1, 1, 1280, 1, 1, 1, 1, 0, 0, 1, 1, 1, 1},

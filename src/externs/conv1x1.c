@@ -40,8 +40,8 @@
  * MobileNetV3-style networks, [1, K, 1, 1] -> O) is a matrix-vector
  * product, where a tile would fill one lane of each vector: instead each
  * output is a dot product of a weight row (the plain weights, read once
- * per image, rows contiguous) with x, C1_GEMV_ROWS rows at a time in
- * vectors along K (gemv512, gemv256), the rows shared among the threads.
+ * per image, rows contiguous) with x, one row after another in vectors
+ * along K (gemv512, gemv256), the rows shared among the threads.
  *
  * The shapes (MR = 6, NV = 4, the chunk size, the AVX2 blocks) and the
  * measurements against the sgemm: docs/decisions.md: conv1x1: kiln's own
@@ -79,8 +79,8 @@ enum { MR = 6, NV = 4, NR = 16 * NV, NV2 = 2, NR2 = 8 * NV2 };
  * prefetches, and how far ahead in each row (see the header). */
 #define C1_PREFETCH_BYTES ((int64_t)8 << 20)
 #define C1_PREFETCH_AHEAD 512
-/* Weight rows per step of the matrix-vector product (P = 1). */
-#define C1_GEMV_ROWS 4
+/* Partial sums per row of the matrix-vector product (P = 1). */
+#define C1_GEMV_ACC 4
 /* The AVX2 kernel's block of input channels (see unit256). */
 #define C1_KC 256
 /* and the tiles of channels from which it packs a chunk of x (unit256) */
@@ -343,33 +343,29 @@ static C1_TARGET2 void unit256(const float *const ar[MR], int64_t ks, const floa
 
 #if C1_X86
 /* NAME(w, x, K, bias, y, o0, o1): y[o] = bias[o] + w[o] . x for o in
- * [o0, o1), x and each row of w K floats (w's rows K apart), C1_GEMV_ROWS
- * rows at a time, each in a vector of partial sums along K (the last one
- * masked), summed at the end. */
-#define C1_GEMV(NAME, TARGET, V, LANES, ZERO, LOAD, MLOAD, FMA, SUM)                             \
-    static TARGET void NAME(const float *w, const float *x, int64_t K, const float *bias,        \
-                            float *y, int64_t o0, int64_t o1) {                                  \
-        for (int64_t o = o0; o < o1; o += C1_GEMV_ROWS) {                                        \
-            int rows = (int)(o1 - o < C1_GEMV_ROWS ? o1 - o : C1_GEMV_ROWS);                     \
-            V acc[C1_GEMV_ROWS];                                                                 \
-            const float *wr[C1_GEMV_ROWS];                                                       \
-            for (int r = 0; r < C1_GEMV_ROWS; r++) {                                             \
-                acc[r] = ZERO;                                                                   \
-                wr[r] = w + (o + (r < rows ? r : rows - 1)) * K;                                 \
-            }                                                                                    \
-            int64_t k = 0;                                                                       \
-            for (; k + LANES <= K; k += LANES) {                                                 \
-                V xv = LOAD(x + k);                                                              \
-                _Pragma("GCC unroll 4") for (int r = 0; r < C1_GEMV_ROWS; r++) acc[r] =          \
-                    FMA(LOAD(wr[r] + k), xv, acc[r]);                                            \
-            }                                                                                    \
-            if (k < K) {                                                                         \
-                V xv = MLOAD(x + k, K - k);                                                      \
-                _Pragma("GCC unroll 4") for (int r = 0; r < C1_GEMV_ROWS; r++) acc[r] =          \
-                    FMA(MLOAD(wr[r] + k, K - k), xv, acc[r]);                                    \
-            }                                                                                    \
-            for (int r = 0; r < rows; r++) y[o + r] = (bias ? bias[o + r] : 0.0f) + SUM(acc[r]); \
-        }                                                                                        \
+ * [o0, o1), x and each row of w K floats (w's rows K apart). One row at a
+ * time, front to back, so a weight that comes from memory is read as one
+ * sequential stream (four rows side by side, four streams inside a few
+ * pages, ran at half the bandwidth: docs/decisions.md, conv1x1 with one
+ * pixel per image); C1_GEMV_ACC vectors of partial sums along K (the last
+ * one masked) keep the multiply-adds independent, summed at the end. */
+#define C1_GEMV(NAME, TARGET, V, LANES, ZERO, LOAD, MLOAD, FMA, SUM)                            \
+    static TARGET void NAME(const float *w, const float *x, int64_t K, const float *bias,       \
+                            float *y, int64_t o0, int64_t o1) {                                 \
+        for (int64_t o = o0; o < o1; o++) {                                                     \
+            const float *wr = w + o * K;                                                        \
+            V acc[C1_GEMV_ACC];                                                                 \
+            for (int a = 0; a < C1_GEMV_ACC; a++) acc[a] = ZERO;                                \
+            int64_t k = 0;                                                                      \
+            for (; k + C1_GEMV_ACC * LANES <= K; k += C1_GEMV_ACC * LANES)                      \
+                _Pragma("GCC unroll 4") for (int a = 0; a < C1_GEMV_ACC; a++) acc[a] =          \
+                    FMA(LOAD(wr + k + a * LANES), LOAD(x + k + a * LANES), acc[a]);             \
+            for (; k + LANES <= K; k += LANES) acc[0] = FMA(LOAD(wr + k), LOAD(x + k), acc[0]); \
+            if (k < K) acc[1] = FMA(MLOAD(wr + k, K - k), MLOAD(x + k, K - k), acc[1]);         \
+            V t = acc[0];                                                                       \
+            for (int a = 1; a < C1_GEMV_ACC; a++) t += acc[a];                                  \
+            y[o] = (bias ? bias[o] : 0.0f) + SUM(t);                                            \
+        }                                                                                       \
     }
 
 static inline __attribute__((always_inline)) C1_TARGET __m512 gemv_mload16(const float *p,
