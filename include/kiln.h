@@ -416,7 +416,9 @@ void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
  * Loop's trip count, NonZero's and Compress's sizes), so the program must
  * be run with that same value (nothing checks it at run time). Graphs
  * compute in f32, f64 (DOUBLE tensors) and bool: integer inputs and
- * outputs are f32 in the graph (exact below 2^24), and io, when
+ * outputs are f64 in the graph (int32, int64, uint32, uint64: exact to
+ * 2^53; past that an input is refused) or f32 (the 8- and 16-bit types),
+ * and io, when
  * not NULL, receives each one's ONNX type for kiln_tensor_convert at the
  * boundary. Messages name the file and the node (index, name, op); an op
  * kiln lacks is "unsupported op NAME (opset N) at node M ('name')", and
@@ -445,7 +447,8 @@ kiln_status kiln_onnx_import_buffer(kiln_graph *g, const void *data, size_t len,
                                     const kiln_onnx_input *shapes, kiln_onnx_io *io);
 
 /* ONNX TensorProto files (.pb, as in ONNX's test data): f32 f64 bool and
- * the integers (i8 u8 i16 u16 i32 u32 i64 u64); other element types are an
+ * the integers (i8 u8 i16 u16 i32 u32 i64 u64; 64-bit ones read exactly);
+ * other element types are an
  * error naming the type. A dim may be 0
  * (data then holds nothing): only an ONNX model's specialized int input
  * can be empty (ReduceSum's axes). */
@@ -453,8 +456,9 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
 kiln_status kiln_pb_write(const char *path, const kiln_tensor *t, const char *name,
                           char *err, size_t errlen);
 /* A copy of src as dtype to (any kiln_dtype). Integers from or to f32 must
- * be exact (|v| <= 2^24, integral), and a value converted to an integer
- * type must lie in its range: otherwise KILN_ERR_INPUT. */
+ * be exact (|v| <= 2^24, integral), integers to f64 too (|v| <= 2^53), and
+ * a value converted to an integer type must lie in its range: otherwise
+ * KILN_ERR_INPUT. */
 kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tensor *dst,
                                 char *err, size_t errlen);
 

@@ -152,7 +152,7 @@ static Onnx__NodeProto *node(BlockList *pool, const char *op, const char *ins, c
 
 typedef struct {
     Onnx__NodeProto *nodes[16];
-    Onnx__ValueInfoProto *in[4], *out[4];
+    Onnx__ValueInfoProto *in[4], *out[16];
     Onnx__TensorProto *init[8];
     int nnodes, nin, nout, ninit, opset;
 } Model;
@@ -323,7 +323,8 @@ TEST(onnx_argmax_last_index) {
     blocks_free(&pool);
 }
 
-/* An int64 input is f32 in the graph; io says int64 on both sides. */
+/* An int64 input is f64 in the graph (exact to 2^53); io says int64 on
+ * both sides. */
 TEST(onnx_int_input_boundary) {
     BlockList pool = {0};
     int64_t xs[1] = {4}, one = 1, three = 3;
@@ -336,14 +337,21 @@ TEST(onnx_int_input_boundary) {
     kiln_onnx_io io;
     CHECKF(import(g, &pool, &m, 0, NULL, &io) == KILN_OK, "%s", kiln_error(g));
     CHECK(io.ninputs == 1 && io.input_type[0] == KILN_I64 && io.output_type[0] == KILN_I64);
-    CHECK(kiln_input_desc(g, 0).dtype == KILN_F32);
+    CHECK(kiln_input_desc(g, 0).dtype == KILN_F64);
     int64_t x[4] = {7, -7, 9, 2};
-    kiln_tensor xi = {KILN_I64, 1, {4}, x}, xf, yi;
+    kiln_tensor xi = {KILN_I64, 1, {4}, x}, xf, yi, out;
     char err[256];
-    CHECK(kiln_tensor_convert(&xi, KILN_F32, &xf, err, sizeof err) == KILN_OK);
-    float want[4] = {2, -2, 3, 0}; /* integer division truncates toward zero */
-    CHECK(run_both(g, &xf, want, 4));
+    CHECK(kiln_tensor_convert(&xi, KILN_F64, &xf, err, sizeof err) == KILN_OK);
+    CHECK(kiln_interpret(g, &xf, &out) == KILN_OK && out.dtype == KILN_F64);
+    double want[4] = {2, -2, 3, 0}; /* integer division truncates toward zero */
+    for (int i = 0; i < 4; i++) EXPECT(((double *)out.data)[i] == want[i], "y[%d]", i);
+    kiln_tensor_free(&out);
     kiln_tensor_free(&xf);
+    /* past 2^53 an int64 does not fit f64 exactly: refused */
+    int64_t huge = ((int64_t)1 << 53) + 1;
+    kiln_tensor hi = {KILN_I64, 1, {1}, &huge};
+    CHECK(kiln_tensor_convert(&hi, KILN_F64, &xf, err, sizeof err) == KILN_ERR_INPUT);
+    CHECK(strstr(err, "2^53"));
     /* f32 back to int64 is exact; 2^25 + 1 does not fit f32 exactly */
     float back[2] = {3, -4};
     kiln_tensor bf = {KILN_F32, 1, {2}, back};
@@ -354,6 +362,112 @@ TEST(onnx_int_input_boundary) {
     kiln_tensor bi = {KILN_I64, 1, {1}, &big};
     CHECK(kiln_tensor_convert(&bi, KILN_F32, &xf, err, sizeof err) == KILN_ERR_INPUT);
     CHECK(strstr(err, "2^24"));
+    kiln_graph_free(g);
+    blocks_free(&pool);
+}
+
+/* int64 arithmetic past f32's 2^24, exact (held in f64 to 2^53): Add,
+ * Mul by a constant past 2^24, Div (truncating), Mod (fmod and floor),
+ * Equal, CumSum, ReduceSum, Max, a Gather of int64 data by int64 indices,
+ * a Cast to float, compiled and interpreted, back to int64 at the
+ * boundary. */
+TEST(onnx_int64_exact) {
+    BlockList pool = {0};
+    int64_t s4[1] = {4}, s1[1] = {1}, s5[1] = {5};
+    int64_t big = ((int64_t)1 << 40) + 3, k3 = 3,
+            tab[5] = {0, (int64_t)1 << 45, -((int64_t)1 << 33) - 1, 7, ((int64_t)1 << 52) - 1};
+    Model m = {.opset = 14, .nin = 2, .nout = 11, .ninit = 3};
+    m.in[0] = vinfo(&pool, "a", 7, 1, s4);
+    m.in[1] = vinfo(&pool, "b", 7, 1, s4);
+    m.init[0] = tensor(&pool, "k", 1, s1, NULL, &big);
+    m.init[1] = tensor(&pool, "three", 1, s1, NULL, &k3);
+    m.init[2] = tensor(&pool, "tab", 1, s5, NULL, tab);
+    const char *outs[11] = {"sum", "prod", "quot", "rem", "frem", "eq",
+                            "cum", "red",  "mx",   "gat", "fl"};
+    for (int i = 0; i < 11; i++)
+        m.out[i] = vinfo(&pool, outs[i], i == 5 ? 9 : i == 10 ? 1 : 7, i == 7 ? 0 : 1, s4);
+    m.nodes[m.nnodes++] = node(&pool, "Add", "a k", "sum", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Mul", "a three", "prod", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Div", "a b", "quot", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Mod", "a b", "rem", NULL);
+    Onnx__AttributeProto **fm = palloc(&pool, sizeof(void *) * 2);
+    fm[0] = attr_i(&pool, "fmod", 1);
+    m.nodes[m.nnodes++] = node(&pool, "Mod", "a b", "frem", fm);
+    m.nodes[m.nnodes++] = node(&pool, "Equal", "a sum", "eq", NULL);
+    int64_t zero = 0;
+    m.init[m.ninit++] = tensor(&pool, "ax", 0, NULL, NULL, &zero);
+    m.nodes[m.nnodes++] = node(&pool, "CumSum", "a ax", "cum", NULL);
+    Onnx__AttributeProto **kd = palloc(&pool, sizeof(void *) * 2);
+    kd[0] = attr_i(&pool, "keepdims", 0);
+    m.nodes[m.nnodes++] = node(&pool, "ReduceSum", "a", "red", kd);
+    m.nodes[m.nnodes++] = node(&pool, "Max", "a b", "mx", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Gather", "tab ix", "gat", NULL);
+    Onnx__AttributeProto **to = palloc(&pool, sizeof(void *) * 2);
+    to[0] = attr_i(&pool, "to", 1);
+    m.nodes[m.nnodes++] = node(&pool, "Cast", "a", "fl", to);
+    /* the gather's indices: b mod 5, computed in the graph */
+    int64_t five = 5;
+    m.init[m.ninit++] = tensor(&pool, "five", 1, s1, NULL, &five);
+    memmove(&m.nodes[1], &m.nodes[0], sizeof m.nodes[0] * (size_t)m.nnodes);
+    m.nnodes++;
+    Onnx__AttributeProto **fm2 = palloc(&pool, sizeof(void *) * 2);
+    fm2[0] = attr_i(&pool, "fmod", 0);
+    m.nodes[0] = node(&pool, "Mod", "b five", "ix", fm2);
+    kiln_graph *g = kiln_graph_new();
+    kiln_onnx_io io;
+    CHECKF(import(g, &pool, &m, 0, NULL, &io) == KILN_OK, "%s", kiln_error(g));
+    int64_t a[4] = {((int64_t)1 << 41) + 5, -((int64_t)1 << 35) - 7, 123456789012345, 9};
+    int64_t b[4] = {3, ((int64_t)1 << 30) + 1, -1000003, -4};
+    kiln_tensor ai = {KILN_I64, 1, {4}, a}, bi = {KILN_I64, 1, {4}, b}, in[2];
+    char err[256];
+    CHECK(kiln_tensor_convert(&ai, kiln_input_desc(g, 0).dtype, &in[0], err, sizeof err) ==
+          KILN_OK);
+    CHECK(kiln_tensor_convert(&bi, kiln_input_desc(g, 1).dtype, &in[1], err, sizeof err) ==
+          KILN_OK);
+    int64_t want[10][4];
+    int64_t c = 0, r = 0;
+    for (int i = 0; i < 4; i++) {
+        want[0][i] = a[i] + big;
+        want[1][i] = a[i] * 3;
+        want[2][i] = a[i] / b[i]; /* C truncates, as ONNX does */
+        int64_t fr = a[i] % b[i];
+        want[4][i] = fr;
+        want[3][i] = fr != 0 && ((fr < 0) != (b[i] < 0)) ? fr + b[i] : fr; /* floor mod */
+        want[5][i] = a[i] == a[i] + big;
+        want[6][i] = c += a[i];
+        r += a[i];
+        want[8][i] = a[i] > b[i] ? a[i] : b[i];
+        int64_t ix = ((b[i] % 5) + 5) % 5;
+        want[9][i] = tab[ix];
+    }
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_tensor out[11];
+        const char *who = pass ? "interpreted" : "compiled";
+        kiln_status st = pass ? kiln_interpret(g, in, out) : kiln_program_run(p, in, out);
+        CHECKF(st == KILN_OK, "%s: %s", who, pass ? kiln_error(g) : kiln_program_error(p));
+        for (int o = 0; o < 11; o++) {
+            kiln_tensor t;
+            kiln_dtype to_type = io.output_type[o];
+            CHECKF(kiln_tensor_convert(&out[o], to_type, &t, err, sizeof err) == KILN_OK,
+                   "%s %s: %s", who, outs[o], err);
+            for (int i = 0; i < (o == 7 ? 1 : 4); i++) {
+                double got = to_type == KILN_F32    ? ((float *)t.data)[i]
+                             : to_type == KILN_BOOL ? ((uint8_t *)t.data)[i]
+                                                    : (double)((int64_t *)t.data)[i];
+                bool ok = o == 7    ? ((int64_t *)t.data)[0] == r
+                          : o == 10 ? got == (double)(float)a[i]
+                          : o == 5  ? got == (double)want[5][i]
+                                    : ((int64_t *)t.data)[i] == want[o][i];
+                EXPECT(ok, "%s %s[%d] = %.17g", who, outs[o], i, got);
+            }
+            kiln_tensor_free(&t);
+            kiln_tensor_free(&out[o]);
+        }
+    }
+    kiln_program_free(p);
+    kiln_tensor_free(&in[0]), kiln_tensor_free(&in[1]);
     kiln_graph_free(g);
     blocks_free(&pool);
 }

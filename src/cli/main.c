@@ -407,6 +407,9 @@ static kiln_status generate_input(kiln_tensor *t, uint64_t seed, int i, bool int
     if (t->dtype == KILN_F32 && integer) {
         for (int64_t k = 0; k < n; k++)
             ((float *)t->data)[k] = floorf(util_rand_uniform(s, (uint64_t)k) * 10);
+    } else if (t->dtype == KILN_F64 && integer) { /* an ONNX int32/int64 input */
+        for (int64_t k = 0; k < n; k++)
+            ((double *)t->data)[k] = floor(util_rand_uniform(s, (uint64_t)k) * 10);
     } else if (t->dtype == KILN_F32) {
         kiln_fill_randn(t->data, n, s);
     } else if (t->dtype == KILN_F64) { /* the same normal values, as doubles */

@@ -370,10 +370,10 @@ static Val emit_load(KGen *K, const Expr *e, int nvars) {
                         K->k->kernel, K->g->bufname[e->buf], ix.c);
     }
     cg_note_access(K, e->buf, ix, USE_READ);
-    if (K->pf.record && !K->guard) cg_note_row_load(K, e->buf, ix);
-    if (K->st.prefetch && !K->guard) cg_note_stream_load(K, e->buf, ix);
+    bool f64 = b->dtype == KILN_F64; /* the prefetch helpers take floats */
+    if (K->pf.record && !K->guard && !f64) cg_note_row_load(K, e->buf, ix);
+    if (K->st.prefetch && !K->guard && !f64) cg_note_stream_load(K, e->buf, ix);
     K->guarded |= K->guard != NULL;
-    bool f64 = b->dtype == KILN_F64;
     if (K->guard) /* a select's branch may address outside the buffer */
         return temp_typed(
             K, ix.level > K->guard_level ? ix.level : K->guard_level,

@@ -181,6 +181,9 @@ OxVal *ox_in(const OxNode *n, int k);
 bool ox_is_int_type(int t);
 /* float16 and bfloat16: f32 in the graph, rounded where stored (Cast). */
 bool ox_is_half_type(int t);
+/* int32, int64, uint32, uint64: held in f64 in the graph when from an input
+ * or past 2^24 (exact to 2^53). */
+bool ox_is_wide_int(int t);
 /* Indices computed in the graph are f32: an index space of count elements
  * fits below 2^24, else the node is refused (what names the space). */
 bool ox_index_fits(OxNode *n, int64_t count, const char *what);
@@ -193,6 +196,9 @@ double ox_wrap_int(double r, int type);
 bool ox_is_narrow_int(int type);
 kiln_value ox_wrap_graph(Graph *g, kiln_value v, int type);
 const double *ox_known(const OxVal *v);
+/* A constant in the graph: a weight (f32; f64 for a DOUBLE and for
+ * integers past 2^24), a weak scalar (rank 0), or a bool (a weight
+ * compared with 0). */
 kiln_value ox_materialize(OxNode *n, OxVal *v);
 kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals);
 /* A constant of rank dims, 1 in each but dim, which holds 0 .. len - 1. */

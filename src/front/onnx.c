@@ -555,7 +555,24 @@ static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
                     "");
     double *d = arena_alloc(&im->arena, sizeof(double) * (size_t)(n ? n : 1));
     if (!d) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
-    for (int64_t k = 0; k < n; k++) d[k] = ox_tensor_elem(t, k);
+    for (int64_t k = 0; k < n; k++) {
+        /* kiln holds integers in doubles: exact to 2^53 */
+        bool past53 = t->dtype == KILN_I64   ? llabs(((const int64_t *)t->data)[k]) > (1ll << 53)
+                      : t->dtype == KILN_U64 ? ((const uint64_t *)t->data)[k] > (1ull << 53)
+                                             : false;
+        if (past53) {
+            char at[96];
+            if (t->dtype == KILN_I64)
+                util_fmt(at, sizeof at, "element %lld is %lld", (long long)k,
+                         (long long)((const int64_t *)t->data)[k]);
+            else
+                util_fmt(at, sizeof at, "element %lld is %llu", (long long)k,
+                         (unsigned long long)((const uint64_t *)t->data)[k]);
+            return fail(im, "input '%s': %s, beyond the integers kiln holds exactly (2^53)",
+                        v->name, at);
+        }
+        d[k] = ox_tensor_elem(t, k);
+    }
     *(v->type == OT_INT32 || v->type == OT_INT64 || !n ? &v->c : &v->spec) = d;
     return true;
 }
@@ -578,9 +595,9 @@ static bool add_input(OxImp *im, const Onnx__ValueInfoProto *vi, int nshapes,
     const kiln_onnx_input *given = find_shape(name, nshapes, shapes);
     if (!input_shape(im, vi, given, v)) return false;
     v->v = kiln_input(im->g, name,
-                      type == OT_BOOL     ? KILN_BOOL
-                      : type == OT_DOUBLE ? KILN_F64
-                                          : KILN_F32,
+                      type == OT_BOOL                             ? KILN_BOOL
+                      : type == OT_DOUBLE || ox_is_wide_int(type) ? KILN_F64
+                                                                  : KILN_F32,
                       v->rank, v->shape);
     if (v->v < 0) return rewrap(im, "input '%s'", name);
     if (ox_numel(v) == 0) /* empty: its value (nothing) is known, a constant too */ {
@@ -1216,6 +1233,15 @@ kiln_status kiln_pb_read(const char *path, kiln_tensor *out, char *err, size_t e
         if (kiln_tensor_alloc(out) != KILN_OK) why = "out of memory";
     }
     for (int64_t k = 0; !why && k < n; k++) set_elem(out, k, vals[k]);
+    /* 64-bit integers exactly (a double holds them only to 2^53) */
+    if (!why && (kt == KILN_I64 || kt == KILN_U64) && n > 0) {
+        if (t->has_raw_data && t->raw_data.len == (size_t)n * 8)
+            memcpy(out->data, t->raw_data.data, (size_t)n * 8);
+        else if (kt == KILN_I64 && t->n_int64_data == (size_t)n)
+            memcpy(out->data, t->int64_data, (size_t)n * 8);
+        else if (kt == KILN_U64 && t->n_uint64_data == (size_t)n)
+            memcpy(out->data, t->uint64_data, (size_t)n * 8);
+    }
     if (why)
         util_fmt(err, errlen, "%s: tensor of type %s: %s", path, ox_type_name(t->data_type), why);
     if (why) kiln_tensor_free(out);
@@ -1302,6 +1328,7 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
     if (kiln_tensor_alloc(dst) != KILN_OK)
         return util_fmt(err, errlen, "out of memory"), KILN_ERR_NOMEM;
     bool exact = (is_int(src->dtype) && to == KILN_F32) || (src->dtype == KILN_F32 && is_int(to));
+    bool exact64 = is_int(src->dtype) && to == KILN_F64;
     int64_t n = kiln_tensor_numel(src);
     for (int64_t k = 0; k < n; k++) {
         double v = ox_tensor_elem(src, k);
@@ -1309,6 +1336,18 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
             util_fmt(err, errlen,
                      "element %lld is %.17g: not an integer kiln's f32 holds "
                      "exactly (|v| <= 2^24)",
+                     (long long)k, v);
+            kiln_tensor_free(dst);
+            return KILN_ERR_INPUT;
+        }
+        /* int64 and uint64 read exactly: 2^53 + 1 is no double */
+        bool past53 = src->dtype == KILN_I64 ? llabs(((const int64_t *)src->data)[k]) > (1ll << 53)
+                      : src->dtype == KILN_U64 ? ((const uint64_t *)src->data)[k] > (1ull << 53)
+                                               : fabs(v) > 9007199254740992.0;
+        if (exact64 && past53) {
+            util_fmt(err, errlen,
+                     "element %lld is %.17g: not an integer kiln's f64 holds "
+                     "exactly (|v| <= 2^53)",
                      (long long)k, v);
             kiln_tensor_free(dst);
             return KILN_ERR_INPUT;

@@ -260,8 +260,11 @@ static bool cast_to(OxNode *n, int to) {
      * a double; a half from a double is rounded twice (to float, then to
      * half), which differs from one rounding only at a float-rounded tie */
     if (x->type == OT_DOUBLE && to != OT_DOUBLE && to != OT_BOOL)
-        v = ox_is_int_type(to) ? kiln_cast(g, trunc_graph(g, v), KILN_F32)
-                               : kiln_cast(g, v, KILN_F32);
+        v = ox_is_wide_int(to)   ? trunc_graph(g, v) /* stays f64: exact to 2^53 */
+            : ox_is_int_type(to) ? kiln_cast(g, trunc_graph(g, v), KILN_F32)
+                                 : kiln_cast(g, v, KILN_F32);
+    else if (kiln_value_dtype(g, v) == KILN_F64 && (to == OT_FLOAT || ox_is_half_type(to)))
+        v = kiln_cast(g, v, KILN_F32); /* an int32/int64 held in f64 */
     if (to == OT_DOUBLE) v = kiln_cast(g, v, KILN_F64);
     if (to == OT_BOOL && x->type != OT_BOOL)
         v = kiln_binary(g, "ne", v, kiln_scalar(g, 0));

@@ -88,12 +88,15 @@ OxVal *ox_out_slot(OxNode *n, int k) {
 bool ox_set_graph(OxNode *n, int k, kiln_value v, int type) {
     if (v < 0) return false;
     /* Handlers name float results OT_FLOAT: an f64 value computed from
-     * doubles is a DOUBLE. Integer and half results are held as f32 in the
-     * graph (exact below 2^24), a DOUBLE as f64. */
+     * doubles is a DOUBLE. Integers are f32 or f64 in the graph (f64 where
+     * an int32/int64 input or a constant past 2^24 took part), half results
+     * f32, a DOUBLE f64. */
     kiln_dtype dt = kiln_value_dtype(n->im->g, v);
-    if (dt == KILN_F64 && type == OT_FLOAT) type = OT_DOUBLE;
-    if (dt == KILN_F64 && (ox_is_int_type(type) || ox_is_half_type(type)))
-        v = kiln_cast(n->im->g, v, KILN_F32);
+    bool doubles = false; /* a DOUBLE input: a float result is a DOUBLE too */
+    for (int i = 0; n->in && i < n->nin; i++) doubles |= n->in[i] && n->in[i]->type == OT_DOUBLE;
+    if (dt == KILN_F64 && type == OT_FLOAT && doubles) type = OT_DOUBLE;
+    if (dt == KILN_F64 && type == OT_FLOAT && !doubles) v = kiln_cast(n->im->g, v, KILN_F32);
+    if (dt == KILN_F64 && ox_is_half_type(type)) v = kiln_cast(n->im->g, v, KILN_F32);
     if (dt == KILN_F32 && type == OT_DOUBLE) v = kiln_cast(n->im->g, v, KILN_F64);
     if (v < 0) return false;
     OxVal *o = ox_out_slot(n, k);
@@ -147,6 +150,10 @@ bool ox_index_fits(OxNode *n, int64_t count, const char *what) {
 
 bool ox_is_half_type(int t) { return t == OT_FLOAT16 || t == OT_BFLOAT16; }
 
+bool ox_is_wide_int(int t) {
+    return t == OT_INT32 || t == OT_INT64 || t == OT_UINT32 || t == OT_UINT64;
+}
+
 static bool graph_type_ok(int t) {
     return t == OT_FLOAT || t == OT_DOUBLE || t == OT_BOOL || ox_is_int_type(t) ||
            ox_is_half_type(t);
@@ -157,8 +164,6 @@ const char *ox_unnamed(OxImp *im, char *buf, size_t len) {
     return buf;
 }
 
-/* A constant as a weight (f32, ints exact below 2^24), a scalar (rank 0),
- * or a bool (a weight compared with 0). */
 /* A constant tensor of the given shape and values (copied), in the graph. */
 kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals) {
     OxVal t = {.type = OT_FLOAT, .rank = rank, .v = KILN_NONE};
@@ -192,22 +197,20 @@ kiln_value ox_materialize(OxNode *n, OxVal *v) {
     if (!graph_type_ok(v->type))
         return ox_nfail(n, "unsupported: element type %s in the graph", ox_type_name(v->type)),
                KILN_NONE;
-    for (int64_t k = 0; ox_is_int_type(v->type) && k < numel; k++)
-        if (fabs(v->c[k]) > 16777216.0)
-            return ox_nfail(n,
-                            "the integer constant '%s' holds %.17g, beyond what f32 holds "
-                            "exactly (2^24)",
-                            v->name, v->c[k]),
-                   KILN_NONE;
+    /* an integer constant past 2^24 is held in f64 (exact to 2^53), and is
+     * not a scalar, which an f32 operand would round */
+    bool wide = false;
+    for (int64_t k = 0; ox_is_int_type(v->type) && k < numel && !wide; k++)
+        wide = fabs(v->c[k]) > 16777216.0;
     if (v->rank == 0 && v->type == OT_DOUBLE) return kiln_scalar(g, v->c[0]);
-    if (v->rank == 0 && v->type != OT_BOOL) return kiln_scalar(g, (float)v->c[0]);
+    if (v->rank == 0 && v->type != OT_BOOL && !wide) return kiln_scalar(g, (float)v->c[0]);
     char buf[64], pbuf[300];
     const char *name = v->name && v->name[0] ? v->name : ox_unnamed(n->im, buf, sizeof buf);
     if (n->im->pass) { /* one body's names in every pass */
         util_fmt(pbuf, sizeof pbuf, "%s#%d", name, n->im->pass);
         name = pbuf;
     }
-    if (v->type == OT_DOUBLE) /* the doubles as they are */
+    if (v->type == OT_DOUBLE || wide) /* the doubles as they are */
         return kiln_weight_typed(g, name, KILN_F64, v->rank, v->shape, v->c);
     float *f = NULL; /* converted straight into the weight: no buffer between */
     kiln_value w = graph_weight_alloc(g, name, v->rank, v->shape, &f);

@@ -22,10 +22,11 @@
  *   ArgMax = amax + where(x == max, iota, BIG) + amin, Tile = reshape,
  *   expand, reshape views, a 1-D conv = a 2-D conv of height 1, ...).
  *
- * Types: kiln graphs compute in f32 and bool, so int32/int64 values are f32
- * in the graph (exact below 2^24; a constant beyond that is an error when it
- * reaches the graph). OxVal.type keeps the ONNX type, which decides integer
- * division, Cast and the type of the model's outputs.
+ * Types: kiln graphs compute in f32, f64 and bool. DOUBLE values are f64;
+ * int32/int64/uint32/uint64 run-time values and constants past 2^24 are
+ * f64 too (exact to 2^53), the narrow integers and small constants f32.
+ * OxVal.type keeps the ONNX type, which decides integer division, Cast and
+ * the type of the model's outputs.
  */
 #include "front/front.h"
 #include <float.h>

@@ -700,6 +700,17 @@ kiln_value kiln_concat(kiln_graph *g, int n, const kiln_value *xs, int dim) {
     if (n < 1 || !xs) return graph_fail(g, KILN_ERR_INPUT, "concat: needs at least one value");
     for (int i = 0; i < n; i++)
         if (!graph_ok_value(g, xs[i], "concat")) return KILN_NONE;
+    /* f32 parts beside f64 ones become f64, as an op on both would */
+    kiln_value promoted[64];
+    bool f64 = false, f32 = false;
+    for (int i = 0; i < n; i++)
+        f64 |= g->nodes[xs[i]].dtype == KILN_F64, f32 |= g->nodes[xs[i]].dtype == KILN_F32;
+    if (f64 && f32 && n <= 64) {
+        for (int i = 0; i < n; i++)
+            promoted[i] = g->nodes[xs[i]].dtype == KILN_F32 ? kiln_cast(g, xs[i], KILN_F64) : xs[i];
+        if (g->status != KILN_OK) return KILN_NONE;
+        xs = promoted;
+    }
     const Node *a = &g->nodes[xs[0]];
     if (a->rank == 0) return graph_fail(g, KILN_ERR_INPUT, "concat: cannot concatenate scalars");
     int64_t d;
@@ -880,6 +891,10 @@ kiln_value kiln_conv2d(kiln_graph *g, kiln_value x, kiln_value w, kiln_value bia
  * interpreter) check each one against data.shape[axis]. */
 kiln_value kiln_gather(kiln_graph *g, kiln_value data, kiln_value indices, int axis) {
     const char *op = "gather";
+    /* f64 indices (an ONNX int64 tensor) go to the library as f32: exact
+     * below 2^24, beyond any dim a gather reads */
+    if (graph_ok_value(g, indices, op) && g->nodes[indices].dtype == KILN_F64)
+        indices = kiln_cast(g, indices, KILN_F32);
     if (!graph_ok_value(g, data, op) || !graph_ok_value(g, indices, op) ||
         !want_float(g, data, op) || !want_f32(g, indices, op))
         return KILN_NONE;
