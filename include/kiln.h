@@ -102,8 +102,9 @@ const char *kiln_error(const kiln_graph *g); /* "" when no error happened */
 /* A runtime input. Programs compute in f32, f64 and bool: dtype is one of
  * them. f64 values are computed in double by pointwise ops, reductions,
  * views and the composites built of them (softmax, layer_norm, pools),
- * matmul as a fused reduction in double, and gather (of f64 data, f32
- * indices); conv2d, conv_transpose2d and the random ops take f32 only. An
+ * matmul (OpenBLAS's dgemm; an f32 operand beside an f64 one is cast),
+ * and gather (of f64 data; f64 indices are cast to f32, exact below
+ * 2^24); conv2d, conv_transpose2d and the random ops take f32 only. An
  * op on f32 and f64 operands computes in f64; a scalar
  * (kiln_scalar) takes its partner's type.
  * A dim may be 0: such a value is empty, and no kernel computes one (the

@@ -86,6 +86,10 @@ typedef struct {
     int (*mm_const)(const float *a, const KilnView *av, const float *b, const KilnView *bv,
                     float *c, int crank, const int64_t *cshape, KilnEpilogue epi, void *ctx);
     KilnProf *prof; /* NULL: not profiling */
+    /* mm on f64 operands and result (no epilogue: f64 work never fuses
+     * into an extern call) */
+    int (*mm64)(const double *a, const KilnView *av, const double *b, const KilnView *bv, double *c,
+                int crank, const int64_t *cshape);
 } KilnRT;
 
 /* What the generated entry point returns when an extern kernel found bad

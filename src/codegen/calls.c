@@ -94,6 +94,9 @@ static void conv_call(Gen *g, Str *o, const Buffer *b, const char *out, const ch
     str_putf(o, "%s        if (rc) return 1;\n", str_get(&pk.frees));
 }
 
+/* Does the call pass an epilogue? */
+static bool e_is_set(const char *epi) { return strcmp(epi, "NULL, NULL") != 0; }
+
 static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     view_text(g, o, "a", &b->opnd[0]);
     view_text(g, o, "b", &b->opnd[1]);
@@ -103,17 +106,21 @@ static void mm_call(Gen *g, Str *o, const Buffer *b, const char *out, const char
     /* mm_const when b is a weight buffer: its address and data are the same
      * on every call, so the library may keep it in its own layout */
     bool wconst = buf_of(g, b->opnd[1].buf)->body == BODY_WEIGHT;
+    if (b->dtype == KILN_F64) { /* dgemm: the operands are f64 too (the builder casts) */
+        if (e_is_set(epi)) cg_fail(g, "codegen: an f64 matmul with an epilogue");
+        str_putf(o,
+                 "        if (rt->mm64((const double *)bufs[%d], &a, (const double *)bufs[%d], &b, "
+                 "(double *)%s, %d, shape)) return 1;\n",
+                 b->opnd[0].buf, b->opnd[1].buf, out, b->rank);
+        return;
+    }
     str_putf(o, "        if (rt->%s(bufs[%d], &a, bufs[%d], &b, %s, %d, shape, %s)) return 1;\n",
              wconst ? "mm_const" : "mm", b->opnd[0].buf, b->opnd[1].buf, out, b->rank, epi);
 }
 
-/* A gather's index can be out of range: its message goes to rt->err and
- * the entry returns KILN_RT_ERR_INPUT. */
 /* An f64 operand as the library's floats: each double a pair of floats,
  * one more dim of 2 (the gather copies bytes; it never reads the data as
  * numbers). The builder keeps such a view within KILN_MAX_RANK. */
-static bool e_is_set(const char *epi) { return strcmp(epi, "NULL, NULL") != 0; }
-
 static BufView as_float_pairs(BufView v) {
     for (int d = 0; d < v.rank; d++) v.stride[d] *= 2;
     v.offset *= 2;
@@ -122,6 +129,8 @@ static BufView as_float_pairs(BufView v) {
     return v;
 }
 
+/* A gather's index can be out of range: its message goes to rt->err and
+ * the entry returns KILN_RT_ERR_INPUT. */
 static void gather_call(Gen *g, Str *o, const Buffer *b, const char *out, const char *epi) {
     bool f64 = buf_of(g, b->opnd[0].buf)->dtype == KILN_F64;
     if (f64 && e_is_set(epi)) cg_fail(g, "codegen: an f64 gather with an epilogue");

@@ -31,6 +31,9 @@ bool ext_matmul_folds(const ExtView *av, const ExtView *bv, int crank, const int
  * constant B (wconst: ext_matmul_const_epi), "oneDNN matmul (...)". */
 const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
                             bool wconst);
+/* ext_matmul on f64 operands and result (OpenBLAS dgemm; no epilogue). */
+int ext_matmul64(const double *a, const ExtView *av, const double *b, const ExtView *bv, double *c,
+                 int crank, const int64_t *cshape);
 /* The same, with epi (NULL: none) applied to each block of rows as it is done. */
 int ext_matmul_epi(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                    int crank, const int64_t *cshape, ExtEpilogue epi, void *ctx);

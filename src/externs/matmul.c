@@ -168,20 +168,27 @@ typedef struct {
     int64_t ld;
 } BlasOperand;
 
-static bool as_blas(const float *p, int64_t rows, int64_t cols, int64_t srow, int64_t scol,
-                    BlasOperand *o) {
-    o->p = p;
+/* How BLAS reads a rows x cols slice with these strides: as stored or
+ * transposed, with its leading dimension; false when neither fits. */
+static bool blas_layout(int64_t rows, int64_t cols, int64_t srow, int64_t scol,
+                        CBLAS_TRANSPOSE *trans, int64_t *ld) {
     if (scol == 1 && (srow >= cols || rows == 1)) {
-        o->trans = CblasNoTrans;
-        o->ld = rows == 1 ? (cols > 1 ? cols : 1) : srow;
+        *trans = CblasNoTrans;
+        *ld = rows == 1 ? (cols > 1 ? cols : 1) : srow;
         return true;
     }
     if (srow == 1 && (scol >= rows || cols == 1)) {
-        o->trans = CblasTrans;
-        o->ld = cols == 1 ? (rows > 1 ? rows : 1) : scol;
+        *trans = CblasTrans;
+        *ld = cols == 1 ? (rows > 1 ? rows : 1) : scol;
         return true;
     }
     return false;
+}
+
+static bool as_blas(const float *p, int64_t rows, int64_t cols, int64_t srow, int64_t scol,
+                    BlasOperand *o) {
+    o->p = p;
+    return blas_layout(rows, cols, srow, scol, &o->trans, &o->ld);
 }
 
 /* Copy a strided 2-D slice into a dense row-major buffer. */
@@ -430,4 +437,50 @@ int ext_matmul_const_epi(const float *a, const ExtView *av, const float *b, cons
 int ext_matmul(const float *a, const ExtView *av, const float *b, const ExtView *bv, float *c,
                int crank, const int64_t *cshape) {
     return ext_matmul_epi(a, av, b, bv, c, crank, cshape, NULL, NULL);
+}
+
+/* ---- f64 -------------------------------------------------------------------
+ *
+ * cblas_dgemm per batch, each operand as stored or transposed where BLAS
+ * can read it, else packed dense first. No epilogue: an f64 consumer never
+ * fuses into an extern (its callback takes floats). */
+
+static const double *blas64_operand(const double *p, int64_t rows, int64_t cols, int64_t srow,
+                                    int64_t scol, double **tmp, CBLAS_TRANSPOSE *trans,
+                                    int64_t *ld) {
+    if (blas_layout(rows, cols, srow, scol, trans, ld)) return p;
+    if (!*tmp && !(*tmp = kmalloc(sizeof(double) * (size_t)(rows * cols > 0 ? rows * cols : 1))))
+        return NULL;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) (*tmp)[r * cols + c] = p[r * srow + c * scol];
+    *trans = CblasNoTrans;
+    *ld = cols > 1 ? cols : 1;
+    return *tmp;
+}
+
+int ext_matmul64(const double *a, const ExtView *av, const double *b, const ExtView *bv, double *c,
+                 int crank, const int64_t *cshape) {
+    ext_blas_init();
+    int nb = crank - 2, ra = av->rank, rb = bv->rank;
+    int64_t M = cshape[crank - 2], N = cshape[crank - 1], K = av->shape[ra - 1], batches = 1;
+    for (int d = 0; d < nb; d++) batches *= cshape[d];
+    double *ta = NULL, *tb = NULL;
+    int rc = 0;
+    for (int64_t i = 0; i < batches && !rc; i++) {
+        CBLAS_TRANSPOSE tra, trb;
+        int64_t lda, ldb;
+        const double *pa = blas64_operand(a + batch_offset(av, nb, cshape, i), M, K,
+                                          av->stride[ra - 2], av->stride[ra - 1], &ta, &tra, &lda);
+        const double *pb = blas64_operand(b + batch_offset(bv, nb, cshape, i), K, N,
+                                          bv->stride[rb - 2], bv->stride[rb - 1], &tb, &trb, &ldb);
+        if (!pa || !pb) {
+            rc = -1;
+            break;
+        }
+        cblas_dgemm(CblasRowMajor, tra, trb, (int)M, (int)N, (int)K, 1.0, pa, (int)lda, pb,
+                    (int)ldb, 0.0, c + i * M * N, (int)(N > 1 ? N : 1));
+    }
+    kfree(ta);
+    kfree(tb);
+    return rc;
 }

@@ -730,29 +730,7 @@ kiln_value kiln_concat(kiln_graph *g, int n, const kiln_value *xs, int dim) {
 
 /* ---- externs -------------------------------------------------------------- */
 
-/* An f64 matmul (the libraries compute in f32): the sum over k of
- * a[..., m, k, 1] * b[..., 1, k, n], which lowering fuses into one
- * reduction kernel (the product is never stored), accumulated in double. */
-static int matmul_f64(Graph *g, int a2, int b2, const Node *n) {
-    const Node A = g->nodes[a2], B = g->nodes[b2];
-    if (n->rank + 1 > KILN_MAX_RANK)
-        return graph_fail(g, KILN_ERR_INPUT, "matmul: an f64 result of rank %d: at most %d",
-                          n->rank, KILN_MAX_RANK - 1);
-    int64_t sa[KILN_MAX_RANK], sb[KILN_MAX_RANK];
-    memcpy(sa, A.shape, sizeof(int64_t) * (size_t)A.rank);
-    sa[A.rank] = 1;
-    memcpy(sb, B.shape, sizeof(int64_t) * (size_t)(B.rank - 2));
-    sb[B.rank - 2] = 1;
-    sb[B.rank - 1] = B.shape[B.rank - 2];
-    sb[B.rank] = B.shape[B.rank - 1];
-    int pa = kiln_reshape(g, a2, A.rank + 1, sa), pb = kiln_reshape(g, b2, B.rank + 1, sb);
-    int k = -2;
-    return kiln_reduce(g, "sum", kiln_binary(g, "mul", pa, pb), 1, &k, 0);
-}
-
 /* torch.matmul: 1-D operands gain a dim that is removed again afterwards. */
-static int matmul_f64(Graph *g, int a2, int b2, const Node *n);
-
 kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
     if (!graph_ok_value(g, a, "matmul") || !graph_ok_value(g, b, "matmul") ||
         !want_float(g, a, "matmul") || !want_float(g, b, "matmul"))
@@ -805,13 +783,19 @@ kiln_value kiln_matmul(kiln_graph *g, kiln_value a, kiln_value b) {
     n.rank = rank + 2;
     n.shape[rank] = A->shape[A->rank - 2];
     n.shape[rank + 1] = B->shape[B->rank - 1];
+    /* f64 (OpenBLAS's dgemm): an f32 operand beside an f64 one is cast */
+    if (g->nodes[a2].dtype == KILN_F64 || g->nodes[b2].dtype == KILN_F64) {
+        if (!saved) g->origin = "matmul";
+        if (g->nodes[a2].dtype != KILN_F64) a2 = kiln_cast(g, a2, KILN_F64);
+        if (g->nodes[b2].dtype != KILN_F64) b2 = kiln_cast(g, b2, KILN_F64);
+        g->origin = saved;
+        if (a2 < 0 || b2 < 0) return KILN_NONE;
+        n.dtype = KILN_F64;
+    }
     n.nin = 2;
     n.in[0] = a2;
     n.in[1] = b2;
-    bool f64 = g->nodes[a2].dtype == KILN_F64 || g->nodes[b2].dtype == KILN_F64;
-    if (f64 && !saved) g->origin = "matmul";
-    int m = f64 ? matmul_f64(g, a2, b2, &n) : graph_add(g, &n);
-    g->origin = saved;
+    int m = graph_add(g, &n);
     if (m < 0 || (an.rank > 1 && bn.rank > 1)) return m;
     /* drop the dims that 1-D operands gained */
     int64_t out[KILN_MAX_RANK];

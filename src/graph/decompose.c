@@ -351,7 +351,7 @@ static bool reads_empty(const Node *n, const bool *empty) {
 /* v broadcast to n's shape (and dtype). */
 static int fill_like(Graph *g, const Node *n, int v) {
     int y = n->rank ? kiln_expand(g, v, n->rank, n->shape) : kiln_unary(g, "contiguous", v);
-    return n->dtype == KILN_BOOL ? bin(g, "ne", y, num(g, 0.0)) : y;
+    return n->dtype == KILN_BOOL ? bin(g, "ne", y, num(g, 0.0)) : kiln_cast(g, y, n->dtype);
 }
 
 /* A constant fill for node n (id) that reads an empty operand, noted. */

@@ -528,6 +528,7 @@ typedef struct {
     double *out;
     int64_t m, k, n;
     double *row; /* n accumulators */
+    bool f64;    /* an f64 result: not rounded to float */
 } MmCtx;
 
 static void mm_one(const MmCtx *c, const double *a, const double *b, double *o) {
@@ -538,7 +539,7 @@ static void mm_one(const MmCtx *c, const double *a, const double *b, double *o) 
             const double *brow = b + p * c->n;
             for (int64_t j = 0; j < c->n; j++) c->row[j] += aip * brow[j];
         }
-        for (int64_t j = 0; j < c->n; j++) o[i * c->n + j] = (float)c->row[j];
+        for (int64_t j = 0; j < c->n; j++) o[i * c->n + j] = c->f64 ? c->row[j] : (float)c->row[j];
     }
 }
 
@@ -553,8 +554,8 @@ static kiln_status eval_matmul(Interp *it, int id, double *out) {
     const Node *n = node(it, id), *a = node(it, n->in[0]), *b = node(it, n->in[1]);
     assert(a->rank >= 2 && b->rank >= 2 && n->rank >= 2);
     int br = n->rank - 2;
-    MmCtx c = {operand(it, n, 0),     operand(it, n, 1),     out, a->shape[a->rank - 2],
-               a->shape[a->rank - 1], b->shape[b->rank - 1], NULL};
+    MmCtx c = {operand(it, n, 0),     operand(it, n, 1),     out,  a->shape[a->rank - 2],
+               a->shape[a->rank - 1], b->shape[b->rank - 1], NULL, n->dtype == KILN_F64};
     assert(b->shape[b->rank - 2] == c.k);
     c.row = scratch(it, id, c.n, sizeof(double));
     if (!c.row) return KILN_ERR_NOMEM;

@@ -87,7 +87,8 @@ static const KilnRT rt_externs = {.mm = ext_matmul_epi,
                                   .gather = ext_gather,
                                   .conv_transpose2d = ext_conv_transpose2d,
                                   .conv2d_const = ext_conv2d_const_epi,
-                                  .mm_const = ext_matmul_const_epi};
+                                  .mm_const = ext_matmul_const_epi,
+                                  .mm64 = ext_matmul64};
 #ifdef KILN_TESTING
 #include "testing.h"
 static KilnRT rt_test_table; /* rt_set_externs: a test's table */
@@ -104,6 +105,7 @@ void rt_set_externs(const KilnRT *rt) {
     if (!t->conv_transpose2d) t->conv_transpose2d = rt_externs.conv_transpose2d;
     if (!t->conv2d_const) t->conv2d_const = t->conv2d;
     if (!t->mm_const) t->mm_const = t->mm;
+    if (!t->mm64) t->mm64 = rt_externs.mm64;
 }
 #endif
 

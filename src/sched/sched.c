@@ -1139,13 +1139,17 @@ static const char *extern_name(const Buffer *b) {
     if (b->ext_op == OP_CONV_TRANSPOSE2D) return "extern_kernels.conv_transpose2d";
     if (b->rank <= 2) return "extern_kernels.mm";
     ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
-    return ext_matmul_folds(&a, &w, b->rank, b->shape) ? "extern_kernels.mm" : "extern_kernels.bmm";
+    return b->dtype != KILN_F64 && ext_matmul_folds(&a, &w, b->rank, b->shape)
+               ? "extern_kernels.mm"
+               : "extern_kernels.bmm";
 }
 
 const char *sched_extern_path(const LoopProgram *p, const Buffer *b, char *buf, size_t n) {
     const char *path = NULL;
     if (b->ext_op == OP_CONV2D) {
         path = ext_conv_path(b->opnd[0].shape, b->opnd[1].shape, b->shape, b->attr);
+    } else if (b->ext_op == OP_MATMUL && b->dtype == KILN_F64) {
+        path = "OpenBLAS dgemm (f64, a call per batch)";
     } else if (b->ext_op == OP_MATMUL) {
         ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
         path = ext_matmul_path(&a, &w, b->rank, b->shape,
