@@ -116,6 +116,17 @@ static Onnx__AttributeProto *attr_f(BlockList *pool, const char *name, float v) 
     return a;
 }
 
+static Onnx__AttributeProto *attr_s(BlockList *pool, const char *name, const char *v) {
+    Onnx__AttributeProto *a = palloc(pool, sizeof *a);
+    onnx__attribute_proto__init(a);
+    a->name = pstr(pool, name);
+    a->has_type = a->has_s = 1;
+    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING;
+    a->s.data = (uint8_t *)pstr(pool, v);
+    a->s.len = strlen(v);
+    return a;
+}
+
 static Onnx__AttributeProto *attr_ints(BlockList *pool, const char *name, int n, const int64_t *v) {
     Onnx__AttributeProto *a = palloc(pool, sizeof *a);
     onnx__attribute_proto__init(a);
@@ -468,6 +479,49 @@ TEST(onnx_int64_exact) {
     }
     kiln_program_free(p);
     kiln_tensor_free(&in[0]), kiln_tensor_free(&in[1]);
+    kiln_graph_free(g);
+    blocks_free(&pool);
+}
+
+/* A Resize of DOUBLE data by 3 (linear, half_pixel): its interpolation
+ * weights (thirds, which no float holds) are doubles too, so the result
+ * matches the formula in double; f32 weights would be off by 1e-5 here. */
+TEST(onnx_f64_resize_tables) {
+    BlockList pool = {0};
+    int64_t xs[4] = {1, 1, 2, 2}, ys[4] = {1, 1, 6, 6}, s4[1] = {4};
+    float scales[4] = {1, 1, 3, 3};
+    Model m = {.opset = 13, .nin = 1, .nout = 1, .ninit = 1};
+    m.in[0] = vinfo(&pool, "x", 11, 4, xs);
+    m.out[0] = vinfo(&pool, "y", 11, 4, ys);
+    m.init[0] = tensor(&pool, "scales", 1, s4, scales, NULL);
+    Onnx__AttributeProto **at = palloc(&pool, sizeof(void *) * 2);
+    at[0] = attr_s(&pool, "mode", "linear");
+    m.nodes[m.nnodes++] = node(&pool, "Resize", "x - scales", "y", at);
+    kiln_graph *g = kiln_graph_new();
+    kiln_onnx_io io;
+    CHECKF(import(g, &pool, &m, 0, NULL, &io) == KILN_OK, "%s", kiln_error(g));
+    CHECK(io.output_type[0] == KILN_F64);
+    double x[4] = {1000.0, 1000.5, 999.25, 1003.0};
+    kiln_tensor in = {KILN_F64, 4, {1, 1, 2, 2}, x};
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_tensor out;
+        kiln_status st = pass ? kiln_interpret(g, &in, &out) : kiln_program_run(p, &in, &out);
+        CHECKF(st == KILN_OK, "%s", pass ? kiln_error(g) : kiln_program_error(p));
+        const double *y = out.data;
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++) {
+                double fy = (i + 0.5) / 3 - 0.5, fx = (j + 0.5) / 3 - 0.5;
+                fy = fy < 0 ? 0 : fy > 1 ? 1 : fy, fx = fx < 0 ? 0 : fx > 1 ? 1 : fx;
+                double top = x[0] * (1 - fx) + x[1] * fx, bot = x[2] * (1 - fx) + x[3] * fx;
+                double want = top * (1 - fy) + bot * fy;
+                EXPECT(fabs(y[i * 6 + j] - want) < 1e-10, "%s y[%d,%d] %.17g vs %.17g",
+                       pass ? "interpreted" : "compiled", i, j, y[i * 6 + j], want);
+            }
+        kiln_tensor_free(&out);
+    }
+    kiln_program_free(p);
     kiln_graph_free(g);
     blocks_free(&pool);
 }

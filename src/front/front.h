@@ -200,6 +200,8 @@ const double *ox_known(const OxVal *v);
  * integers past 2^24), a weak scalar (rank 0), or a bool (a weight
  * compared with 0). */
 kiln_value ox_materialize(OxNode *n, OxVal *v);
+/* A constant tensor of the given shape and values (copied), in the graph:
+ * f32, or f64 in a node with a DOUBLE input. */
 kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals);
 /* A constant of rank dims, 1 in each but dim, which holds 0 .. len - 1. */
 kiln_value ox_iota(OxNode *n, int rank, int dim, int64_t len);

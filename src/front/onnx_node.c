@@ -164,9 +164,12 @@ const char *ox_unnamed(OxImp *im, char *buf, size_t len) {
     return buf;
 }
 
-/* A constant tensor of the given shape and values (copied), in the graph. */
 kiln_value ox_const_tensor(OxNode *n, int rank, const int64_t *shape, const double *vals) {
-    OxVal t = {.type = OT_FLOAT, .rank = rank, .v = KILN_NONE};
+    /* in a node on doubles, its tables (interpolation weights, twiddle
+     * factors, windows) are doubles too */
+    bool doubles = false;
+    for (int i = 0; n->in && i < n->nin; i++) doubles |= n->in[i] && n->in[i]->type == OT_DOUBLE;
+    OxVal t = {.type = doubles ? OT_DOUBLE : OT_FLOAT, .rank = rank, .v = KILN_NONE};
     memcpy(t.shape, shape, sizeof(int64_t) * (size_t)rank);
     int64_t m = ox_numel(&t);
     if (!(t.c = arena_alloc(&n->im->arena, sizeof(double) * (size_t)(m ? m : 1))))
