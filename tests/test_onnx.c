@@ -483,6 +483,69 @@ TEST(onnx_int64_exact) {
     blocks_free(&pool);
 }
 
+/* int32 arithmetic wraps as two's complement, exactly: Add and Sub past
+ * 2^31, Mul of products up to 2^62 (split in 16-bit halves), Neg of
+ * -2^31, and a Cast of int64 to int32 keeps the low 32 bits. */
+TEST(onnx_int32_wraps) {
+    BlockList pool = {0};
+    int64_t s4[1] = {4};
+    Model m = {.opset = 14, .nin = 3, .nout = 5};
+    m.in[0] = vinfo(&pool, "a", 6, 1, s4);
+    m.in[1] = vinfo(&pool, "b", 6, 1, s4);
+    m.in[2] = vinfo(&pool, "c", 7, 1, s4);
+    const char *outs[5] = {"sum", "dif", "prod", "neg", "low"};
+    for (int i = 0; i < 5; i++) m.out[i] = vinfo(&pool, outs[i], 6, 1, s4);
+    m.nodes[m.nnodes++] = node(&pool, "Add", "a b", "sum", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Sub", "a b", "dif", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Mul", "a b", "prod", NULL);
+    m.nodes[m.nnodes++] = node(&pool, "Neg", "a", "neg", NULL);
+    Onnx__AttributeProto **to = palloc(&pool, sizeof(void *) * 2);
+    to[0] = attr_i(&pool, "to", 6);
+    m.nodes[m.nnodes++] = node(&pool, "Cast", "c", "low", to);
+    kiln_graph *g = kiln_graph_new();
+    kiln_onnx_io io;
+    CHECKF(import(g, &pool, &m, 0, NULL, &io) == KILN_OK, "%s", kiln_error(g));
+    int32_t a[4] = {INT32_MAX, INT32_MIN, 65537, -3}, b[4] = {1, 1, 65537, 1 << 30};
+    int64_t c[4] = {((int64_t)1 << 40) + 5, -((int64_t)1 << 35) - 1, (int64_t)INT32_MAX + 1, -7};
+    kiln_tensor ai = {KILN_I32, 1, {4}, a}, bi = {KILN_I32, 1, {4}, b}, ci = {KILN_I64, 1, {4}, c};
+    kiln_tensor in[3];
+    char err[256];
+    const kiln_tensor *src[3] = {&ai, &bi, &ci};
+    for (int i = 0; i < 3; i++)
+        CHECK(kiln_tensor_convert(src[i], kiln_input_desc(g, i).dtype, &in[i], err, sizeof err) ==
+              KILN_OK);
+    int32_t want[5][4];
+    for (int i = 0; i < 4; i++) {
+        want[0][i] = (int32_t)((uint32_t)a[i] + (uint32_t)b[i]);
+        want[1][i] = (int32_t)((uint32_t)a[i] - (uint32_t)b[i]);
+        want[2][i] = (int32_t)((uint32_t)a[i] * (uint32_t)b[i]);
+        want[3][i] = (int32_t)(0u - (uint32_t)a[i]);
+        want[4][i] = (int32_t)(uint32_t)(uint64_t)c[i];
+    }
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_tensor out[5];
+        const char *who = pass ? "interpreted" : "compiled";
+        kiln_status st = pass ? kiln_interpret(g, in, out) : kiln_program_run(p, in, out);
+        CHECKF(st == KILN_OK, "%s: %s", who, pass ? kiln_error(g) : kiln_program_error(p));
+        for (int o = 0; o < 5; o++) {
+            kiln_tensor t;
+            CHECKF(kiln_tensor_convert(&out[o], KILN_I32, &t, err, sizeof err) == KILN_OK,
+                   "%s %s: %s", who, outs[o], err);
+            for (int i = 0; i < 4; i++)
+                EXPECT(((int32_t *)t.data)[i] == want[o][i], "%s %s[%d] = %d, expected %d", who,
+                       outs[o], i, ((int32_t *)t.data)[i], want[o][i]);
+            kiln_tensor_free(&t);
+            kiln_tensor_free(&out[o]);
+        }
+    }
+    kiln_program_free(p);
+    for (int i = 0; i < 3; i++) kiln_tensor_free(&in[i]);
+    kiln_graph_free(g);
+    blocks_free(&pool);
+}
+
 /* A Resize of DOUBLE data by 3 (linear, half_pixel): its interpolation
  * weights (thirds, which no float holds) are doubles too, so the result
  * matches the formula in double; f32 weights would be off by 1e-5 here. */

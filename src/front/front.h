@@ -187,7 +187,8 @@ bool ox_is_wide_int(int t);
 /* Indices computed in the graph are f32: an index space of count elements
  * fits below 2^24, else the node is refused (what names the space). */
 bool ox_index_fits(OxNode *n, int64_t count, const char *what);
-/* Integer arithmetic wraps (two's complement) in types of up to 32 bits:
+/* Integer arithmetic wraps (two's complement) in types of up to 32 bits
+ * (ox_wrap_graph: 8 and 16 bits in f32, 32 bits in f64):
  * r reduced into the type's range (64-bit types and floats: r itself). */
 double ox_wrap_int(double r, int type);
 /* int8, uint8, int16, uint16: every value and every sum or product of two

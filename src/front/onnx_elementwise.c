@@ -137,8 +137,26 @@ static kiln_value mul16(Graph *g, kiln_value a, kiln_value b, int type) {
     return ox_wrap_graph(g, s, type);
 }
 
+/* a * b wrapped to a 32-bit type, exact in f64: b = 65536 bh + bl with bl
+ * in [0, 65536), so a bl and a bh stay below 2^48; then as mul16. */
+static kiln_value mul32(Graph *g, kiln_value a, kiln_value b, int type) {
+    kiln_value bl = ox_wrap_graph(g, b, OT_UINT16);
+    kiln_value bh = kiln_binary(g, "mul", kiln_binary(g, "sub", b, bl), ox_sc(g, 1.0 / 65536));
+    kiln_value hi = ox_wrap_graph(g, kiln_binary(g, "mul", a, bh), OT_UINT16);
+    kiln_value s = kiln_binary(g, "add", kiln_binary(g, "mul", hi, ox_sc(g, 65536)),
+                               kiln_binary(g, "mul", a, bl));
+    return ox_wrap_graph(g, s, type);
+}
+
+/* An operand of int32/int64 arithmetic in f64 (exact to 2^53; an f32 one
+ * holds small values only, and their products or sums would round). */
+static kiln_value wide_operand(OxNode *n, int k, int type) {
+    kiln_value v = ox_gin(n, k);
+    return ox_is_wide_int(type) && v >= 0 ? kiln_cast(n->im->g, v, KILN_F64) : v;
+}
+
 /* Binary ops, and the variadic Max, Min, Sum, Mean folded left to right;
- * Add, Sub, Mul, Pow and Sum of narrow integers wrap. */
+ * Add, Sub, Mul, Pow and Sum of 8-, 16- and 32-bit integers wrap. */
 static bool op_binary(OxNode *n, const Elementwise *e) {
     Graph *g = n->im->g;
     if (!ox_need_in(n, 0) || !legacy_broadcast(n)) return false;
@@ -146,18 +164,19 @@ static bool op_binary(OxNode *n, const Elementwise *e) {
     bool mean = !strcmp(e->name, "Mean");
     if (n->nin == 2 && ox_all_const(n) && e->f && ox_in(n, 1))
         return ox_eval_const(n, 2, n->in, e->f, outtype);
-    kiln_value acc = ox_gin(n, 0);
+    kiln_value acc = wide_operand(n, 0, type);
     if (n->nin == 1 && !mean) acc = kiln_unary(g, "contiguous", acc);
-    bool wrap = ox_is_narrow_int(type) && !mean &&
+    bool is32 = type == OT_INT32 || type == OT_UINT32;
+    bool wrap = (ox_is_narrow_int(type) || is32) && !mean &&
                 (!strcmp(e->kop, "add") || !strcmp(e->kop, "sub") || !strcmp(e->kop, "mul") ||
                  !strcmp(e->kop, "pow"));
     bool wide = type == OT_INT16 || type == OT_UINT16;
     for (int k = 1; k < n->nin && acc >= 0; k++) {
-        if (wrap && wide && !strcmp(e->kop, "mul")) {
-            acc = mul16(g, acc, ox_gin(n, k), type);
+        if (wrap && (wide || is32) && !strcmp(e->kop, "mul")) {
+            acc = (is32 ? mul32 : mul16)(g, acc, wide_operand(n, k, type), type);
             continue;
         }
-        acc = kiln_binary(g, e->kop, acc, ox_gin(n, k));
+        acc = kiln_binary(g, e->kop, acc, wide_operand(n, k, type));
         if (wrap && strcmp(e->kop, "pow")) acc = ox_wrap_graph(g, acc, type);
     }
     if (mean && n->nin > 1) acc = kiln_binary(g, "div", acc, kiln_scalar(g, n->nin));

@@ -353,7 +353,9 @@ bool ox_is_narrow_int(int type) {
 
 kiln_value ox_wrap_graph(Graph *g, kiln_value v, int type) {
     double lo, span;
-    if (!ox_is_narrow_int(type) || !int_span(type, &lo, &span)) return v;
+    /* 32-bit types wrap exactly in f64 (a value below 2^53 less a multiple
+     * of 2^32); an f32 value is below 2^24, where the wrap is v itself */
+    if (!int_span(type, &lo, &span)) return v;
     kiln_value q = kiln_unary(
         g, "floor",
         kiln_binary(g, "mul", kiln_binary(g, "sub", v, ox_sc(g, lo)), ox_sc(g, 1 / span)));
