@@ -339,11 +339,15 @@ static bool as_batched(const ExtView *av, const ExtView *bv, int crank, const in
 }
 
 /* The views oneDNN runs, or false: one 2-D product (as_2d), else batches
- * against the one B (as_batched). */
+ * against the one B (as_batched). One row of C is not oneDNN's: sgemv
+ * streams B once, as it is stored (as_gemv; docs/decisions.md: One-row
+ * matmul as sgemv). */
 static bool dnnl_views(const float *a, const ExtView *av, const ExtView *bv, int crank,
                        const int64_t *cshape, ExtView *a2, ExtView *b2) {
-    if (as_2d(a, av, bv, crank, cshape, a2, b2) && ext_matmul_dnnl_takes(a2, b2, a2->shape[0]))
-        return true;
+    if (as_2d(a, av, bv, crank, cshape, a2, b2)) {
+        if (as_gemv(a2->shape[0], cshape[crank - 1], a2->shape[1])) return false;
+        if (ext_matmul_dnnl_takes(a2, b2, a2->shape[0])) return true;
+    }
     return as_batched(av, bv, crank, cshape, a2, b2) && ext_matmul_dnnl_takes(a2, b2, a2->shape[1]);
 }
 
@@ -357,7 +361,7 @@ static bool dnnl_packed(const ExtView *av, const ExtView *bv, int crank, const i
     if (crank != 2 || av->rank != 2 || bv->rank != 2) return false;
     int64_t M = cshape[0], K = av->shape[1];
     *ad = (ExtView){2, {M, K}, {K, 1}, 0};
-    return M > 0 && K > 0 && ext_matmul_dnnl_takes(ad, bv, M);
+    return M > 0 && K > 0 && !as_gemv(M, cshape[1], K) && ext_matmul_dnnl_takes(ad, bv, M);
 }
 
 const char *ext_matmul_path(const ExtView *av, const ExtView *bv, int crank, const int64_t *cshape,
