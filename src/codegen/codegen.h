@@ -341,7 +341,7 @@ typedef struct {
     CgPrefetch pf;  /* row prefetch, and prefetch ahead of tiles */
     CgLanes lane;   /* row reductions in lanes */
     CgEpilogue epi; /* an extern's epilogue */
-    bool f64;       /* a member or a load is f64: plain loops only (cg_kernel_f64) */
+    bool f64;       /* computes or stores f64: plain loops only (kernel_f64, loops.c) */
 } KGen;
 
 typedef struct {

@@ -544,6 +544,25 @@ static bool input_shape(OxImp *im, const Onnx__ValueInfoProto *vi, const kiln_on
     return true;
 }
 
+/* Is element k of t an integer past 2^53 (which no double holds exactly)?
+ * int64 and uint64 are read as they are; txt receives the value. */
+static bool past_2p53(const kiln_tensor *t, int64_t k, char *txt, size_t len) {
+    const int64_t lim = (int64_t)1 << 53;
+    if (t->dtype == KILN_I64) {
+        int64_t x = ((const int64_t *)t->data)[k];
+        util_fmt(txt, len, "%lld", (long long)x);
+        return x > lim || x < -lim;
+    }
+    if (t->dtype == KILN_U64) {
+        uint64_t x = ((const uint64_t *)t->data)[k];
+        util_fmt(txt, len, "%llu", (unsigned long long)x);
+        return x > (uint64_t)lim;
+    }
+    double v = ox_tensor_elem(t, k);
+    util_fmt(txt, len, "%.17g", v);
+    return fabs(v) > 9007199254740992.0;
+}
+
 /* A specialized input. An int input becomes a constant: the shape
  * arithmetic it feeds folds. Others keep computing at run time, and the
  * value is read only where the import needs a constant. The kiln input
@@ -557,17 +576,9 @@ static bool set_value(OxImp *im, OxVal *v, const kiln_tensor *t) {
     if (!d) return graph_fail(im->g, KILN_ERR_NOMEM, "out of memory"), false;
     for (int64_t k = 0; k < n; k++) {
         /* kiln holds integers in doubles: exact to 2^53 */
-        bool past53 = t->dtype == KILN_I64   ? llabs(((const int64_t *)t->data)[k]) > (1ll << 53)
-                      : t->dtype == KILN_U64 ? ((const uint64_t *)t->data)[k] > (1ull << 53)
-                                             : false;
-        if (past53) {
-            char at[96];
-            if (t->dtype == KILN_I64)
-                util_fmt(at, sizeof at, "element %lld is %lld", (long long)k,
-                         (long long)((const int64_t *)t->data)[k]);
-            else
-                util_fmt(at, sizeof at, "element %lld is %llu", (long long)k,
-                         (unsigned long long)((const uint64_t *)t->data)[k]);
+        char txt[32], at[64];
+        if ((t->dtype == KILN_I64 || t->dtype == KILN_U64) && past_2p53(t, k, txt, sizeof txt)) {
+            util_fmt(at, sizeof at, "element %lld is %s", (long long)k, txt);
             return fail(im, "input '%s': %s, beyond the integers kiln holds exactly (2^53)",
                         v->name, at);
         }
@@ -1340,15 +1351,11 @@ kiln_status kiln_tensor_convert(const kiln_tensor *src, kiln_dtype to, kiln_tens
             kiln_tensor_free(dst);
             return KILN_ERR_INPUT;
         }
-        /* int64 and uint64 read exactly: 2^53 + 1 is no double */
-        bool past53 = src->dtype == KILN_I64 ? llabs(((const int64_t *)src->data)[k]) > (1ll << 53)
-                      : src->dtype == KILN_U64 ? ((const uint64_t *)src->data)[k] > (1ull << 53)
-                                               : fabs(v) > 9007199254740992.0;
-        if (exact64 && past53) {
+        char txt[32];
+        if (exact64 && past_2p53(src, k, txt, sizeof txt)) {
             util_fmt(err, errlen,
-                     "element %lld is %.17g: not an integer kiln's f64 holds "
-                     "exactly (|v| <= 2^53)",
-                     (long long)k, v);
+                     "element %lld is %s: not an integer kiln's f64 holds exactly (|v| <= 2^53)",
+                     (long long)k, txt);
             kiln_tensor_free(dst);
             return KILN_ERR_INPUT;
         }

@@ -125,26 +125,19 @@ static bool legacy_broadcast(OxNode *n) {
     return nb->v >= 0 || nb->c;
 }
 
-/* a * b wrapped to a 16-bit type, exact: b = 256 bh + bl with bl in
- * [0, 256), so a bl and a bh stay below 2^24, and 256 (a bh mod 256) + a bl
- * too; then the sum wrapped. */
-static kiln_value mul16(Graph *g, kiln_value a, kiln_value b, int type) {
-    kiln_value bl = ox_wrap_graph(g, b, OT_UINT8);
-    kiln_value bh = kiln_binary(g, "mul", kiln_binary(g, "sub", b, bl), ox_sc(g, 1.0 / 256));
-    kiln_value hi = ox_wrap_graph(g, kiln_binary(g, "mul", a, bh), OT_UINT8);
-    kiln_value s = kiln_binary(g, "add", kiln_binary(g, "mul", hi, ox_sc(g, 256)),
-                               kiln_binary(g, "mul", a, bl));
-    return ox_wrap_graph(g, s, type);
-}
-
-/* a * b wrapped to a 32-bit type, exact in f64: b = 65536 bh + bl with bl
- * in [0, 65536), so a bl and a bh stay below 2^48; then as mul16. */
-static kiln_value mul32(Graph *g, kiln_value a, kiln_value b, int type) {
-    kiln_value bl = ox_wrap_graph(g, b, OT_UINT16);
-    kiln_value bh = kiln_binary(g, "mul", kiln_binary(g, "sub", b, bl), ox_sc(g, 1.0 / 65536));
-    kiln_value hi = ox_wrap_graph(g, kiln_binary(g, "mul", a, bh), OT_UINT16);
-    kiln_value s = kiln_binary(g, "add", kiln_binary(g, "mul", hi, ox_sc(g, 65536)),
-                               kiln_binary(g, "mul", a, bl));
+/* a * b wrapped to a 16- or 32-bit type, exact: b = h bh + bl with bl in
+ * [0, h), h = 256 for 16 bits (a bl and a bh stay below 2^24, f32's exact
+ * integers, and h (a bh mod h) + a bl too) and 65536 for 32 bits (below
+ * 2^48, in f64); then the sum wrapped. */
+static kiln_value mul_wrapped(Graph *g, kiln_value a, kiln_value b, int type) {
+    bool w32 = type == OT_INT32 || type == OT_UINT32;
+    int half = w32 ? OT_UINT16 : OT_UINT8;
+    double h = w32 ? 65536 : 256;
+    kiln_value bl = ox_wrap_graph(g, b, half);
+    kiln_value bh = kiln_binary(g, "mul", kiln_binary(g, "sub", b, bl), ox_sc(g, 1.0 / h));
+    kiln_value hi = ox_wrap_graph(g, kiln_binary(g, "mul", a, bh), half);
+    kiln_value s =
+        kiln_binary(g, "add", kiln_binary(g, "mul", hi, ox_sc(g, h)), kiln_binary(g, "mul", a, bl));
     return ox_wrap_graph(g, s, type);
 }
 
@@ -173,7 +166,7 @@ static bool op_binary(OxNode *n, const Elementwise *e) {
     bool wide = type == OT_INT16 || type == OT_UINT16;
     for (int k = 1; k < n->nin && acc >= 0; k++) {
         if (wrap && (wide || is32) && !strcmp(e->kop, "mul")) {
-            acc = (is32 ? mul32 : mul16)(g, acc, wide_operand(n, k, type), type);
+            acc = mul_wrapped(g, acc, wide_operand(n, k, type), type);
             continue;
         }
         acc = kiln_binary(g, e->kop, acc, wide_operand(n, k, type));
