@@ -206,6 +206,8 @@ onnx=tests/onnx/mlp
 expect onnx_run_pb 0 "check: passed" -- "$kiln" run $onnx/model.onnx -i x=$onnx/test_data_set_0/input_0.pb --check
 expect onnx_symbolic_dim 1 "give its shape (kiln --shape x=" -- "$kiln" run $onnx/model.onnx
 expect onnx_shape 0 "p: f32\[5, 3\]" -- "$kiln" run $onnx/model.onnx --shape x=5,4
+# an int64 output is summarized as the model's int64 (held in f64 inside)
+expect onnx_int_output_type 0 "y: i64\[2\]" -- "$kiln" run tests/onnx/int_input.onnx
 mkdir -p "$t/onnx_out"
 expect onnx_outputs 0 "" -- "$kiln" run $onnx/model.onnx -i x=$onnx/test_data_set_0/input_0.pb -o "$t/onnx_out"
 if [ -f "$t/onnx_out/p.npy" ] && head -c 80 "$t/onnx_out/cls.npy" | grep -q "'<i8'"

@@ -508,12 +508,14 @@ static double element(const kiln_tensor *t, int64_t k) {
                                   : ((float *)t->data)[k];
 }
 
-static void print_summary(const char *name, const kiln_tensor *t) {
+/* An output's summary line, under the type the model gives it (an ONNX
+ * model's int64 output is held as f32 or f64 in the graph). */
+static void print_summary(const char *name, const kiln_tensor *t, kiln_dtype shown) {
     char shape[160];
     graph_shape_str(shape, sizeof shape, t->rank, t->shape);
     int64_t n = kiln_tensor_numel(t);
     double sum = 0;
-    printf("%s: %s%s", name, kiln_dtype_name(t->dtype), shape);
+    printf("%s: %s%s", name, kiln_dtype_name(shown), shape);
     for (int64_t k = 0; k < n; k++) sum += element(t, k);
     if (n == 0) {
         printf("  empty\n");
@@ -583,7 +585,9 @@ static int write_outputs(const kiln_graph *g, const Options *o, const kiln_onnx_
                          kiln_tensor *outs) {
     int n = kiln_num_outputs(g);
     if (!o->outdir) {
-        for (int i = 0; i < n; i++) print_summary(kiln_output_name(g, i), &outs[i]);
+        for (int i = 0; i < n; i++)
+            print_summary(kiln_output_name(g, i), &outs[i],
+                          io && io->output_type ? io->output_type[i] : outs[i].dtype);
         return 0;
     }
     struct stat st;
