@@ -316,6 +316,8 @@ TEST(f64_large_rows_plain_loops) {
                "a float strategy in an f64 kernel");
         EXPECT(strstr(code, "double row_") != NULL || strstr(code, "double *row_") != NULL,
                "the row's exp values are not kept in doubles");
+        EXPECT(strstr(code, "3 stages, f64 (plain loops), parallel") != NULL,
+               "the kernel's comment does not say it runs plain f64 loops");
         kiln_tensor_free(&got[0]), kiln_tensor_free(&ref[0]);
         kiln_program_free(p);
     }

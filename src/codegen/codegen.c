@@ -147,6 +147,7 @@ static void kernel_comment(KGen *K, Str *o) {
         str_putf(o, ", outer reduction (blocks of %lld)",
                  (long long)K->loop[K->pnest[K->npl - 1]].step);
     if (K->rp.n == 2) str_putf(o, ", row pairs");
+    if (K->f64) str_putf(o, ", f64 (plain loops)");
     str_putf(o, "%s\n * origins:", cg_is_parallel(K) ? ", parallel" : "");
     for (int i = 0; i < k->norigins; i++) str_putf(o, " %s", k->origins[i]);
     str_putf(o, "\n");
