@@ -206,6 +206,13 @@ onnx=tests/onnx/mlp
 expect onnx_run_pb 0 "check: passed" -- "$kiln" run $onnx/model.onnx -i x=$onnx/test_data_set_0/input_0.pb --check
 expect onnx_symbolic_dim 1 "give its shape (kiln --shape x=" -- "$kiln" run $onnx/model.onnx
 expect onnx_shape 0 "p: f32\[5, 3\]" -- "$kiln" run $onnx/model.onnx --shape x=5,4
+# f64 in and out: computed in double and written as NumPy writes it (the
+# expected file is NumPy's, tests/npy/gen.py; 3e300 would be inf in float)
+printf 'input x: f64[4]\ny = x * 3.0 - 0.1\noutput y\n' >"$t/f64.kiln"
+mkdir -p "$t/f64_out"
+expect f64_npy_run 0 "" -- "$kiln" run "$t/f64.kiln" -i x=tests/npy/f64_4.npy -o "$t/f64_out"
+if cmp -s "$t/f64_out/y.npy" tests/npy/f64_4_x3_minus01.npy; then pass f64_npy_values
+else fail f64_npy_values "y.npy differs from NumPy's tests/npy/f64_4_x3_minus01.npy"; fi
 # an int64 output is summarized as the model's int64 (held in f64 inside)
 expect onnx_int_output_type 0 "y: i64\[2\]" -- "$kiln" run tests/onnx/int_input.onnx
 mkdir -p "$t/onnx_out"

@@ -25,6 +25,10 @@ def save(name, arr, version=None):
 # byte for byte).
 save("f32_2x3.npy", (np.arange(6, dtype=np.float32) * 0.5 - 1).reshape(2, 3))
 save("f64_4.npy", np.array([0.1, -2.5, 1e300, -0.0], dtype=np.float64))
+# what `y = x * 3.0 - 0.1` gives on it in double (tests/cli.sh: f64_npy_values;
+# in float 1e300 alone would be inf)
+save("f64_4_x3_minus01.npy",
+     np.array([0.1, -2.5, 1e300, -0.0], dtype=np.float64) * 3.0 - 0.1)
 save("i32_3x1x2.npy", np.arange(-3, 3, dtype=np.int32).reshape(3, 1, 2))
 save("i64_5.npy", np.array([-2**63, -1, 0, 1, 2**63 - 1], dtype=np.int64))
 save("bool_2x2.npy", np.array([[True, False], [False, True]]))
