@@ -198,6 +198,8 @@ prog sem_dropout_p 'input x: f32[2, 3]\ny = dropout(x, p=1.5)\noutput y\n' \
     "2:5: error: dropout: p must be in [0, 1], got 1.5"
 prog sem_dtype_f32_op 'input x: bool[3, 4]\ny = exp(x)\noutput y\n' \
     "2:5: error: exp expects an f32 or f64 tensor, got bool"
+prog sem_dtype_f64_conv 'input x: f64[1, 3, 8, 8]\nweight w: f32[4, 3, 3, 3] = randn(1)\ny = conv2d(x, w)\noutput y\n' \
+    "3:5: error: conv2d expects an f32 tensor, got f64 (its library computes in f32)"
 prog sem_dtype_bool_op 'input x: f32[3, 4]\ny = logical_not(x)\noutput y\n' \
     "2:5: error: logical_not expects a bool tensor, got f32"
 prog sem_where_condition 'input x: f32[3, 4]\ny = where(x, x, x)\noutput y\n' \
