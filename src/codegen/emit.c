@@ -112,16 +112,6 @@ static const char *f64_form(Op op) {
     }
 }
 
-/* Does op e compute in f64 (its result or an operand is)? A cast computes
- * in its result's type. */
-static bool expr_f64(const Expr *e) {
-    if (e->dtype == KILN_F64) return true;
-    if (e->kind != EX_OP || e->op == OP_CAST) return false;
-    for (int i = 0; i < e->nargs; i++)
-        if (e->args[i]->dtype == KILN_F64) return true;
-    return false;
-}
-
 /* "(a + b)" -> "a + b" when the outer parentheses enclose everything. */
 static const char *strip_parens(Pool *p, const char *s) {
     size_t n = strlen(s);
@@ -432,7 +422,7 @@ static Val emit_op(KGen *K, const Expr *e, int nvars) {
         if (args[i].level > level) level = args[i].level;
     }
     const char *form = op_info[e->op].cform, *rhs;
-    bool f64 = expr_f64(e);
+    bool f64 = ex_op_f64(e);
     if (e->op == OP_CAST) {
         rhs = pool_printf(K->g->pool, "(%s)%s", f64 ? "double" : "float", args[0].c);
         return temp_typed(K, level, rhs, f64);

@@ -161,16 +161,6 @@ void cg_open_nest(KGen *K, const int *ids, int n) {
     K->innermost = n ? ids[n - 1] : K->npl ? K->pnest[K->npl - 1] : -1;
 }
 
-/* Does e compute an f64 value (an op or select in double)? A load of an
- * f64 buffer that a cast turns into a float does not. */
-static bool computes_f64(const Expr *e) {
-    if (e->kind == EX_LOAD) return false;
-    if (e->dtype == KILN_F64) return true;
-    for (int i = 0; e->kind != EX_CONST && i < e->nargs; i++)
-        if (computes_f64(e->args[i])) return true;
-    return false;
-}
-
 /* A kernel that computes or stores an f64 value runs plain loops: the
  * strategies that reshape them (outer reductions, tiles, streamed stores,
  * row pairs, lanes, row prefetch) are written for floats, and f64 math is
@@ -180,7 +170,8 @@ static bool computes_f64(const Expr *e) {
 static bool kernel_f64(const KGen *K) {
     for (int i = 0; i < K->k->n; i++) {
         const Buffer *b = member_buf(K, i);
-        if (b->dtype == KILN_F64 || (b->expr && computes_f64(b->expr))) return true;
+        /* loads aside: an f64 load a cast turns into a float computes nothing in f64 */
+        if (b->dtype == KILN_F64 || (b->expr && ex_has_f64(b->expr, false))) return true;
     }
     return false;
 }

@@ -113,8 +113,12 @@ Expr *ex_select(Pool *p, Index *index, int64_t lo, int64_t hi, Expr *a, Expr *b,
 /* A copy with every load index substituted by map and simplified over ranges. */
 Expr *ex_subst(Pool *p, const Expr *e, Index *const *map, int nvars, const int64_t *ranges);
 int ex_nops(const Expr *e); /* number of EX_OP nodes */
-/* Does e compute, load or hold an f64 value anywhere? */
-bool ex_has_f64(const Expr *e);
+/* Does e compute or hold an f64 value anywhere (and, with loads, load
+ * one)? */
+bool ex_has_f64(const Expr *e, bool loads);
+/* Does op e compute in f64: a cast in its result's type, any other op when
+ * its result or an operand is f64? */
+bool ex_op_f64(const Expr *e);
 /* The first expensive op (op_info[].expensive, ops.def) or -1. */
 int ex_expensive(const Expr *e);
 /* Sethi-Ullman number: registers needed to evaluate e without spilling. */

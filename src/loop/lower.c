@@ -530,15 +530,12 @@ Expr *ex_const(Pool *p, double v) {
     return e;
 }
 
-/* A constant operand takes the type its op computes in (f64 when the op's
- * result or another operand is f64): a scalar is weak, as in PyTorch, and
- * 0.1 in an f64 expression is the double 0.1, not the float. A cast's
- * operand keeps its own type. */
-static bool computes_f64(Op op, kiln_dtype dt, int nargs, Expr *const *args) {
-    if (op == OP_CAST) return false;
-    bool f64 = dt == KILN_F64;
-    for (int i = 0; i < nargs; i++) f64 |= args[i]->dtype == KILN_F64;
-    return f64;
+bool ex_op_f64(const Expr *e) {
+    if (e->dtype == KILN_F64) return true;
+    if (e->kind != EX_OP || e->op == OP_CAST) return false;
+    for (int i = 0; i < e->nargs; i++)
+        if (e->args[i]->dtype == KILN_F64) return true;
+    return false;
 }
 
 static Expr *as_f64(Pool *p, Expr *a) {
@@ -548,20 +545,25 @@ static Expr *as_f64(Pool *p, Expr *a) {
     return c;
 }
 
-bool ex_has_f64(const Expr *e) {
+bool ex_has_f64(const Expr *e, bool loads) {
+    if (e->kind == EX_LOAD) return loads && e->dtype == KILN_F64;
     if (e->dtype == KILN_F64) return true;
-    for (int i = 0; e->kind != EX_LOAD && e->kind != EX_CONST && i < e->nargs; i++)
-        if (ex_has_f64(e->args[i])) return true;
+    for (int i = 0; e->kind != EX_CONST && i < e->nargs; i++)
+        if (ex_has_f64(e->args[i], loads)) return true;
     return false;
 }
 
+/* A constant operand takes the type its op computes in (ex_op_f64): a
+ * scalar is weak, as in PyTorch, and 0.1 in an f64 expression is the double
+ * 0.1, not the float. A cast's operand keeps its own type. */
 Expr *ex_op(Pool *p, Op op, kiln_dtype dt, int nargs, Expr *const *args) {
     Expr *e = ex_new(p, EX_OP, dt);
-    bool f64 = computes_f64(op, dt, nargs, args);
     e->op = op;
     e->nargs = nargs;
     e->args = pool_alloc(p, sizeof(Expr *) * (size_t)(nargs ? nargs : 1));
-    for (int i = 0; i < nargs; i++) e->args[i] = f64 ? as_f64(p, args[i]) : args[i];
+    for (int i = 0; i < nargs; i++) e->args[i] = args[i];
+    if (op != OP_CAST && ex_op_f64(e))
+        for (int i = 0; i < nargs; i++) e->args[i] = as_f64(p, args[i]);
     return e;
 }
 

@@ -716,7 +716,7 @@ static const char *epilogue_check(Sched *S, const Group *a, const Group *b) {
         if (y->body != BODY_POINTWISE && y->body != BODY_RAND)
             return "extern epilogue must be pointwise";
         const Buffer *yb = nbuf(S, b->m[j]);
-        if (yb->dtype == KILN_F64 || (yb->expr && ex_has_f64(yb->expr)))
+        if (yb->dtype == KILN_F64 || (yb->expr && ex_has_f64(yb->expr, true)))
             return "extern epilogue must compute in f32";
         if (!sizes_eq(y->np, y->P, x->np, x->P))
             return "extern epilogue must iterate the extern's output";
