@@ -266,6 +266,29 @@ expect quant_output_u1 0 "'descr': '|u1'" -- sh -c "\"$kiln\" run $qc/model.onnx
 expect onnx_opsets_18_21_interpreted 0 "total: $nops passed, 0 failed, 0 unsupported" -- \
     "$kiln" onnx-test --interpret tests/onnx/ops/*/
 
+# control flow as compiled sub-programs everywhere (KILN_CONTROL_FLOW=call):
+# the Loop, Scan and If cases here and in ONNX's backend tests pass as they
+# do unrolled or as a where, fused and interpreted; only the Loop whose
+# early exit makes its scan output's length data-dependent is refused
+cf=$t/control_flow
+mkdir -p "$cf"
+for d in tests/onnx/ops/loop_* tests/onnx/ops/scan_* tests/onnx/ops/if_*; do
+    ln -s "$PWD/$d" "$cf/${d##*/}"
+done
+dt=/usr/share/libonnx-testdata/data/node
+for d in test_if test_loop11 test_scan9_sum test_scan_sum test_range_float_type_positive_delta_expanded \
+    test_range_int32_type_negative_delta_expanded; do
+    [ -d "$dt/$d" ] && ln -s "$dt/$d" "$cf/$d"
+done
+ncf=$(ls "$cf" | wc -l)
+expect control_flow_as_calls 0 "total: $((ncf - 2)) passed, 0 failed, 2 unsupported" -- \
+    env KILN_CONTROL_FLOW=call "$kiln" onnx-test "$cf"
+expect control_flow_as_calls_interpreted 0 "total: $((ncf - 2)) passed, 0 failed, 2 unsupported" -- \
+    env KILN_CONTROL_FLOW=call "$kiln" onnx-test --interpret "$cf"
+# explain shows each sub-program's fusion after its caller's
+expect explain_sub_programs 0 "^==== sub-program: Loop 'n0' (node 0), body > If 'body_1' (node 1), then_branch" -- \
+    "$kiln" explain tests/onnx/ops/loop_if_nested/model.onnx
+
 # a bad KILN_NUM_THREADS or more threads than cores: a warning, and the run
 # goes on (every core, or the count asked for)
 for v in abc 0 2x; do

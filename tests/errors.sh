@@ -343,8 +343,16 @@ check onnx_external_range 1 "external data 'data.bin': 48 bytes at offset 40, bu
     "$kiln" run $ox/ext/ext_range.onnx
 check onnx_external_missing 1 "external data 'nothere.bin': cannot open: No such file or directory" -- \
     "$kiln" run $ox/ext/ext_missing.onnx
-check onnx_loop_runtime 1 "$ox/loop_runtime.onnx: node 0 ('loop', Loop): unsupported: the body's condition is computed at run time (kiln unrolls a loop whose condition folds at import)" -- \
+check onnx_loop_runtime 1 "$ox/loop_runtime.onnx: node 0 ('loop', Loop): unsupported: the loop's scan outputs have a size known only at run time (its body's condition is computed at run time)" -- \
     "$kiln" run $ox/loop_runtime.onnx
+check onnx_loop_unroll_only 1 "$ox/loop_runtime.onnx: node 0 ('loop', Loop): unsupported: the body's condition is computed at run time (kiln unrolls a loop whose condition folds at import)" -- \
+    env KILN_CONTROL_FLOW=unroll "$kiln" run $ox/loop_runtime.onnx
+check onnx_control_flow_env 1 "$ox/loop_runtime.onnx: node 0 ('loop', Loop): KILN_CONTROL_FLOW is 'sometimes': auto, unroll or call" -- \
+    env KILN_CONTROL_FLOW=sometimes "$kiln" run $ox/loop_runtime.onnx
+check onnx_loop_body_run_error 1 "kiln: $ox/loop_gather_range.onnx: Loop 'loop' (node 1): gather: index 3 out of range for dim 0 of size 3" -- \
+    env KILN_CONTROL_FLOW=call "$kiln" run $ox/loop_gather_range.onnx -i f=$ox/loop_gather_f5.pb
+check onnx_loop_body_run_error_interpret 1 "kiln: $ox/loop_gather_range.onnx: Loop 'loop' (node 1): gather: index 3 out of range for dim 0 of size 3" -- \
+    env KILN_CONTROL_FLOW=call "$kiln" run $ox/loop_gather_range.onnx -i f=$ox/loop_gather_f5.pb --interpret
 check onnx_sequence_output 1 "$ox/seq_output.onnx: output 's': unsupported: a sequence (kiln's outputs are tensors)" -- \
     "$kiln" run $ox/seq_output.onnx
 check onnx_index_range 1 "$ox/index_range.onnx: node 0 ('rev', ReverseSequence): unsupported: a time-by-batch plane of 16781312 elements (kiln computes indices in f32, exact below 2^24)" -- \

@@ -1453,3 +1453,110 @@ static void direct_weight_case(bool raw) {
     kiln_graph_free(g);
     blocks_free(&pool);
 }
+
+/* ---- control flow as compiled sub-programs ----------------------------------- */
+
+/* Whether the graph holds a call of sub-programs labelled `label`. */
+static bool has_call(const kiln_graph *g, const char *label) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return false;
+    kiln_graph_dump(g, f);
+    fclose(f);
+    bool found = text && strstr(text, "= call(") && strstr(text, label);
+    free(text);
+    return found;
+}
+
+static float max_diff(const kiln_tensor *a, const kiln_tensor *b) {
+    int64_t n = kiln_tensor_numel(a);
+    if (n != kiln_tensor_numel(b) || a->dtype != KILN_F32 || b->dtype != KILN_F32) return INFINITY;
+    float m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float d = fabsf(((const float *)a->data)[i] - ((const float *)b->data)[i]);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
+
+static void read_pb(const char *dir, const char *file, kiln_tensor *t) {
+    char path[400], err[512];
+    snprintf(path, sizeof path, "tests/onnx/ops/%s/test_data_set_0/%s", dir, file);
+    if (kiln_pb_read(path, t, err, sizeof err) != KILN_OK) {
+        fprintf(stderr, "%s\n", err);
+        memset(t, 0, sizeof *t);
+    }
+}
+
+/* A Loop whose trip count is an input (not given at import): one compiled
+ * body, run as many times as each run's count says, 0 included, matching
+ * the interpreter, and NumPy's answer for the count the golden data has. */
+TEST(onnx_loop_trip_count_at_run_time) {
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/loop_runtime_trips/model.onnx", 0, NULL, NULL) ==
+               KILN_OK,
+           "%s", kiln_error(g));
+    CHECK(has_call(g, "Loop 'n1' (node 1)"));
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_tensor in[3], want;
+    read_pb("loop_runtime_trips", "input_0.pb", &in[0]);
+    read_pb("loop_runtime_trips", "input_1.pb", &in[1]);
+    read_pb("loop_runtime_trips", "input_2.pb", &in[2]);
+    read_pb("loop_runtime_trips", "output_0.pb", &want);
+    CHECK(in[1].dtype == KILN_I64 && want.data);
+    /* the graph holds an int64 input in f64 (exact to 2^53) */
+    double count = 0;
+    kiln_tensor_free(&in[1]);
+    in[1] = (kiln_tensor){KILN_F64, 0, {0}, &count};
+    int64_t counts[] = {7, 0, 1, 3, 7};
+    for (int k = 0; k < 5; k++) {
+        count = (double)counts[k];
+        kiln_tensor got, ref;
+        CHECKF(kiln_program_run(p, in, &got) == KILN_OK, "%s", kiln_program_error(p));
+        CHECKF(kiln_interpret(g, in, &ref) == KILN_OK, "%s", kiln_error(g));
+        EXPECT(max_diff(&got, &ref) < 1e-5f, "%lld trips: %g from the interpreter",
+               (long long)counts[k], max_diff(&got, &ref));
+        if (counts[k] == 0) /* no iteration: the start value */
+            EXPECT(max_diff(&got, &in[0]) == 0, "0 trips: %g", max_diff(&got, &in[0]));
+        if (counts[k] == 7)
+            EXPECT(max_diff(&got, &want) < 1e-5f, "7 trips: %g from NumPy", max_diff(&got, &want));
+        kiln_tensor_free(&got);
+        kiln_tensor_free(&ref);
+    }
+    kiln_tensor_free(&in[0]);
+    kiln_tensor_free(&in[2]);
+    kiln_tensor_free(&want);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+}
+
+/* An If on a bool input with a matmul in each branch: both branches
+ * compiled, each run takes the one its condition picks (the then case's
+ * and the else case's NumPy answers from one program). */
+TEST(onnx_if_branch_at_run_time) {
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/if_runtime_heavy_then/model.onnx", 0, NULL, NULL) ==
+               KILN_OK,
+           "%s", kiln_error(g));
+    CHECK(has_call(g, "If 'n0' (node 0)"));
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 2, &p) == KILN_OK, "%s", kiln_error(g));
+    const char *cases[] = {"if_runtime_heavy_then", "if_runtime_heavy_else",
+                           "if_runtime_heavy_then"};
+    for (int k = 0; k < 3; k++) {
+        kiln_tensor in[2], want, got;
+        read_pb(cases[k], "input_0.pb", &in[0]);
+        read_pb(cases[k], "input_1.pb", &in[1]);
+        read_pb(cases[k], "output_0.pb", &want);
+        CHECK(in[1].dtype == KILN_BOOL && want.data);
+        CHECKF(kiln_program_run(p, in, &got) == KILN_OK, "%s", kiln_program_error(p));
+        EXPECT(max_diff(&got, &want) < 1e-5f, "%s: %g from NumPy", cases[k], max_diff(&got, &want));
+        kiln_tensor_free(&got);
+        for (int i = 0; i < 2; i++) kiln_tensor_free(&in[i]);
+        kiln_tensor_free(&want);
+    }
+    kiln_program_free(p);
+    kiln_graph_free(g);
+}

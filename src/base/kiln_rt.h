@@ -90,6 +90,12 @@ typedef struct {
      * into an extern call) */
     int (*mm64)(const double *a, const KilnView *av, const double *b, const KilnView *bv, double *c,
                 int crank, const int64_t *cshape);
+    /* control flow: run the sub-programs of call `site` (the calling
+     * buffer's id) of the running program `prog` on its packed operand in,
+     * writing its packed value out (floats or doubles, by the call's
+     * dtype); returns as the kernels do */
+    int (*call)(void *prog, int site, const void *in, void *out, char *err, size_t errlen);
+    void *prog;
 } KilnRT;
 
 /* What the generated entry point returns when an extern kernel found bad

@@ -1166,12 +1166,48 @@ static int write_file_atomic(const char *path, void (*fn)(FILE *, void *), void 
 
 static void dot_fn(FILE *f, void *ud) { report_dot(f, ud); }
 
+/* The sub-programs of a plan's calls (control flow), each explained in
+ * full after its caller, named by the path of calls that leads to it. */
+static int explain_subs(const Plan *plan, const KilnConfig *cfg, const char *path) {
+    const LoopProgram *lp = plan->prog;
+    for (int b = 0; b < lp->nbufs; b++) {
+        const GraphCall *c = lp->bufs[b]->call;
+        for (int k = 0; c && k < 2; k++) {
+            if (!c->body[k]) continue;
+            char name[1024], err[1024];
+            util_fmt(name, sizeof name, "%s%s%s, %s", path, *path ? " > " : "", c->label,
+                     c->kind == CALL_IF ? (k ? "else_branch" : "then_branch") : "body");
+            Plan *sub = NULL;
+            kiln_status st = plan_build(c->body[k], cfg, &sub, err, sizeof err);
+            if (st != KILN_OK) {
+                fprintf(stderr, "kiln: %s: %s\n", name, err);
+                return exit_for(st);
+            }
+            printf("\n==== sub-program: %s (computes %s; %d kernel%s) ====\n", name,
+                   lp->bufs[b]->name, sub->sched->nkernels, sub->sched->nkernels == 1 ? "" : "s");
+            report_explain(stdout, sub->sched);
+            int rc = explain_subs(sub, cfg, name);
+            plan_free(sub);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
 static int cmd_explain(const Options *o) {
     kiln_graph *g = NULL;
     Plan *plan = NULL;
     int rc = load_plan(o, &g, &plan);
     if (rc) return rc;
     report_explain(stdout, plan->sched);
+    kiln_options k = compile_options(o, true);
+    KilnConfig cfg = rt_config(&k);
+    rc = explain_subs(plan, &cfg, "");
+    if (rc) {
+        plan_free(plan);
+        kiln_graph_free(g);
+        return rc;
+    }
     JsonArgs a = {plan->sched, {NULL, NULL}};
     if (o->report) rc = write_file_atomic(o->report, json_fn, &a);
     plan_free(plan);

@@ -144,6 +144,17 @@ static void gather_call(Gen *g, Str *o, const Buffer *b, const char *out, const 
     str_putf(o, "        if (rc) return rc == %d ? %d : 1;\n", EXT_ERR_INPUT, KILN_RT_ERR_INPUT);
 }
 
+/* A call of sub-programs: the runtime runs them on the packed operand. */
+static void subprogram_call(Gen *g, Str *o, const Buffer *b, const char *out) {
+    const char *ty = b->dtype == KILN_F64 ? "double" : "float";
+    str_putf(o,
+             "        int rc = rt->call(rt->prog, %d, (const %s *)bufs[%d] + %lld, %s, rt->err, "
+             "rt->errlen);\n",
+             b->id, ty, b->opnd[0].buf, (long long)b->opnd[0].offset, out);
+    str_putf(o, "        if (rc) return rc == %d ? %d : 1;\n", EXT_ERR_INPUT, KILN_RT_ERR_INPUT);
+    (void)g;
+}
+
 /* The library call of extern kernel kidx; with an epilogue it writes the
  * epilogue's target and calls <prefix>epi_<k>_cb on each block. */
 static void extern_call(Gen *g, Str *o, int kidx) {
@@ -169,6 +180,8 @@ static void extern_call(Gen *g, Str *o, int kidx) {
         gather_call(g, o, b, out, epi);
     else if (b->ext_op == OP_MATMUL)
         mm_call(g, o, b, out, epi);
+    else if (b->ext_op == OP_CALL)
+        subprogram_call(g, o, b, out);
     else
         cg_fail(g, "codegen: unknown extern %s", op_info[b->ext_op].name);
     str_putf(o, "    }\n");

@@ -88,6 +88,7 @@ typedef struct OxVal {
                                   * where a constant is needed (Range bounds) */
     kiln_value v; /* graph value; for a constant, its node once made */
     bool is_seq;  /* a sequence (onnx_seq.c): nseq elements, type theirs */
+    bool dead;    /* out of scope (a sub-program's value): ox_find does not see it */
     int nseq;
     struct OxVal **seq;
 } OxVal;
@@ -124,6 +125,8 @@ double ox_tensor_elem(const kiln_tensor *t, int64_t k);
 /* A value's slot, created (zeroed, v = KILN_NONE) when absent; NULL: no memory. */
 OxVal *ox_val(OxImp *im, const char *name);
 OxVal *ox_find(OxImp *im, const char *name);
+/* Take a name out of scope: ox_find no longer finds it, ox_val makes it anew. */
+void ox_forget(OxImp *im, const char *name);
 /* TensorProto -> constant (any numeric type); false with g's error set. */
 bool ox_tensor_const(OxImp *im, const Onnx__TensorProto *t, OxVal *out);
 

@@ -689,6 +689,602 @@ static const Onnx__GraphProto *branch_attr(const OxNode *n, const char *name) {
     return a ? a->g : NULL;
 }
 
+/* ---- control flow as compiled sub-programs -------------------------------------- */
+
+/* How control flow is imported (KILN_CONTROL_FLOW): "auto" (unset: unroll a
+ * Loop or Scan whose trip count is known and small, a where for an If whose
+ * branches are cheap, otherwise sub-programs), "unroll" (never a
+ * sub-program: kiln before them) or "call" (always sub-programs). */
+typedef enum { CF_AUTO, CF_UNROLL, CF_CALL } CfMode;
+enum {
+    CF_UNROLL_NODES = 4096, /* auto: a Loop or Scan unrolls to at most this many nodes */
+    CF_WHERE_NODES = 16,    /* auto: an If's two branches are a where up to this many nodes */
+};
+
+static bool cf_mode(OxNode *n, CfMode *m) {
+    const char *e = getenv("KILN_CONTROL_FLOW");
+    *m = !e || !*e || !strcmp(e, "auto") ? CF_AUTO
+         : !strcmp(e, "unroll")          ? CF_UNROLL
+         : !strcmp(e, "call")            ? CF_CALL
+                                         : (CfMode)-1;
+    if ((int)*m >= 0) return true;
+    return ox_nfail(n, "KILN_CONTROL_FLOW is '%s': auto, unroll or call", e);
+}
+
+/* Nodes of a subgraph, its nested subgraphs' included; *heavy: one of them
+ * is an op that costs more than a few instructions per element. */
+static int64_t body_nodes(const Onnx__GraphProto *gp, bool *heavy) {
+    static const char *const heavy_ops[] = {"Conv",   "ConvTranspose", "MatMul", "Gemm",
+                                            "Einsum", "LSTM",          "GRU",    "RNN",
+                                            "Loop",   "Scan",          "If"};
+    int64_t count = 0;
+    for (size_t i = 0; gp && i < gp->n_node; i++) {
+        const Onnx__NodeProto *nd = gp->node[i];
+        count++;
+        for (size_t h = 0; heavy && h < sizeof heavy_ops / sizeof *heavy_ops; h++)
+            if (nd->op_type && !strcmp(nd->op_type, heavy_ops[h])) *heavy = true;
+        for (size_t a = 0; a < nd->n_attribute; a++) {
+            const Onnx__AttributeProto *at = nd->attribute[a];
+            if (at->g) count += body_nodes(at->g, heavy);
+            for (size_t j = 0; j < at->n_graphs; j++) count += body_nodes(at->graphs[j], heavy);
+        }
+    }
+    return count;
+}
+
+/* The names a subgraph defines (its inputs, initializers and node outputs,
+ * and those of the subgraphs nested in it), in a table of their own. */
+static bool scope_defines(OxImp *set, const Onnx__GraphProto *gp) {
+    for (size_t i = 0; i < gp->n_input; i++)
+        if (gp->input[i]->name && !ox_val(set, gp->input[i]->name)) return false;
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        if (gp->initializer[i]->name && !ox_val(set, gp->initializer[i]->name)) return false;
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *nd = gp->node[i];
+        for (size_t k = 0; k < nd->n_output; k++)
+            if (nd->output[k][0] && !ox_val(set, nd->output[k])) return false;
+        for (size_t a = 0; a < nd->n_attribute; a++) {
+            const Onnx__AttributeProto *at = nd->attribute[a];
+            if (at->g && !scope_defines(set, at->g)) return false;
+            for (size_t j = 0; j < at->n_graphs; j++)
+                if (!scope_defines(set, at->graphs[j])) return false;
+        }
+    }
+    return true;
+}
+
+/* The names it reads that it does not define, each once, in order of use. */
+typedef struct {
+    OxImp seen;
+    const char **names;
+    int n, cap;
+} NameList;
+
+static bool note_read(NameList *l, OxImp *defs, const char *name) {
+    if (!name[0] || ox_find(defs, name) || ox_find(&l->seen, name)) return true;
+    if (!ox_val(&l->seen, name)) return false;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 16;
+        const char **a = arena_alloc(&l->seen.arena, sizeof(char *) * (size_t)cap);
+        if (!a) return false;
+        if (l->n) memcpy(a, l->names, sizeof(char *) * (size_t)l->n);
+        l->names = a, l->cap = cap;
+    }
+    l->names[l->n++] = name;
+    return true;
+}
+
+static bool scope_reads(NameList *l, OxImp *defs, const Onnx__GraphProto *gp) {
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *nd = gp->node[i];
+        for (size_t k = 0; k < nd->n_input; k++)
+            if (!note_read(l, defs, nd->input[k])) return false;
+        for (size_t a = 0; a < nd->n_attribute; a++) {
+            const Onnx__AttributeProto *at = nd->attribute[a];
+            if (at->g && !scope_reads(l, defs, at->g)) return false;
+            for (size_t j = 0; j < at->n_graphs; j++)
+                if (!scope_reads(l, defs, at->graphs[j])) return false;
+        }
+    }
+    for (size_t k = 0; k < gp->n_output; k++)
+        if (gp->output[k]->name && !note_read(l, defs, gp->output[k]->name)) return false;
+    return true;
+}
+
+static void table_free(OxImp *t) {
+    kfree(t->tab);
+    arena_free(&t->arena);
+}
+
+/* A subgraph imported as a graph of its own (a sub-program). */
+typedef struct {
+    kiln_graph *g; /* its graph (owned until a call takes it) */
+    int ncap;
+    OxVal **cap;        /* the outer values it reads at run time: inputs after the bound ones */
+    OxVal *out;         /* its outputs as values (type, rank, shape) */
+    kiln_dtype *out_dt; /* their dtypes in the body, before the cast to the call's */
+    kiln_value *out_v;  /* and their values there */
+    kiln_value *in_v;   /* the bound inputs' values there, after the cast from the call's */
+    bool f64;           /* a capture or an output is f64 */
+} SubBody;
+
+/* What a name in the importer's table was before a sub-program's scope. */
+typedef struct {
+    OxVal *slot;
+    OxVal was;
+    bool existed; /* else it leaves scope with the sub-program */
+} Saved;
+
+/* The outer values the body reads: a constant stays a constant (made a
+ * weight of the body where read), a weight is copied into the body, any
+ * other value becomes an input (a capture). */
+static bool bind_outer(OxNode *n, kiln_graph *bg, Graph *pg, kiln_dtype dt, SubBody *sb,
+                       OxVal *fv) {
+    OxImp *im = n->im;
+    if (fv->is_seq)
+        return graph_fail(pg, KILN_ERR_INPUT,
+                          "unsupported: the subgraph reads the sequence '%s' from outside",
+                          fv->name),
+               false;
+    if (fv->c || fv->v < 0) {
+        fv->v = KILN_NONE;
+        return true;
+    }
+    const Node *pn = graph_node(pg, fv->v);
+    if (pn->op == OP_WEIGHT) {
+        fv->v = kiln_weight_typed(bg, pn->name ? pn->name : fv->name, pn->dtype, pn->rank,
+                                  pn->shape, pn->data);
+        return fv->v >= 0;
+    }
+    kiln_value x = kiln_input(bg, fv->name, dt, pn->rank, pn->shape);
+    fv->v = kiln_cast(bg, x, pn->dtype);
+    sb->f64 |= pn->dtype == KILN_F64;
+    sb->cap[sb->ncap++] = fv;
+    (void)im;
+    return fv->v >= 0;
+}
+
+/* Import subgraph gp as a graph whose inputs are the nbound values bound[]
+ * (their types and shapes; bdt[k] the dtype each has in the body), then
+ * the outer values it reads, every input and output of dtype dt. The
+ * importer's table is as before when it returns. */
+static bool sub_import(OxNode *n, const Onnx__GraphProto *gp, const char *what, kiln_dtype dt,
+                       int nbound, const OxVal *bound, const kiln_dtype *bdt, SubBody *sb) {
+    OxImp *im = n->im;
+    Graph *pg = im->g;
+    memset(sb, 0, sizeof *sb);
+    if ((int)gp->n_input != nbound)
+        return ox_nfail(n, "the %s has %d inputs for %d", what, (int)gp->n_input, nbound);
+    OxImp defs = {0};
+    NameList reads;
+    memset(&reads, 0, sizeof reads);
+    int nout = (int)gp->n_output, nsaved = 0;
+    bool ok = scope_defines(&defs, gp) && scope_reads(&reads, &defs, gp);
+    Saved *saved =
+        ok ? arena_alloc(&im->arena, sizeof(Saved) * (size_t)(defs.count + reads.n + 1)) : NULL;
+    sb->cap = arena_alloc(&im->arena, sizeof(OxVal *) * (size_t)(reads.n + 1));
+    sb->out = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(nout + 1));
+    sb->out_dt = arena_alloc(&im->arena, sizeof(kiln_dtype) * (size_t)(nout + 1));
+    sb->out_v = arena_alloc(&im->arena, sizeof(kiln_value) * (size_t)(nout + 1));
+    sb->in_v = arena_alloc(&im->arena, sizeof(kiln_value) * (size_t)(nbound + 1));
+    if (!saved || !sb->cap || !sb->out || !sb->out_dt || !sb->out_v || !sb->in_v ||
+        !(sb->g = kiln_graph_new())) {
+        table_free(&defs);
+        table_free(&reads.seen);
+        return ox_nomem(n);
+    }
+    kiln_graph *bg = sb->g;
+    /* every name the body defines or reads, as it is outside */
+    for (int i = 0; i < defs.cap; i++)
+        if (defs.tab[i]) {
+            OxVal *o = ox_find(im, defs.tab[i]->name);
+            saved[nsaved++] = o ? (Saved){o, *o, true} : (Saved){NULL, {0}, false};
+            if (!o) saved[nsaved - 1].was.name = defs.tab[i]->name;
+        }
+    int first_read = nsaved;
+    for (int i = 0; i < reads.n; i++) {
+        OxVal *o = ox_find(im, reads.names[i]);
+        if (o) saved[nsaved++] = (Saved){o, *o, true};
+    }
+    im->g = bg;
+    for (int k = 0; ok && k < nbound; k++) {
+        const OxVal *b = &bound[k];
+        const char *name = gp->input[k]->name ? gp->input[k]->name : "";
+        char gen[32];
+        util_fmt(gen, sizeof gen, "in%d", k);
+        kiln_value x = kiln_input(bg, name[0] ? name : gen, dt, b->rank, b->shape);
+        sb->in_v[k] = x = kiln_cast(bg, x, bdt[k]);
+        OxVal *slot = ox_val(im, name);
+        if (!slot || x < 0) {
+            ok = false;
+            break;
+        }
+        *slot = (OxVal){.name = slot->name, .type = b->type, .rank = b->rank, .v = x};
+        memcpy(slot->shape, b->shape, sizeof b->shape);
+    }
+    for (int i = first_read; ok && i < nsaved; i++)
+        ok = bind_outer(n, bg, pg, dt, sb, saved[i].slot);
+    ok = ok && fresh_names(im, gp, what);
+    for (size_t i = 0; ok && i < gp->n_node; i++)
+        ok = unsupported_nodes(im, gp, i) && convert_node(im, gp->node[i], (int)i);
+    for (int k = 0; ok && k < nout; k++) {
+        const char *name = gp->output[k]->name ? gp->output[k]->name : "";
+        OxVal *v = ox_find(im, name);
+        if (!v || v->is_seq) {
+            graph_fail(bg, KILN_ERR_INPUT,
+                       v ? "unsupported: the %s's output '%s' is a sequence"
+                         : "the %s does not compute its output '%s'",
+                       what, name);
+            ok = false;
+            break;
+        }
+        kiln_value y = ox_graph_output(n, v);
+        char gen[32];
+        util_fmt(gen, sizeof gen, "out%d", k);
+        ok = y >= 0;
+        if (!ok) break;
+        sb->out[k] = *v;
+        sb->out_v[k] = y;
+        sb->out_dt[k] = kiln_value_dtype(bg, y);
+        sb->f64 |= sb->out_dt[k] == KILN_F64;
+        ok = kiln_output(bg, kiln_cast(bg, y, dt), gen) == KILN_OK;
+    }
+    im->g = pg;
+    if (!ok) {
+        if (bg->status != KILN_OK)
+            graph_fail(pg, bg->status, "%s", bg->err);
+        else if (pg->status == KILN_OK)
+            graph_nomem(pg);
+    }
+    /* the outer names as they were; the body's own out of scope */
+    for (int i = nsaved - 1; i >= 0; i--) {
+        if (saved[i].existed)
+            *saved[i].slot = saved[i].was;
+        else
+            ox_forget(im, saved[i].was.name);
+    }
+    table_free(&defs);
+    table_free(&reads.seen);
+    if (!ok) {
+        kiln_graph_free(sb->g);
+        sb->g = NULL;
+    }
+    return ok;
+}
+
+/* Value v of the parent, flattened to a part of a call's operand. */
+static int64_t value_numel(Graph *g, kiln_value v) {
+    return v >= 0 ? util_numel(kiln_value_rank(g, v), kiln_value_shape(g, v)) : 0;
+}
+
+static kiln_value pack_part(Graph *g, kiln_value v, kiln_dtype dt) {
+    int64_t numel = value_numel(g, v);
+    return kiln_reshape(g, kiln_cast(g, v, dt), 1, &numel);
+}
+
+/* The call's operand from its parts (one unused element for none). */
+static kiln_value pack(Graph *g, int nparts, kiln_value *parts, kiln_dtype dt) {
+    int k = 0;
+    for (int i = 0; i < nparts; i++)
+        if (parts[i] < 0 || value_numel(g, parts[i]) > 0) parts[k++] = parts[i];
+    if (k == 0) {
+        int64_t one = 1;
+        return kiln_reshape(g, kiln_cast(g, kiln_scalar(g, 0), dt), 1, &one);
+    }
+    return k == 1 ? parts[0] : kiln_concat(g, k, parts, 0);
+}
+
+/* Output k of the node: elements [off, off + numel) of the call's value,
+ * shaped as v and cast to dt. */
+static bool unpack(OxNode *n, int k, kiln_value call, int64_t off, const OxVal *v, int rank,
+                   const int64_t *shape, kiln_dtype dt) {
+    Graph *g = n->im->g;
+    OxVal *o = ox_out_slot(n, k);
+    if (!o) return true;
+    int64_t numel = util_numel(rank, shape);
+    if (numel == 0) { /* empty: a constant of nothing */
+        const char *name = o->name;
+        *o = (OxVal){.name = name, .type = v->type, .rank = rank, .v = KILN_NONE};
+        memcpy(o->shape, shape, sizeof(int64_t) * (size_t)rank);
+        o->c = arena_alloc(&n->im->arena, sizeof(double));
+        return o->c || ox_nomem(n);
+    }
+    kiln_value y = kiln_slice(g, call, 0, off, off + numel, 1);
+    y = kiln_cast(g, kiln_reshape(g, y, rank, shape), dt);
+    return ox_set_graph(n, k, y, v->type);
+}
+
+/* A call's description, with its label. */
+static GraphCall *new_call(OxNode *n, CallKind kind, const char *op) {
+    GraphCall *c = kcalloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->kind = kind;
+    c->trips = -1;
+    char label[200];
+    util_fmt(label, sizeof label, "%s '%s' (node %d)", op, n->n->name ? n->n->name : "", n->index);
+    c->label = arena_strdup(&n->im->g->arena, label);
+    return c;
+}
+
+/* The body imported with the bound values, in f64 when anything it reads
+ * or gives is f64 (else f32). */
+static bool sub_import_typed(OxNode *n, const Onnx__GraphProto *gp, const char *what,
+                             kiln_dtype *dt, int nbound, const OxVal *bound, const kiln_dtype *bdt,
+                             SubBody *sb) {
+    if (!sub_import(n, gp, what, *dt, nbound, bound, bdt, sb)) return false;
+    if (*dt == KILN_F64 || !sb->f64) return true;
+    kiln_graph_free(sb->g);
+    *dt = KILN_F64;
+    return sub_import(n, gp, what, *dt, nbound, bound, bdt, sb);
+}
+
+static bool same_shape(const OxVal *a, int rank, const int64_t *shape) {
+    return a->rank == rank && !memcmp(a->shape, shape, sizeof(int64_t) * (size_t)rank);
+}
+
+/* Loop as a call: the body compiled once, run by the runtime while the trip
+ * count (known, or the operand's) and the condition allow. Its scan outputs
+ * need a size known at import: a known trip count, no start condition, and
+ * a body condition that stays true (its input passed on, or a constant). */
+static bool loop_call(OxNode *n, const Onnx__GraphProto *b, int ncar, int nscan) {
+    OxImp *im = n->im;
+    Graph *g = im->g;
+    OxVal *mv = ox_in(n, 0), *cv = n->nin > 1 ? ox_in(n, 1) : NULL;
+    GraphCall *c = new_call(n, CALL_LOOP, "Loop");
+    kiln_value *parts = arena_alloc(&im->arena, sizeof(kiln_value) * (size_t)(ncar + 4));
+    OxVal *bound = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(ncar + 2));
+    kiln_dtype *bdt = arena_alloc(&im->arena, sizeof(kiln_dtype) * (size_t)(ncar + 2));
+    if (!c || !parts || !bound || !bdt) return graph_call_free(c), ox_nomem(n);
+    c->loop = true;
+    int np = 0;
+    if (mv && ox_known(mv) && ox_numel(mv) == 1) {
+        c->trips = ox_to_i64(ox_known(mv)[0]);
+        if (c->trips < 0) c->trips = 0;
+        if (c->trips == INT64_MAX) c->trips = -1;
+    } else if (mv) {
+        c->has_trip = true;
+        parts[np++] = ox_graph(n, mv);
+    }
+    if (cv && !(ox_known(cv) && ox_numel(cv) == 1 && ox_known(cv)[0] != 0)) {
+        c->has_cond = true;
+        parts[np++] = ox_graph(n, cv);
+    }
+    kiln_dtype dt = KILN_F32;
+    bound[0] = (OxVal){.type = OT_INT64, .rank = 0};
+    bound[1] = (OxVal){.type = OT_BOOL, .rank = 0};
+    bdt[0] = KILN_F32, bdt[1] = KILN_BOOL;
+    for (int k = 0; k < ncar; k++) {
+        OxVal *s = ox_in(n, 2 + k);
+        if (!s) return graph_call_free(c), ox_nfail(n, "loop-carried value %d is missing", k);
+        kiln_value v = ox_graph(n, s);
+        if (v < 0) return graph_call_free(c), false;
+        bound[2 + k] = *s;
+        bdt[2 + k] = kiln_value_dtype(g, v);
+        if (bdt[2 + k] == KILN_F64) dt = KILN_F64;
+        parts[np++] = v;
+    }
+    if (dt == KILN_F64) bdt[0] = KILN_F64;
+    SubBody sb;
+    if (!sub_import_typed(n, b, "body", &dt, ncar + 2, bound, bdt, &sb))
+        return graph_call_free(c), false;
+    c->body[0] = sb.g;
+    c->nstate = ncar;
+    c->nscan_out = nscan;
+    bool cond_stays = sb.out_v[0] == sb.in_v[1] ||
+                      (sb.out[0].c && ox_numel(&sb.out[0]) == 1 && sb.out[0].c[0] != 0);
+    for (int k = 0; k < ncar; k++)
+        if (!same_shape(&sb.out[1 + k], bound[2 + k].rank, bound[2 + k].shape) ||
+            sb.out_dt[1 + k] != bdt[2 + k]) {
+            graph_call_free(c);
+            return ox_nfail(n,
+                            "unsupported: loop-carried value %d changes its shape or type in "
+                            "the body",
+                            k);
+        }
+    if (nscan && (c->trips < 0 || c->has_cond || !cond_stays)) {
+        graph_call_free(c);
+        return ox_nfail(n,
+                        "unsupported: the loop's scan outputs have a size known only at run "
+                        "time (%s)",
+                        c->trips < 0  ? "its trip count is computed at run time"
+                        : c->has_cond ? "its start condition is computed at run time"
+                                      : "its body's condition is computed at run time");
+    }
+    if (c->trips < 0 && !c->has_trip && !c->has_cond && cond_stays) {
+        graph_call_free(c);
+        return ox_nfail(n, "the loop never ends: no trip count, and its condition stays true");
+    }
+    for (int k = 0; k < sb.ncap; k++) parts[np++] = ox_graph(n, sb.cap[k]);
+    for (int k = 0; k < np; k++) parts[k] = pack_part(g, parts[k], dt);
+    kiln_value call = graph_call(g, c, pack(g, np, parts, dt));
+    if (call < 0) return false;
+    int64_t off = 0;
+    for (int k = 0; k < ncar; k++) {
+        const OxVal *o = &sb.out[1 + k];
+        if (!unpack(n, k, call, off, o, o->rank, o->shape, sb.out_dt[1 + k])) return false;
+        off += ox_numel(o);
+    }
+    for (int k = 0; k < nscan; k++) {
+        const OxVal *o = &sb.out[1 + ncar + k];
+        int64_t s[KILN_MAX_RANK];
+        if (o->rank + 1 > KILN_MAX_RANK)
+            return ox_nfail(n, "scan output %d: rank %d exceeds %d", k, o->rank + 1, KILN_MAX_RANK);
+        s[0] = c->trips;
+        memcpy(s + 1, o->shape, sizeof(int64_t) * (size_t)o->rank);
+        if (!unpack(n, ncar + k, call, off, o, o->rank + 1, s, sb.out_dt[1 + ncar + k]))
+            return false;
+        off += c->trips * ox_numel(o);
+    }
+    graph_note(g, "onnx: %s: its %d-node body compiled as a sub-program, run %s", c->label,
+               (int)b->n_node,
+               c->trips >= 0 ? "a known number of times" : "while its condition holds");
+    return true;
+}
+
+/* Scan as a call: each scan input moved to its axis first, in iteration
+ * order (reversed for a backward direction), as the operand holds it; each
+ * scan output taken back to its axis and direction. xs, st: the inputs and
+ * states, Scan-8's batch dim of one already dropped. */
+static bool scan_call(OxNode *n, const Onnx__GraphProto *b, int N, OxVal *st, int M, OxVal *xs,
+                      const int64_t *in_axes, const int64_t *in_dirs, int K,
+                      const int64_t *out_axes, const int64_t *out_dirs, int64_t T, bool v8) {
+    OxImp *im = n->im;
+    Graph *g = im->g;
+    GraphCall *c = new_call(n, CALL_LOOP, "Scan");
+    kiln_value *parts = arena_alloc(&im->arena, sizeof(kiln_value) * (size_t)(N + M + 1));
+    OxVal *bound = arena_alloc(&im->arena, sizeof(OxVal) * (size_t)(N + M + 1));
+    kiln_dtype *bdt = arena_alloc(&im->arena, sizeof(kiln_dtype) * (size_t)(N + M + 1));
+    if (!c || !parts || !bound || !bdt) return graph_call_free(c), ox_nomem(n);
+    if (T < 1) return graph_call_free(c), ox_nfail(n, "unsupported: a scan of no steps");
+    c->trips = T;
+    kiln_dtype dt = KILN_F32;
+    for (int k = 0; k < N + M; k++) {
+        OxVal *v = k < N ? &st[k] : &xs[k - N];
+        kiln_value x = ox_graph(n, v);
+        if (x < 0) return graph_call_free(c), false;
+        bound[k] = *v;
+        if (k >= N) { /* the slice: the axis dropped, and the input moved to it first */
+            int ax = (int)in_axes[k - N], perm[KILN_MAX_RANK], r = 0;
+            perm[0] = ax;
+            for (int d = 0; d < v->rank; d++)
+                if (d != ax) bound[k].shape[r] = v->shape[d], perm[++r] = d;
+            bound[k].rank = r;
+            x = kiln_permute(g, x, v->rank, perm);
+            if (in_dirs[k - N]) x = kiln_slice(g, x, 0, T - 1, -T - 1, -1);
+        }
+        bdt[k] = kiln_value_dtype(g, x);
+        if (bdt[k] == KILN_F64) dt = KILN_F64;
+        parts[k] = x;
+    }
+    SubBody sb;
+    if (!sub_import_typed(n, b, "body", &dt, N + M, bound, bdt, &sb))
+        return graph_call_free(c), false;
+    c->body[0] = sb.g;
+    c->nstate = N;
+    c->nscan_in = M;
+    c->nscan_out = K;
+    for (int k = 0; k < N; k++)
+        if (!same_shape(&sb.out[k], bound[k].rank, bound[k].shape) || sb.out_dt[k] != bdt[k]) {
+            graph_call_free(c);
+            return ox_nfail(n, "unsupported: state %d changes its shape or type in the body", k);
+        }
+    int np = N + M;
+    for (int k = 0; k < sb.ncap; k++) parts[np++] = ox_graph(n, sb.cap[k]);
+    for (int k = 0; k < np; k++) parts[k] = pack_part(g, parts[k], dt);
+    kiln_value call = graph_call(g, c, pack(g, np, parts, dt));
+    if (call < 0) return false;
+    int64_t off = 0;
+    for (int k = 0; k < N; k++) {
+        const OxVal *o = &sb.out[k];
+        int64_t s[KILN_MAX_RANK];
+        int r = o->rank;
+        memcpy(s + v8, o->shape, sizeof(int64_t) * (size_t)r);
+        if (v8) s[0] = 1, r++;
+        if (!unpack(n, k, call, off, o, r, s, sb.out_dt[k])) return false;
+        off += ox_numel(o);
+    }
+    for (int k = 0; k < K; k++) {
+        const OxVal *o = &sb.out[N + k];
+        int64_t s[KILN_MAX_RANK], ax = v8 ? 0 : out_axes[k];
+        int r = o->rank + 1;
+        if (r + v8 > KILN_MAX_RANK)
+            return ox_nfail(n, "scan output %d: rank %d exceeds %d", k, r + v8, KILN_MAX_RANK);
+        if (ax < 0) ax += r;
+        if (ax < 0 || ax >= r)
+            return ox_nfail(n, "scan output axis %lld is out of range", (long long)ax);
+        s[0] = T;
+        memcpy(s + 1, o->shape, sizeof(int64_t) * (size_t)o->rank);
+        if (!unpack(n, N + k, call, off, o, r, s, sb.out_dt[N + k])) return false;
+        off += T * ox_numel(o);
+        OxVal *y = ox_out_slot(n, N + k);
+        if (!y) continue;
+        if (y->c) { /* empty: the shape in its place */
+            for (int d = 0, q = 0; d < r; d++) y->shape[d] = d == ax ? T : o->shape[q++];
+            continue;
+        }
+        kiln_value v = y->v;
+        if (out_dirs[k]) v = kiln_slice(g, v, 0, T - 1, -T - 1, -1);
+        int perm[KILN_MAX_RANK], q = 0;
+        for (int d = 0; d < r; d++) perm[d] = d == ax ? 0 : ++q;
+        v = kiln_permute(g, v, r, perm);
+        if (v8) {
+            int64_t s1[KILN_MAX_RANK];
+            s1[0] = 1;
+            memcpy(s1 + 1, kiln_value_shape(g, v), sizeof(int64_t) * (size_t)r);
+            v = kiln_reshape(g, v, r + 1, s1);
+        }
+        if (!ox_set_graph(n, N + k, v, y->type)) return false;
+    }
+    graph_note(g, "onnx: %s: its %d-node body compiled as a sub-program, run %lld times", c->label,
+               (int)b->n_node, (long long)T);
+    return true;
+}
+
+/* If as a call: both branches compiled, the runtime runs the one the
+ * condition picks. Each output must have one type and one shape in both. */
+static bool if_call(OxNode *n, const Onnx__GraphProto *tb, const Onnx__GraphProto *eb) {
+    OxImp *im = n->im;
+    Graph *g = im->g;
+    int nout = (int)n->n->n_output;
+    if (!tb || !eb) return ox_nfail(n, "the %s is missing", tb ? "else_branch" : "then_branch");
+    if ((int)tb->n_output != nout || (int)eb->n_output != nout)
+        return ox_nfail(n, "the branches have %d and %d outputs for %d", (int)tb->n_output,
+                        (int)eb->n_output, nout);
+    GraphCall *c = new_call(n, CALL_IF, "If");
+    if (!c) return ox_nomem(n);
+    kiln_dtype dt = KILN_F32;
+    SubBody sb[2];
+    for (;;) { /* in f32, or again in f64 when either branch has f64 */
+        if (!sub_import(n, tb, "then_branch", dt, 0, NULL, NULL, &sb[0]))
+            return graph_call_free(c), false;
+        c->body[0] = sb[0].g;
+        if (!sub_import(n, eb, "else_branch", dt, 0, NULL, NULL, &sb[1]))
+            return graph_call_free(c), false;
+        c->body[1] = sb[1].g;
+        if (dt == KILN_F64 || (!sb[0].f64 && !sb[1].f64)) break;
+        kiln_graph_free(c->body[0]);
+        kiln_graph_free(c->body[1]);
+        c->body[0] = c->body[1] = NULL;
+        dt = KILN_F64;
+    }
+    for (int k = 0; k < nout; k++) {
+        const OxVal *a = &sb[0].out[k], *e = &sb[1].out[k];
+        char sa[96], se[96];
+        graph_shape_str(sa, sizeof sa, a->rank, a->shape);
+        graph_shape_str(se, sizeof se, e->rank, e->shape);
+        if (a->type != e->type || !same_shape(a, e->rank, e->shape)) {
+            graph_call_free(c);
+            return ox_nfail(n,
+                            "unsupported: output %d is %s %s in the then_branch and %s %s in the "
+                            "else_branch (kiln's shapes are static)",
+                            k, ox_type_name(a->type), sa, ox_type_name(e->type), se);
+        }
+    }
+    kiln_value *parts =
+        arena_alloc(&im->arena, sizeof(kiln_value) * (size_t)(sb[0].ncap + sb[1].ncap + 1));
+    if (!parts) return graph_call_free(c), ox_nomem(n);
+    int np = 0;
+    parts[np++] = ox_gin(n, 0);
+    for (int b = 0; b < 2; b++)
+        for (int k = 0; k < sb[b].ncap; k++) parts[np++] = ox_graph(n, sb[b].cap[k]);
+    for (int k = 0; k < np; k++) parts[k] = pack_part(g, parts[k], dt);
+    kiln_value call = graph_call(g, c, pack(g, np, parts, dt));
+    if (call < 0) return false;
+    int64_t off = 0;
+    for (int k = 0; k < nout; k++) {
+        const OxVal *o = &sb[0].out[k];
+        kiln_dtype odt =
+            sb[0].out_dt[k] == KILN_F64 || sb[1].out_dt[k] == KILN_F64 ? KILN_F64 : sb[0].out_dt[k];
+        if (!unpack(n, k, call, off, o, o->rank, o->shape, odt)) return false;
+        off += ox_numel(o);
+    }
+    graph_note(g,
+               "onnx: %s: the condition is computed at run time; its branches (%d and %d nodes) "
+               "compiled as sub-programs, the runtime runs one",
+               c->label, (int)tb->n_node, (int)eb->n_node);
+    return true;
+}
+
 /* If: a condition known at import (a constant, or an int input given with
  * -i that folded into one) takes its branch, and only that branch is
  * imported; otherwise both are, and each output is where(cond, then,
@@ -723,6 +1319,12 @@ static bool op_if(OxNode *n) {
         }
         return true;
     }
+    CfMode mode;
+    if (!cf_mode(n, &mode)) return false;
+    bool heavy = false;
+    int64_t nodes = body_nodes(tb, &heavy) + body_nodes(eb, &heavy);
+    if (mode == CF_CALL || (mode == CF_AUTO && (heavy || nodes > CF_WHERE_NODES)))
+        return if_call(n, tb, eb);
     if (!convert_branch(im, tb, "then_branch") || !convert_branch(im, eb, "else_branch"))
         return false;
     graph_note(im->g,
@@ -767,11 +1369,35 @@ static bool bind_input(OxImp *im, const Onnx__GraphProto *b, int k, const OxVal 
     return true;
 }
 
+/* Before a pass after the first: the names the last pass's nodes made
+ * (those of their subgraphs too) leave scope, so that a branch or a body
+ * nested in the body imports again as new. */
+static bool forget_pass(OxImp *im, const Onnx__GraphProto *b) {
+    OxImp defs = {0};
+    bool ok = true;
+    for (size_t i = 0; ok && i < b->n_node; i++) {
+        const Onnx__NodeProto *nd = b->node[i];
+        for (size_t k = 0; k < nd->n_output; k++)
+            if (nd->output[k][0]) ox_forget(im, nd->output[k]);
+        for (size_t a = 0; ok && a < nd->n_attribute; a++) {
+            const Onnx__AttributeProto *at = nd->attribute[a];
+            if (at->g) ok = scope_defines(&defs, at->g);
+            for (size_t j = 0; ok && j < at->n_graphs; j++)
+                ok = scope_defines(&defs, at->graphs[j]);
+        }
+    }
+    for (int i = 0; ok && i < defs.cap; i++)
+        if (defs.tab[i]) ox_forget(im, defs.tab[i]->name);
+    table_free(&defs);
+    return ok;
+}
+
 /* One pass of the body: its nodes converted again (the first pass checks
  * that its names do not repeat outer ones; later passes overwrite the
  * last pass's values). */
 static bool body_pass(OxImp *im, const Onnx__GraphProto *b, bool first) {
     if (first && !fresh_names(im, b, "body")) return false;
+    if (!first && !forget_pass(im, b)) return graph_nomem(im->g), false;
     int outer = im->pass;
     im->pass = ++im->npasses;
     for (size_t i = 0; i < b->n_node; i++)
@@ -825,6 +1451,15 @@ static bool op_loop(OxNode *n) {
     if (ncar < 0 || nscan < 0 || (int)b->n_input != ncar + 2 ||
         (int)b->n_output != ncar + 1 + nscan)
         return ox_nfail(n, "the body's inputs and outputs do not match the node's");
+    CfMode mode;
+    if (!cf_mode(n, &mode)) return false;
+    bool known_m = !mv || (ox_known(mv) && ox_numel(mv) == 1);
+    bool known_c = !cv || (ox_known(cv) && ox_numel(cv) == 1);
+    if (mode == CF_CALL ||
+        (mode == CF_AUTO &&
+         (!mv || !known_m || !known_c || ox_to_i64(ox_known(mv)[0]) > CF_MAX_ITERS ||
+          ox_to_i64(ox_known(mv)[0]) * body_nodes(b, NULL) > CF_UNROLL_NODES)))
+        return loop_call(n, b, ncar, nscan);
     int64_t trips = CF_MAX_ITERS + 1;
     if (mv) {
         if (!ox_known(mv) || ox_numel(mv) != 1)
@@ -873,6 +1508,15 @@ static bool op_loop(OxNode *n) {
             if (!body_output(n, b, 1 + ncar + k, &scan[k * CF_MAX_ITERS + it])) return false;
         /* the body's condition must fold; an Identity of cond_in does (it
          * was bound as the constant true) */
+        if ((!ox_known(&cout) || ox_numel(&cout) != 1) && mode == CF_AUTO) {
+            /* a sub-program after all: the passes so far are dead code */
+            OxImp defs = {0};
+            bool ok = scope_defines(&defs, b);
+            for (int i = 0; ok && i < defs.cap; i++)
+                if (defs.tab[i]) ox_forget(im, defs.tab[i]->name);
+            table_free(&defs);
+            return ok ? loop_call(n, b, ncar, nscan) : ox_nomem(n);
+        }
         if (!ox_known(&cout) || ox_numel(&cout) != 1)
             return ox_nfail(n, "unsupported: the body's condition is computed at run time "
                                "(kiln unrolls a loop whose condition folds at import)");
@@ -959,6 +1603,11 @@ static bool op_scan(OxNode *n) {
         T = v.shape[ax];
         xs[k - N] = v;
     }
+    CfMode mode;
+    if (!cf_mode(n, &mode)) return false;
+    if (mode == CF_CALL ||
+        (mode == CF_AUTO && (T > CF_MAX_ITERS || T * body_nodes(b, NULL) > CF_UNROLL_NODES)))
+        return scan_call(n, b, N, st, M, xs, in_axes, in_dirs, K, out_axes, out_dirs, T, v8);
     if (T > CF_MAX_ITERS)
         return ox_nfail(n, "unsupported: %lld steps (kiln unrolls Scan, up to %d)", (long long)T,
                         CF_MAX_ITERS);

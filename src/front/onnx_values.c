@@ -30,7 +30,15 @@ static OxVal **slot(OxImp *im, const char *name) {
     }
 }
 
-OxVal *ox_find(OxImp *im, const char *name) { return im->cap ? *slot(im, name) : NULL; }
+OxVal *ox_find(OxImp *im, const char *name) {
+    OxVal *v = im->cap ? *slot(im, name) : NULL;
+    return v && !v->dead ? v : NULL;
+}
+
+void ox_forget(OxImp *im, const char *name) {
+    OxVal *v = ox_find(im, name);
+    if (v) v->dead = true;
+}
 
 static bool grow(OxImp *im) {
     int cap = im->cap ? im->cap * 2 : 256;
@@ -51,6 +59,12 @@ static bool grow(OxImp *im) {
 OxVal *ox_val(OxImp *im, const char *name) {
     if ((im->count + 1) * 2 > im->cap && !grow(im)) return NULL;
     OxVal **s = slot(im, name);
+    if (*s && (*s)->dead) { /* back in scope, as new */
+        const char *kept = (*s)->name;
+        memset(*s, 0, sizeof **s);
+        (*s)->name = kept;
+        (*s)->v = KILN_NONE;
+    }
     if (*s) return *s;
     OxVal *v = arena_alloc(&im->arena, sizeof *v);
     if (!v || !(v->name = arena_strdup(&im->arena, name))) return NULL;

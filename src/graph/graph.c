@@ -21,8 +21,24 @@
 
 kiln_graph *kiln_graph_new(void) { return kcalloc(1, sizeof(kiln_graph)); }
 
+void graph_call_free(GraphCall *c) {
+    if (!c) return;
+    kiln_graph_free(c->body[0]);
+    kiln_graph_free(c->body[1]);
+    kfree(c);
+}
+
+static void free_calls(GraphCall *c) {
+    while (c) {
+        GraphCall *next = c->next;
+        graph_call_free(c);
+        c = next;
+    }
+}
+
 void kiln_graph_free(kiln_graph *g) {
     if (!g) return;
+    free_calls(g->calls);
     kfree(g->nodes);
     kfree(g->inputs);
     kfree(g->outputs);
@@ -103,8 +119,100 @@ int *graph_use_counts(const Graph *g) {
     return uses;
 }
 
+/* ---- control flow: the calls of sub-programs ---------------------------------- */
+
+int graph_call_ncap(const GraphCall *c, int b) {
+    int n = c->body[b] ? c->body[b]->ninputs : 0;
+    return c->kind == CALL_IF ? n : n - (c->loop ? 2 : 0) - c->nstate - c->nscan_in;
+}
+
+int64_t graph_call_numel(const kiln_graph *body, bool output, int k) {
+    return node_numel(&body->nodes[output ? body->outputs[k] : body->inputs[k]]);
+}
+
+/* Sum of body b's inputs (or outputs) [from, from + count). */
+static int64_t numel_sum(const kiln_graph *body, bool output, int from, int count) {
+    int64_t s = 0;
+    for (int k = from; k < from + count; k++) s += graph_call_numel(body, output, k);
+    return s;
+}
+
+int64_t graph_call_in_numel(const GraphCall *c) {
+    if (c->kind == CALL_IF)
+        return 1 + numel_sum(c->body[0], false, 0, c->body[0]->ninputs) +
+               numel_sum(c->body[1], false, 0, c->body[1]->ninputs);
+    const kiln_graph *b = c->body[0];
+    int first = c->loop ? 2 : 0;
+    int64_t n = c->has_trip + c->has_cond + numel_sum(b, false, first, c->nstate);
+    n += c->trips * numel_sum(b, false, first + c->nstate, c->nscan_in);
+    n += numel_sum(b, false, first + c->nstate + c->nscan_in, graph_call_ncap(c, 0));
+    return n > 0 ? n : 1; /* an operand of nothing holds one unused element */
+}
+
+int64_t graph_call_out_numel(const GraphCall *c) {
+    if (c->kind == CALL_IF) return numel_sum(c->body[0], true, 0, c->body[0]->noutputs);
+    const kiln_graph *b = c->body[0];
+    int first = c->loop ? 1 : 0;
+    int64_t states = numel_sum(b, true, first, c->nstate);
+    int64_t scans =
+        c->nscan_out ? c->trips * numel_sum(b, true, first + c->nstate, c->nscan_out) : 0;
+    return 2 * states + scans + (c->loop ? 3 : 0);
+}
+
+int64_t graph_call_trips(double v) {
+    if (v != v || v >= 9223372036854775807.0) return -1;
+    return v < 0 ? 0 : (int64_t)v;
+}
+
+kiln_value graph_call(Graph *g, GraphCall *c, kiln_value packed) {
+    if (!c) return graph_nomem(g);
+    c->next = g->calls;
+    g->calls = c;
+    if (!graph_ok_value(g, packed, "call")) return KILN_NONE;
+    const Node *p = &g->nodes[packed];
+    if (c->kind == CALL_LOOP && c->nscan_out && c->trips < 0)
+        return graph_fail(g, KILN_ERR_INPUT, "call: scan outputs need a known trip count");
+    if (p->rank != 1 || p->shape[0] != graph_call_in_numel(c) ||
+        (p->dtype != KILN_F32 && p->dtype != KILN_F64))
+        return graph_fail(g, KILN_ERR_INPUT, "call: the packed operand does not match the call");
+    Node n;
+    memset(&n, 0, sizeof n);
+    n.op = OP_CALL;
+    n.dtype = p->dtype;
+    n.rank = 1;
+    n.shape[0] = graph_call_out_numel(c);
+    n.nin = 1;
+    n.in[0] = packed;
+    for (int k = 1; k < MAX_IN; k++) n.in[k] = -1;
+    n.call = c;
+    return graph_add(g, &n);
+}
+
+/* A call copied into dst: its bodies decomposed there (the interpreter and
+ * the runtime take decomposed graphs), owned by dst. */
+static const GraphCall *copy_call(Graph *dst, const GraphCall *c) {
+    GraphCall *d = kmalloc(sizeof *d);
+    if (!d) return NULL;
+    *d = *c;
+    d->body[0] = d->body[1] = NULL;
+    d->next = dst->calls;
+    dst->calls = d;
+    if (c->label && !(d->label = arena_strdup(&dst->arena, c->label))) return NULL;
+    for (int b = 0; b < 2; b++) {
+        if (!c->body[b]) continue;
+        if (!(d->body[b] = kiln_graph_new())) return NULL;
+        if (dec_run(c->body[b], d->body[b]) != KILN_OK) {
+            graph_fail(dst, d->body[b]->status, "%s", d->body[b]->err);
+            return NULL;
+        }
+    }
+    return d;
+}
+
 int graph_copy_node(Graph *dst, const Graph *src, int id, const int *map) {
     Node n = src->nodes[id];
+    if (n.call && !(n.call = copy_call(dst, n.call)))
+        return dst->status ? KILN_NONE : graph_nomem(dst);
     for (int k = 0; k < n.nin; k++)
         if (n.in[k] >= 0) n.in[k] = map[n.in[k]];
     n.origin = NULL;
@@ -246,6 +354,7 @@ void graph_dump_node(FILE *f, const Graph *g, int i) {
     for (int k = 0; k < n->nin; k++)
         fprintf(f, k ? ", %s%d" : "%s%d", n->in[k] >= 0 ? "%" : "", n->in[k] >= 0 ? n->in[k] : 0);
     if (n->op == OP_CONST) fprintf(f, "%g", n->f[0]);
+    if (n->call) fprintf(f, "; %s", n->call->label ? n->call->label : "");
     if (n->name) fprintf(f, "%s'%s'", n->nin ? ", " : "", n->name);
     for (int k = 0; k < n->nattr; k++)
         fprintf(f, "%s%lld", k ? "," : (n->nin || n->name ? "; " : ""), (long long)n->attr[k]);

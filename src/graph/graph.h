@@ -82,6 +82,7 @@ enum {
  *   CONV2D:  attr = {sh, sw, ph, pw, dh, dw, groups}; in = x, w [, b]
  *   GATHER:  attr = {axis} (normalized); in = data, indices
  *   CONV_TRANSPOSE2D: attr = {sh, sw, ph, pw, oph, opw, dh, dw, groups}; in = x, w [, b]
+ *   CALL:    call = what runs (GraphCall); in = the packed operands
  *   CONST:   f[0] = value;  CLAMP: f[0] = min, f[1] = max
  *   DROPOUT: f[0] = p;  RAND, DROPOUT: seed
  */
@@ -97,9 +98,10 @@ typedef struct {
     double f[2];
     unsigned flags;
     uint64_t seed;
-    const char *origin; /* the user-level op this node came from */
-    const char *name;   /* input/weight/output name, or NULL */
-    float *data;        /* WEIGHT: numel floats (F64: doubles), arena-owned */
+    const char *origin;           /* the user-level op this node came from */
+    const char *name;             /* input/weight/output name, or NULL */
+    float *data;                  /* WEIGHT: numel floats (F64: doubles), arena-owned */
+    const struct GraphCall *call; /* CALL: the sub-programs (the graph owns them) */
 } Node;
 
 enum { NF_LN_WEIGHT = 1 << 8, NF_LN_BIAS = 1 << 9 };
@@ -123,6 +125,7 @@ struct kiln_graph {
     const char **outnames;    /* parallel to outputs */
     const char *origin;       /* when set, new nodes take this origin */
     GraphNote *notes;         /* rewrites applied or declined, in order (arena) */
+    struct GraphCall *calls;  /* the CALL nodes' sub-programs, to free with the graph */
     int nnotes;
     char err[1024];
     kiln_status status; /* sticky: the first failure */
@@ -136,6 +139,62 @@ struct kiln_graph {
 };
 
 typedef kiln_graph Graph;
+
+/*
+ * Control flow (OP_CALL): sub-programs the runtime calls, each a graph of
+ * its own compiled to a program of its own; the calling node is a wall for
+ * fusion like an extern kernel. Its one operand packs every value the
+ * sub-programs read, each flattened and cast to the node's dtype, in the
+ * order below; its value packs what they give, then scratch space the
+ * runtime uses (views slice the results out). Every sub-program input and
+ * output has the node's dtype (the importer casts inside the body).
+ *
+ * CALL_LOOP (ONNX Loop and Scan): body[0] runs once per iteration.
+ *   operand: [trip count] [condition] states... scan inputs... captures...
+ *     (a scan input: its length times one slice, the sliced axis first and
+ *     in iteration order)
+ *   body inputs: [iteration] [condition] states... scan slices... captures...
+ *   body outputs: [condition] states... scan slices...
+ *     (the [] ones are there when `loop` is set: ONNX Loop's form)
+ *   value: states... scan outputs (each trips times one slice)...; then
+ *     scratch: states... [iteration] [condition in] [condition out]
+ *   The trip count is `trips` when >= 0, else the operand's (has_trip; a
+ *   value past 2^63 or none at all: unbounded); the loop also stops when the
+ *   condition (has_cond: its start value) turns false. Scan outputs need
+ *   `trips` and no condition: their size is static.
+ * CALL_IF: body[0] (then) or body[1] (else), by the operand's first element.
+ *   operand: [condition] then's captures... else's captures...
+ *   value: the taken branch's outputs.
+ */
+typedef enum { CALL_LOOP, CALL_IF } CallKind;
+typedef struct GraphCall {
+    CallKind kind;
+    kiln_graph *body[2]; /* owned */
+    bool loop;           /* LOOP: the body has ONNX Loop's iteration and condition */
+    bool has_trip;       /* LOOP: the operand starts with the trip count */
+    bool has_cond;       /* LOOP: then with the start condition */
+    int64_t trips;       /* LOOP: the iterations when known at compile time, else -1 */
+    int nstate, nscan_in, nscan_out;
+    const char *label;      /* "Loop 'name' (node 3)", for explain */
+    struct GraphCall *next; /* the owning graph's list */
+} GraphCall;
+
+/* The call's captures of body b (LOOP: after the states and scan slices). */
+int graph_call_ncap(const GraphCall *c, int b);
+/* The number of elements of body b's input or output k (its dense numel). */
+int64_t graph_call_numel(const kiln_graph *body, bool output, int k);
+/* The operand's numel (at least 1: an operand of nothing holds one unused
+ * element) and the value's, scratch included (for the builder). */
+int64_t graph_call_in_numel(const GraphCall *c);
+int64_t graph_call_out_numel(const GraphCall *c);
+/* The trip count an operand element holds (a double): < 0 for none (NaN,
+ * or 2^63 and past). */
+int64_t graph_call_trips(double v);
+/* Free a call not given to graph_call (its bodies too); NULL is fine. */
+void graph_call_free(GraphCall *c);
+/* A call node over the packed operand: takes ownership of c (freed with g
+ * even on failure); the value has dtype that of the operand. */
+kiln_value graph_call(Graph *g, GraphCall *c, kiln_value packed);
 
 /* Record a failure (only the first one is kept); returns KILN_NONE. */
 int graph_fail(Graph *g, kiln_status st, const char *fmt, ...)

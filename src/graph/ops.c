@@ -14,7 +14,7 @@ const OpInfo op_info[OP_COUNT] = {
  * lowering, the parser, the ONNX importer and the tests each have a place
  * for it (docs/adding-an-op.md lists them). This count makes the compiler
  * stop whoever changes the table until they have looked. */
-_Static_assert(OP_COUNT == 63, "ops.def changed: see docs/adding-an-op.md, then update this count");
+_Static_assert(OP_COUNT == 64, "ops.def changed: see docs/adding-an-op.md, then update this count");
 
 int op_lookup(const char *name) {
     for (int i = 0; i < OP_COUNT; i++)

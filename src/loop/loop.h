@@ -171,9 +171,10 @@ typedef struct {
     BufView opnd[3];
     int nattr;
     int64_t attr[MAX_ATTR];
-    uint64_t seed;     /* RAND */
-    const float *data; /* WEIGHT (the graph owns it) */
-    int node;          /* the graph node whose value this holds */
+    const GraphCall *call; /* EXTERN OP_CALL: the sub-programs (the graph owns them) */
+    uint64_t seed;         /* RAND */
+    const float *data;     /* WEIGHT (the graph owns it) */
+    int node;              /* the graph node whose value this holds */
     bool is_output;
     int norigins; /* origin op names, sorted, unique */
     const char **origins;

@@ -1181,8 +1181,14 @@ static void lower_extern(Lower *L, int id) {
     int k = 0;
     for (int j = 0; j < n->nin && k < 3; j++)
         if (n->in[j] >= 0) ops[k++] = extern_operand(L, n->in[j]);
+    /* a call hands its sub-programs a pointer into its operand */
+    if (n->op == OP_CALL && ops[0].stride[0] != 1 && ops[0].shape[0] > 1) {
+        materialize(L, n->in[0], "a call's operand is dense");
+        ops[0] = extern_operand(L, n->in[0]);
+    }
     Buffer *b = new_buffer(L, id, BODY_EXTERN);
     b->ext_op = n->op;
+    b->call = n->call;
     b->nopnds = k;
     memcpy(b->opnd, ops, sizeof ops);
     b->nattr = n->nattr;

@@ -747,6 +747,146 @@ static kiln_status hold(Interp *it, int id, const void *data) {
     return KILN_OK;
 }
 
+/* ===== calls of sub-programs (control flow) ================================ */
+
+/* One run of a body: inputs and outputs are doubles, as the interpreter
+ * holds values; they go in and come out in the body's dtype. A failure in
+ * the body becomes the caller's, named by the call. */
+static kiln_status body_run(Interp *it, int id, Graph *body, const double *const *in,
+                            double *const *out) {
+    int nin = body->ninputs, nout = body->noutputs;
+    float **bin = kcalloc((size_t)nin + 1, sizeof(float *));
+    float **bout = kcalloc((size_t)nout + 1, sizeof(float *));
+    kiln_status st = bin && bout ? KILN_OK : KILN_ERR_NOMEM;
+    for (int k = 0; k < nin && st == KILN_OK; k++) {
+        const Node *x = &body->nodes[body->inputs[k]];
+        int64_t numel = node_numel(x);
+        if (!(bin[k] = scratch(it, id, numel, (size_t)loop_storage_size(x->dtype)))) {
+            st = KILN_ERR_NOMEM;
+            break;
+        }
+        for (int64_t e = 0; e < numel; e++)
+            if (x->dtype == KILN_F64)
+                ((double *)bin[k])[e] = in[k][e];
+            else
+                bin[k][e] = (float)in[k][e];
+    }
+    if (st == KILN_OK) st = interp_run_perturbed(body, bin, bout, it->perturb);
+    for (int k = 0; k < nout && st == KILN_OK; k++) {
+        const Node *y = &body->nodes[body->outputs[k]];
+        for (int64_t e = 0; e < node_numel(y); e++)
+            out[k][e] = y->dtype == KILN_F64 ? ((double *)bout[k])[e] : bout[k][e];
+    }
+    for (int k = 0; bin && k < nin; k++) kfree(bin[k]);
+    for (int k = 0; bout && k < nout; k++) kfree(bout[k]);
+    kfree(bin);
+    kfree(bout);
+    if (st != KILN_OK) {
+        const GraphCall *c = node(it, id)->call;
+        graph_fail(it->g, st, "%s: %s", c->label ? c->label : "call",
+                   body->status ? body->err : "out of memory");
+        graph_clear_error(body);
+    }
+    return st;
+}
+
+static int64_t call_numel(const Graph *b, bool output, int k) {
+    return graph_call_numel(b, output, k);
+}
+
+static kiln_status eval_if(Interp *it, int id, const GraphCall *c, const double *in, double *out) {
+    int b = in[0] != 0 ? 0 : 1;
+    Graph *B = c->body[b];
+    const double *p = in + 1;
+    for (int k = 0; b && k < c->body[0]->ninputs; k++) p += call_numel(c->body[0], false, k);
+    const double **bin = kcalloc((size_t)B->ninputs + 1, sizeof(double *));
+    double **bout = kcalloc((size_t)B->noutputs + 1, sizeof(double *));
+    kiln_status st = bin && bout ? KILN_OK : KILN_ERR_NOMEM;
+    for (int k = 0; st == KILN_OK && k < B->ninputs; k++) {
+        bin[k] = p;
+        p += call_numel(B, false, k);
+    }
+    for (int k = 0; st == KILN_OK && k < B->noutputs; k++) {
+        bout[k] = out;
+        out += call_numel(B, true, k);
+    }
+    if (st == KILN_OK) st = body_run(it, id, B, bin, bout);
+    kfree(bin);
+    kfree(bout);
+    return st;
+}
+
+/* ONNX Loop and Scan (graph.h, GraphCall): the body runs while the trip
+ * count and the condition allow, reading the states of the last iteration
+ * and writing the next ones to the other of two places. */
+static kiln_status eval_loop(Interp *it, int id, const GraphCall *c, const double *in,
+                             double *out) {
+    Graph *B = c->body[0];
+    int fi = c->loop ? 2 : 0, fo = c->loop ? 1 : 0, ncap = graph_call_ncap(c, 0);
+    int64_t trips = c->trips, S = 0, scans_out = 0;
+    bool go = true;
+    if (c->has_trip) trips = graph_call_trips(*in++);
+    if (c->has_cond) go = *in++ != 0;
+    for (int k = 0; k < c->nstate; k++) S += call_numel(B, false, fi + k);
+    for (int k = 0; k < c->nscan_out; k++)
+        scans_out += c->trips * call_numel(B, true, fo + c->nstate + k);
+    const double *state_in = in, *scan_in = in + S, *caps = scan_in;
+    for (int m = 0; m < c->nscan_in; m++)
+        caps += c->trips * call_numel(B, false, fi + c->nstate + m);
+    double *tmp = out + S + scans_out, *iter = tmp + S, *cin = iter + 1, *cout = iter + 2;
+    memset(tmp, 0, sizeof(double) * (size_t)(S + (c->loop ? 3 : 0)));
+    const double **bin = kcalloc((size_t)B->ninputs + 1, sizeof(double *));
+    double **bout = kcalloc((size_t)B->noutputs + 1, sizeof(double *));
+    kiln_status st = bin && bout ? KILN_OK : KILN_ERR_NOMEM;
+    const double *R = state_in;
+    double *W = tmp;
+    for (int64_t i = 0; st == KILN_OK && go && (trips < 0 || i < trips); i++) {
+        int a = 0, o = 0;
+        if (c->loop) {
+            *iter = (double)i, *cin = 1;
+            bin[a++] = iter, bin[a++] = cin, bout[o++] = cout;
+        }
+        int64_t off = 0;
+        for (int k = 0; k < c->nstate; k++) {
+            bin[a++] = R + off;
+            bout[o++] = W + off;
+            off += call_numel(B, false, fi + k);
+        }
+        const double *sp = scan_in;
+        for (int m = 0; m < c->nscan_in; m++) {
+            int64_t sl = call_numel(B, false, a);
+            bin[a++] = sp + i * sl;
+            sp += c->trips * sl;
+        }
+        double *so = out + S;
+        for (int k = 0; k < c->nscan_out; k++) {
+            int64_t sl = call_numel(B, true, o);
+            bout[o++] = so + i * sl;
+            so += c->trips * sl;
+        }
+        const double *cp = caps;
+        for (int k = 0; k < ncap; k++) {
+            bin[a] = cp;
+            cp += call_numel(B, false, a++);
+        }
+        st = body_run(it, id, B, bin, bout);
+        if (c->loop) go = *cout != 0;
+        R = W;
+        W = W == tmp ? out : tmp;
+    }
+    if (st == KILN_OK && R != out && S) memcpy(out, R, sizeof(double) * (size_t)S);
+    kfree(bin);
+    kfree(bout);
+    return st;
+}
+
+static kiln_status eval_call(Interp *it, int id, double *out) {
+    const Node *n = node(it, id);
+    const double *in = operand(it, n, 0);
+    return n->call->kind == CALL_IF ? eval_if(it, id, n->call, in, out)
+                                    : eval_loop(it, id, n->call, in, out);
+}
+
 /* Compute node id into a new buffer (f64 sources are borrowed). */
 static kiln_status eval_node(Interp *it, int id) {
     const Node *n = node(it, id);
@@ -772,6 +912,7 @@ static kiln_status eval_node(Interp *it, int id) {
         case OP_MATMUL: return eval_matmul(it, id, out);
         case OP_GATHER: return eval_gather(it, id, out);
         case OP_CONV_TRANSPOSE2D: return eval_conv_transpose2d(it, id, out);
+        case OP_CALL: return eval_call(it, id, out);
         default: return eval_conv2d(it, id, out);
         }
     case KIND_RANDOM: /* counter-based: element i depends on (seed, i) only */

@@ -12,6 +12,8 @@ static int64_t reduce_length(const Graph *g, const Node *n) {
     switch (op_info[n->op].kind) {
     case KIND_REDUCTION: return a && node_numel(n) > 0 ? node_numel(a) / node_numel(n) : 1;
     case KIND_EXTERN:
+        if (n->op == OP_CALL) /* the iterations compound like a sum's terms */
+            return n->call->trips > 1 ? n->call->trips : 1;
         if (n->op == OP_MATMUL && a) return a->rank ? a->shape[a->rank - 1] : 1;
         if (n->op == OP_CONV2D && n->nin > 1) {
             const Node *w = graph_node(g, n->in[1]);

@@ -70,7 +70,8 @@ struct RtProgram {
     struct RtRun *free_runs;   /* the pool: runs not in use */
     int nruns;                 /* runs made, in use or not */
     RtStats stats;
-    RtProf *prof; /* NULL: not profiling */
+    RtProf *prof;     /* NULL: not profiling */
+    RtProgram **subs; /* per buffer, two each: a call's compiled bodies (NULL: none) */
 };
 
 /* What one run writes: the arena of intermediates and the pointer table
@@ -355,8 +356,160 @@ static kiln_status plan_and_generate(const Graph *g, const KilnConfig *cfg, cons
     return KILN_OK;
 }
 
+/* ---- calls of sub-programs (control flow) -------------------------------------- */
+
+/* Each call's bodies, compiled with the program's configuration; they run
+ * on the team of the run that calls them. */
+static kiln_status compile_subs(RtProgram *p, char *err, size_t errlen) {
+    const LoopProgram *lp = p->plan->prog;
+    for (int b = 0; b < lp->nbufs; b++) {
+        const GraphCall *c = lp->bufs[b]->call;
+        if (!c) continue;
+        if (!p->subs && !(p->subs = kcalloc((size_t)lp->nbufs * 2, sizeof(RtProgram *)))) {
+            util_fmt(err, errlen, "out of memory");
+            return KILN_ERR_NOMEM;
+        }
+        for (int k = 0; k < 2; k++) {
+            if (!c->body[k]) continue;
+            char msg[1024];
+            kiln_status st =
+                rt_compile(c->body[k], &p->plan->sched->cfg, &p->subs[2 * b + k], msg, sizeof msg);
+            if (st != KILN_OK) {
+                util_fmt(err, errlen, "%s, %s: %s", c->label ? c->label : "call",
+                         c->kind == CALL_IF ? (k ? "else_branch" : "then_branch") : "body", msg);
+                return st;
+            }
+            p->stats.ncalls += p->subs[2 * b + k]->stats.ncalls;
+        }
+    }
+    return KILN_OK;
+}
+
+/* One run of a body; its message, if any, names the call. */
+static kiln_status sub_run(RtProgram *sub, const GraphCall *c, void *const *in, void **out,
+                           char *err, size_t errlen) {
+    char msg[1024];
+    kiln_status st = rt_run(sub, (const float *const *)in, (float **)out, msg, sizeof msg);
+    if (st != KILN_OK) util_fmt(err, errlen, "%s: %s", c->label ? c->label : "call", msg);
+    return st;
+}
+
+/* Body b's input or output k, in bytes. */
+static int64_t sub_bytes(const RtProgram *sub, bool output, int k) {
+    const LoopProgram *lp = sub->plan->prog;
+    return buf_bytes(lp->bufs[output ? lp->outputs[k] : lp->inputs[k]]);
+}
+
+static kiln_status call_if(RtProgram **subs, const GraphCall *c, const unsigned char *in,
+                           unsigned char *out, size_t es, void **ptrs, char *err, size_t errlen) {
+    bool f64 = es == sizeof(double);
+    int b = (f64 ? *(const double *)in : *(const float *)in) != 0 ? 0 : 1;
+    RtProgram *B = subs[b];
+    const LoopProgram *lp = B->plan->prog;
+    const unsigned char *p = in + es;
+    for (int k = 0; b && k < subs[0]->plan->prog->ninputs; k++) p += sub_bytes(subs[0], false, k);
+    void **bin = ptrs, **bout = ptrs + lp->ninputs;
+    for (int k = 0; k < lp->ninputs; k++) {
+        bin[k] = (void *)p;
+        p += sub_bytes(B, false, k);
+    }
+    for (int k = 0; k < lp->noutputs; k++) {
+        bout[k] = out;
+        out += sub_bytes(B, true, k);
+    }
+    return sub_run(B, c, bin, bout, err, errlen);
+}
+
+/* ONNX Loop and Scan (graph.h, GraphCall; the interpreter's eval_loop is
+ * the reference): the states ping-pong between the value's two places, the
+ * scan slices are read and written in place. */
+static kiln_status call_loop(RtProgram *B, const GraphCall *c, const unsigned char *in,
+                             unsigned char *out, size_t es, void **ptrs, char *err, size_t errlen) {
+    bool f64 = es == sizeof(double);
+    const LoopProgram *lp = B->plan->prog;
+    int fi = c->loop ? 2 : 0, fo = c->loop ? 1 : 0, ncap = graph_call_ncap(c, 0);
+    int64_t trips = c->trips, S = 0, scans_out = 0;
+    bool go = true;
+#define RD(ptr) (f64 ? *(const double *)(ptr) : (double)*(const float *)(ptr))
+    if (c->has_trip) trips = graph_call_trips(RD(in)), in += es;
+    if (c->has_cond) go = RD(in) != 0, in += es;
+    for (int k = 0; k < c->nstate; k++) S += sub_bytes(B, false, fi + k);
+    for (int k = 0; k < c->nscan_out; k++)
+        scans_out += c->trips * sub_bytes(B, true, fo + c->nstate + k);
+    const unsigned char *state_in = in, *scan_in = in + S, *caps = scan_in;
+    for (int m = 0; m < c->nscan_in; m++)
+        caps += c->trips * sub_bytes(B, false, fi + c->nstate + m);
+    unsigned char *tmp = out + S + scans_out, *iter = tmp + S, *cin = iter + es, *cout = cin + es;
+    void **bin = ptrs, **bout = ptrs + lp->ninputs;
+    const unsigned char *R = state_in;
+    unsigned char *W = tmp;
+    kiln_status st = KILN_OK;
+    for (int64_t i = 0; st == KILN_OK && go && (trips < 0 || i < trips); i++) {
+        int a = 0, o = 0;
+        if (c->loop) {
+            if (f64)
+                *(double *)iter = (double)i, *(double *)cin = 1;
+            else
+                *(float *)iter = (float)i, *(float *)cin = 1;
+            bin[a++] = iter, bin[a++] = cin, bout[o++] = cout;
+        }
+        int64_t off = 0;
+        for (int k = 0; k < c->nstate; k++) {
+            bin[a++] = (void *)(R + off);
+            bout[o++] = W + off;
+            off += sub_bytes(B, false, fi + k);
+        }
+        const unsigned char *sp = scan_in;
+        for (int m = 0; m < c->nscan_in; m++) {
+            int64_t sl = sub_bytes(B, false, a);
+            bin[a++] = (void *)(sp + i * sl);
+            sp += c->trips * sl;
+        }
+        unsigned char *so = out + S;
+        for (int k = 0; k < c->nscan_out; k++) {
+            int64_t sl = sub_bytes(B, true, o);
+            bout[o++] = so + i * sl;
+            so += c->trips * sl;
+        }
+        const unsigned char *cp = caps;
+        for (int k = 0; k < ncap; k++) {
+            bin[a] = (void *)cp;
+            cp += sub_bytes(B, false, a++);
+        }
+        st = sub_run(B, c, bin, bout, err, errlen);
+        if (c->loop) go = RD(cout) != 0;
+        R = W;
+        W = W == tmp ? out : tmp;
+    }
+#undef RD
+    if (st == KILN_OK && R != out && S) memcpy(out, R, (size_t)S);
+    return st;
+}
+
+/* KilnRT.call: the generated entry point hands over call `site`. */
+static int rt_call(void *prog, int site, const void *in, void *out, char *err, size_t errlen) {
+    RtProgram *p = prog;
+    const Buffer *b = p->plan->prog->bufs[site];
+    const GraphCall *c = b->call;
+    RtProgram **subs = p->subs + 2 * site;
+    int n = 0;
+    for (int k = 0; k < 2; k++)
+        if (subs[k])
+            n = n > subs[k]->plan->prog->ninputs + subs[k]->plan->prog->noutputs
+                    ? n
+                    : subs[k]->plan->prog->ninputs + subs[k]->plan->prog->noutputs;
+    void **ptrs = kcalloc((size_t)n + 1, sizeof(void *));
+    if (!ptrs) return 1;
+    size_t es = (size_t)loop_storage_size(b->dtype);
+    kiln_status st = c->kind == CALL_IF ? call_if(subs, c, in, out, es, ptrs, err, errlen)
+                                        : call_loop(subs[0], c, in, out, es, ptrs, err, errlen);
+    kfree(ptrs);
+    return st == KILN_OK ? 0 : st == KILN_ERR_INPUT ? EXT_ERR_INPUT : 1;
+}
+
 static kiln_status finish(RtProgram *p, char *err, size_t errlen) {
-    kiln_status st = plan_memory(p, err, errlen);
+    kiln_status st = compile_subs(p, err, errlen);
+    if (st == KILN_OK) st = plan_memory(p, err, errlen);
     if (st == KILN_OK) st = alloc_run_state(p, err, errlen);
     io_bytes(p);
     return st;
@@ -478,6 +631,8 @@ void rt_free(RtProgram *p) {
     if (!p) return;
     prof_free(p->prof);
     forget_weights(p);
+    for (int b = 0; p->subs && b < 2 * p->nbufs; b++) rt_free(p->subs[b]);
+    kfree(p->subs);
     jit_close(p->lib);
     cg_free(&p->code);
     plan_free(p->plan);
@@ -532,6 +687,8 @@ kiln_status rt_run(RtProgram *p, const float *const *inputs, float **outputs, ch
 #ifdef KILN_TESTING
     if (rt_test_set) rt = rt_test_table;
 #endif
+    rt.call = rt_call;
+    rt.prog = p;
     rt.err = err; /* a gather's index out of range is reported here */
     rt.errlen = errlen;
     unsigned prev = ext_isa_enter(p->plan->sched->cfg.target.ext);

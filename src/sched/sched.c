@@ -710,6 +710,7 @@ typedef const char *(*FuseRule)(Sched *S, const Group *a, const Group *b, PairIn
  * would have to run first. */
 static const char *epilogue_check(Sched *S, const Group *a, const Group *b) {
     const SNode *x = node(S, a->m[0]);
+    if (nbuf(S, a->m[0])->ext_op == OP_CALL) return "a call of sub-programs has no epilogue";
     bool reads = false;
     for (int j = 0; j < b->n; j++) {
         const SNode *y = node(S, b->m[j]);
@@ -1137,6 +1138,7 @@ static const char *extern_name(const Buffer *b) {
     if (b->ext_op == OP_CONV2D) return "extern_kernels.conv2d";
     if (b->ext_op == OP_GATHER) return "extern_kernels.gather";
     if (b->ext_op == OP_CONV_TRANSPOSE2D) return "extern_kernels.conv_transpose2d";
+    if (b->ext_op == OP_CALL) return b->call->kind == CALL_IF ? "subprogram.if" : "subprogram.loop";
     if (b->rank <= 2) return "extern_kernels.mm";
     ExtView a = ext_view(&b->opnd[0]), w = ext_view(&b->opnd[1]);
     return b->dtype != KILN_F64 && ext_matmul_folds(&a, &w, b->rank, b->shape)
@@ -1156,6 +1158,10 @@ const char *sched_extern_path(const LoopProgram *p, const Buffer *b, char *buf, 
                                p->bufs[b->opnd[1].buf]->body == BODY_WEIGHT);
     } else if (b->ext_op == OP_CONV_TRANSPOSE2D) {
         path = ext_conv_transpose_path(b->opnd[0].shape, b->opnd[1].shape, b->shape, b->attr);
+    } else if (b->ext_op == OP_CALL) {
+        util_fmt(buf, n, "%s: compiled sub-program%s, called by the runtime",
+                 b->call->label ? b->call->label : "call", b->call->kind == CALL_IF ? "s" : "");
+        return buf;
     }
     if (!path) return NULL;
     util_fmt(buf, n, "%s, on %s", path, ext_path_isa(path));

@@ -11,10 +11,11 @@ cd "$(dirname "$0")"
 python3 oracle.py
 enc() { grep -v '^#' "$1.textproto" | protoc --encode="$2" -I/usr/include/onnx onnx.proto > "$1.$3"; }
 enc mlp/model onnx.ModelProto onnx
-for m in unsupported unsupported_many runtime_shape int_input symbolic opset22 nll rnn_long scatter_runtime gathernd nonzero_runtime quant_block slash_output output_clash loop_runtime seq_output index_range dft_bool scan_missing; do enc $m onnx.ModelProto onnx; done
+for m in unsupported unsupported_many runtime_shape int_input symbolic opset22 nll rnn_long scatter_runtime gathernd nonzero_runtime quant_block slash_output output_clash loop_runtime loop_gather_range seq_output index_range dft_bool scan_missing; do enc $m onnx.ModelProto onnx; done
 enc big_int onnx.TensorProto pb
 enc string onnx.TensorProto pb
 enc x23 onnx.TensorProto pb
+enc loop_gather_f5 onnx.TensorProto pb
 enc nll_target_bad onnx.TensorProto pb
 enc gathernd_bad onnx.TensorProto pb
 for m in ext_absolute ext_dotdot ext_link ext_range ext_missing; do enc ext/$m onnx.ModelProto onnx; done

@@ -1033,6 +1033,102 @@ case("scan_axes_directions", 16,
      {"sf": s, "ys": np.stack(outs[::-1], axis=1)},
      "Scan: inputs along axes 2 and 1, the second reversed; the output along axis 1, reversed")
 
+# Loop, Scan and If as compiled sub-programs (docs/conformance.md, control
+# flow): a trip count or a condition only the run knows, more steps than
+# kiln unrolls, branches too heavy for a where, and one call inside another
+# (a stream of their own, so the cases after keep their data)
+cf_rng = np.random.default_rng(20261204)
+
+
+def cf_randn(*s):
+    return cf_rng.standard_normal(s).astype(np.float32)
+
+
+xa0, wl, bxl = cf_randn(2, 3), (cf_randn(3, 3) * 0.5).astype(np.float32), cf_randn(3)
+lbody = Branch([("MatMul", ["acc_in", "w"], ["mm"], {}), ("Add", ["mm", "b"], ["pre"], {}),
+                ("Tanh", ["pre"], ["acc_out"], {}), ("Identity", ["c_in"], ["c_out"], {})],
+               ["c_out", "acc_out"], ["i", "c_in", "acc_in"])
+acc = xa0.astype(np.float64)
+for it in range(7):
+    acc = np.tanh(acc @ wl + np.maximum(bxl, 0))
+case("loop_runtime_trips", 13,
+     [("Relu", ["bx"], ["b"], {}), ("Loop", ["m", "", "a0"], ["acc"], {"body": lbody})],
+     {"a0": xa0, "m": np.array(7, np.int64), "bx": bxl}, {"w": wl}, {"acc": acc},
+     "Loop: the trip count is an input, a weight and a computed outer value read in the body")
+
+xw0 = np.abs(cf_randn(4)) + 0.1
+wbody = Branch([("Mul", ["v_in", "two"], ["v_out"], {}), ("ReduceSum", ["v_out"], ["tot"], {"keepdims": 0}),
+                ("Less", ["tot", "limit"], ["c_out"], {})],
+               ["c_out", "v_out"], ["i", "c_in", "v_in"])
+v = xw0.astype(np.float64)
+lim = np.float32(100.0)
+while True:                  # while sum(v) < limit (checked first in the graph)
+    v = v * 2
+    if not v.sum() < lim:
+        break
+case("loop_while_runtime", 13,
+     [("ReduceSum", ["x"], ["s0"], {"keepdims": 0}), ("Less", ["s0", "limit"], ["c0"], {}),
+      ("Loop", ["", "c0", "x"], ["v"], {"body": wbody})],
+     {"x": xw0, "limit": np.array(lim)}, {"two": np.array(2, np.float32)}, {"v": v},
+     "Loop: no trip count, a condition computed from the data, an input read in the body")
+
+T_long = 1100               # past the 1,024 passes kiln unrolls
+xs_long = (cf_randn(T_long, 2) * 0.1).astype(np.float32)
+skbody = Branch([("Add", ["s_in", "xt"], ["s_out"], {}), ("Mul", ["s_out", "half"], ["o"], {})],
+                ["s_out", "o"], ["s_in", "xt"])
+st_, outs = np.zeros(2, np.float32), []
+for t in range(T_long):     # the input walked backwards, the output stacked on axis 1
+    st_ = st_ + xs_long[T_long - 1 - t]   # in f32, as the model's state is
+    outs.append(st_ * np.float32(0.5))
+case("scan_long_reversed", 16,
+     [("Scan", ["z", "x"], ["sf", "ys"],
+       {"body": skbody, "num_scan_inputs": 1, "scan_input_directions": [1],
+        "scan_output_axes": [1]})],
+     {"x": xs_long}, {"z": np.zeros(2, np.float32), "half": np.array(0.5, np.float32)},
+     {"sf": st_, "ys": np.stack(outs, axis=1)},
+     "Scan over 1,100 steps, reversed, output along axis 1: a compiled body, not unrolled")
+
+lsbody = Branch([("Add", ["a_in", "d"], ["a_out"], {}), ("Sin", ["a_out"], ["o"], {}),
+                 ("Identity", ["c_in"], ["c_out"], {})],
+                ["c_out", "a_out", "o"], ["i", "c_in", "a_in"])
+a, outs = np.zeros(2, np.float32), []
+dl = np.array([0.01, -0.02], np.float32)
+for it in range(T_long):
+    a = a + dl                 # in f32, as the model's state is
+    outs.append(np.sin(a.astype(np.float64)))
+case("loop_long_scan_output", 13,
+     [("Loop", ["m", "", "z"], ["a", "ys"], {"body": lsbody})],
+     {"d": dl}, {"m": np.array(T_long, np.int64), "z": np.zeros(2, np.float32)},
+     {"a": a, "ys": np.stack(outs)},
+     "Loop of 1,100 known trips with a scan output: a compiled body writing its slices")
+
+xh, w1, w2 = cf_randn(2, 4), cf_randn(4, 3), cf_randn(4, 3)
+hthen = Branch([("MatMul", ["x", "w1"], ["t"], {}), ("Relu", ["t"], ["t2"], {})], ["t2"])
+helse = Branch([("MatMul", ["x", "w2"], ["e"], {}), ("Neg", ["e"], ["e2"], {})], ["e2"])
+for flag in (True, False):
+    case("if_runtime_heavy_%s" % ("then" if flag else "else"), 13,
+         [("If", ["c"], ["y"], {"then_branch": hthen, "else_branch": helse})],
+         {"x": xh, "c": np.array(flag)}, {"w1": w1, "w2": w2},
+         {"y": np.maximum(xh @ w1, 0) if flag else -(xh @ w2)},
+         "If with a matmul in each branch: two compiled sub-programs, the run takes one")
+
+wn = (cf_randn(3, 3) * 0.5).astype(np.float32)
+nthen = Branch([("MatMul", ["n_in", "wn"], ["nt"], {})], ["nt"])
+nelse = Branch([("Add", ["n_in", "one_f"], ["ne"], {})], ["ne"])
+nbody = Branch([("Less", ["i", "two_i"], ["early"], {}),
+                ("If", ["early"], ["n_out"], {"then_branch": nthen, "else_branch": nelse}),
+                ("Identity", ["c_in"], ["c_out"], {})],
+               ["c_out", "n_out"], ["i", "c_in", "n_in"])
+xn0 = cf_randn(2, 3)
+acc = xn0.astype(np.float64)
+for it in range(5):
+    acc = acc @ wn if it < 2 else acc + 1
+case("loop_if_nested", 13,
+     [("Loop", ["m", "", "x0"], ["y"], {"body": nbody})],
+     {"x0": xn0, "m": np.array(5, np.int64)},
+     {"wn": wn, "one_f": np.array(1, np.float32), "two_i": np.array(2, np.int64)}, {"y": acc},
+     "Loop (trip count an input) whose body holds an If on the iteration: a call in a call")
+
 # sequences held at import: split into chunks (the last smaller), insert,
 # erase, pick, stack along a new axis
 xq = randn(5, 2)
