@@ -1082,13 +1082,14 @@ static bool loop_call(OxNode *n, const Onnx__GraphProto *b, int ncar, int nscan)
                             k);
         }
     if (nscan && (c->trips < 0 || c->has_cond || !cond_stays)) {
+        const char *why = c->trips < 0  ? "its trip count is computed at run time"
+                          : c->has_cond ? "its start condition is computed at run time"
+                                        : "its body's condition is computed at run time";
         graph_call_free(c);
         return ox_nfail(n,
                         "unsupported: the loop's scan outputs have a size known only at run "
                         "time (%s)",
-                        c->trips < 0  ? "its trip count is computed at run time"
-                        : c->has_cond ? "its start condition is computed at run time"
-                                      : "its body's condition is computed at run time");
+                        why);
     }
     if (c->trips < 0 && !c->has_trip && !c->has_cond && cond_stays) {
         graph_call_free(c);
