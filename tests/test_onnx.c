@@ -1560,3 +1560,101 @@ TEST(onnx_if_branch_at_run_time) {
     kiln_program_free(p);
     kiln_graph_free(g);
 }
+
+/* Subgraphs nested past 64 deep (If in If in If ...) are refused before
+ * the import walks them: a hostile model cannot exhaust the stack there. */
+TEST(onnx_subgraph_nesting_bound) {
+    static BlockList pools[5]; /* a pool holds 1024 blocks: 20 levels each */
+    int64_t one[1] = {1};
+    Onnx__GraphProto *inner = NULL;
+    for (int d = 0; d < 70; d++) {
+        BlockList *pool = &pools[d / 20];
+        Onnx__GraphProto *br[2];
+        for (int b = 1; b >= 0; b--) { /* the leaf, then the If over the level below */
+            Onnx__GraphProto *g = palloc(pool, sizeof *g);
+            onnx__graph_proto__init(g);
+            g->name = pstr(pool, "branch");
+            char out[32];
+            snprintf(out, sizeof out, "o%d_%d", d, b);
+            Onnx__AttributeProto **attrs = palloc(pool, sizeof(void *) * 3);
+            attrs[0] = attrs[1] = attrs[2] = NULL;
+            Onnx__NodeProto **nodes = palloc(pool, sizeof(void *));
+            if (b == 0 && inner) {
+                for (int k = 0; k < 2; k++) {
+                    Onnx__AttributeProto *a = palloc(pool, sizeof *a);
+                    onnx__attribute_proto__init(a);
+                    a->name = pstr(pool, k ? "else_branch" : "then_branch");
+                    a->has_type = 1;
+                    a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+                    a->g = k ? br[1] : inner; /* then: the level below; else: a leaf */
+                    attrs[k] = a;
+                }
+                nodes[0] = node(pool, "If", "c", out, attrs);
+            } else
+                nodes[0] = node(pool, "Identity", "x", out, NULL);
+            g->n_node = 1;
+            g->node = nodes;
+            g->n_output = 1;
+            g->output = palloc(pool, sizeof(void *));
+            g->output[0] = vinfo(pool, out, 1, 1, one);
+            br[b] = g;
+        }
+        inner = br[0];
+        (void)br[1];
+    }
+    Model md = {.opset = 13, .nnodes = 1, .nin = 2, .nout = 1};
+    Onnx__AttributeProto **attrs = palloc(&pools[4], sizeof(void *) * 3);
+    for (int k = 0; k < 2; k++) {
+        Onnx__AttributeProto *a = palloc(&pools[4], sizeof *a);
+        onnx__attribute_proto__init(a);
+        a->name = pstr(&pools[4], k ? "else_branch" : "then_branch");
+        a->has_type = 1;
+        a->type = ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH;
+        a->g = inner; /* (only the count of levels matters: never converted) */
+        attrs[k] = a;
+    }
+    attrs[2] = NULL;
+    md.nodes[0] = node(&pools[4], "If", "c", "y", attrs);
+    md.in[0] = vinfo(&pools[4], "x", 1, 1, one);
+    md.in[1] = vinfo(&pools[4], "c", 9, 0, one);
+    md.out[0] = vinfo(&pools[4], "y", 1, 1, one);
+    kiln_graph *g = kiln_graph_new();
+    EXPECT(import(g, &pools[4], &md, 0, NULL, NULL) == KILN_ERR_INPUT &&
+               has_text(g, "unsupported: subgraphs nested more than 64 deep"),
+           "%s", kiln_error(g));
+    kiln_graph_free(g);
+    for (int k = 0; k < 5; k++) blocks_free(&pools[k]);
+}
+
+/* An If whose else branch does not import at these shapes: the program
+ * compiles with the then branch, a run that takes it gives NumPy's answer,
+ * and a run that takes the else branch fails saying why, compiled and
+ * interpreted. */
+TEST(onnx_if_refused_branch) {
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/if_branch_refused/model.onnx", 0, NULL, NULL) ==
+               KILN_OK,
+           "%s", kiln_error(g));
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_tensor in[2], want, got;
+    read_pb("if_branch_refused", "input_0.pb", &in[0]);
+    read_pb("if_branch_refused", "input_1.pb", &in[1]);
+    read_pb("if_branch_refused", "output_0.pb", &want);
+    CHECK(in[1].dtype == KILN_BOOL && want.data);
+    CHECKF(kiln_program_run(p, in, &got) == KILN_OK, "%s", kiln_program_error(p));
+    EXPECT(max_diff(&got, &want) < 1e-5f, "then: %g from NumPy", max_diff(&got, &want));
+    kiln_tensor_free(&got);
+    ((unsigned char *)in[1].data)[0] = 0;
+    EXPECT(kiln_program_run(p, in, &got) == KILN_ERR_INPUT &&
+               strstr(kiln_program_error(p), "If 'n0' (node 0): the condition takes the "
+                                             "else_branch, which kiln refused:"),
+           "%s", kiln_program_error(p));
+    EXPECT(kiln_interpret(g, in, &got) == KILN_ERR_INPUT &&
+               strstr(kiln_error(g), "the condition takes the else_branch, which kiln refused:"),
+           "%s", kiln_error(g));
+    for (int i = 0; i < 2; i++) kiln_tensor_free(&in[i]);
+    kiln_tensor_free(&want);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+}

@@ -1173,10 +1173,14 @@ static int explain_subs(const Plan *plan, const KilnConfig *cfg, const char *pat
     for (int b = 0; b < lp->nbufs; b++) {
         const GraphCall *c = lp->bufs[b]->call;
         for (int k = 0; c && k < 2; k++) {
-            if (!c->body[k]) continue;
             char name[1024], err[1024];
             util_fmt(name, sizeof name, "%s%s%s, %s", path, *path ? " > " : "", c->label,
                      c->kind == CALL_IF ? (k ? "else_branch" : "then_branch") : "body");
+            if (c->refused[k])
+                printf("\n==== sub-program: %s: not imported at these shapes (a run that takes "
+                       "it fails): %s ====\n",
+                       name, c->refused[k]);
+            if (!c->body[k]) continue;
             Plan *sub = NULL;
             kiln_status st = plan_build(c->body[k], cfg, &sub, err, sizeof err);
             if (st != KILN_OK) {

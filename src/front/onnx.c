@@ -1235,20 +1235,34 @@ static bool if_call(OxNode *n, const Onnx__GraphProto *tb, const Onnx__GraphProt
     if (!c) return ox_nomem(n);
     kiln_dtype dt = KILN_F32;
     SubBody sb[2];
+    const Onnx__GraphProto *gp[2] = {tb, eb};
+    const char *which[2] = {"then_branch", "else_branch"};
     for (;;) { /* in f32, or again in f64 when either branch has f64 */
-        if (!sub_import(n, tb, "then_branch", dt, 0, NULL, NULL, &sb[0]))
-            return graph_call_free(c), false;
-        c->body[0] = sb[0].g;
-        if (!sub_import(n, eb, "else_branch", dt, 0, NULL, NULL, &sb[1]))
-            return graph_call_free(c), false;
-        c->body[1] = sb[1].g;
-        if (dt == KILN_F64 || (!sb[0].f64 && !sb[1].f64)) break;
+        for (int b = 0; b < 2; b++) {
+            c->refused[b] = NULL;
+            if (sub_import(n, gp[b], which[b], dt, 0, NULL, NULL, &sb[b])) {
+                c->body[b] = sb[b].g;
+                continue;
+            }
+            /* a branch that does not import at these shapes (a model's
+             * other regime, as silero_vad's 8 kHz branch at 512 samples):
+             * the run fails if it takes it; both refused: the import does */
+            if (g->status != KILN_ERR_INPUT || (b == 1 && !c->body[0]))
+                return graph_call_free(c), false;
+            c->refused[b] = arena_strdup(&g->arena, g->err);
+            graph_clear_error(g);
+            if (!c->refused[b]) return graph_call_free(c), ox_nomem(n);
+            memset(&sb[b], 0, sizeof sb[b]);
+        }
+        bool f64 = (c->body[0] && sb[0].f64) || (c->body[1] && sb[1].f64);
+        if (dt == KILN_F64 || !f64) break;
         kiln_graph_free(c->body[0]);
         kiln_graph_free(c->body[1]);
         c->body[0] = c->body[1] = NULL;
         dt = KILN_F64;
     }
-    for (int k = 0; k < nout; k++) {
+    int one = c->body[0] ? 0 : 1; /* a branch that imported */
+    for (int k = 0; c->body[0] && c->body[1] && k < nout; k++) {
         const OxVal *a = &sb[0].out[k], *e = &sb[1].out[k];
         char sa[96], se[96];
         graph_shape_str(sa, sizeof sa, a->rank, a->shape);
@@ -1273,16 +1287,23 @@ static bool if_call(OxNode *n, const Onnx__GraphProto *tb, const Onnx__GraphProt
     if (call < 0) return false;
     int64_t off = 0;
     for (int k = 0; k < nout; k++) {
-        const OxVal *o = &sb[0].out[k];
-        kiln_dtype odt =
-            sb[0].out_dt[k] == KILN_F64 || sb[1].out_dt[k] == KILN_F64 ? KILN_F64 : sb[0].out_dt[k];
+        const OxVal *o = &sb[one].out[k];
+        kiln_dtype odt = sb[one].out_dt[k];
+        if (c->body[0] && c->body[1] && sb[1 - one].out_dt[k] == KILN_F64) odt = KILN_F64;
         if (!unpack(n, k, call, off, o, o->rank, o->shape, odt)) return false;
         off += ox_numel(o);
     }
     graph_note(g,
                "onnx: %s: the condition is computed at run time; its branches (%d and %d nodes) "
-               "compiled as sub-programs, the runtime runs one",
-               c->label, (int)tb->n_node, (int)eb->n_node);
+               "compiled as sub-programs, the runtime runs one%s%s%s",
+               c->label, (int)tb->n_node, (int)eb->n_node,
+               c->refused[0] || c->refused[1] ? " (the " : "",
+               c->refused[0]   ? "then_branch"
+               : c->refused[1] ? "else_branch"
+                               : "",
+               c->refused[0] || c->refused[1]
+                   ? " does not import at these shapes: a run that takes it fails)"
+                   : "");
     return true;
 }
 
@@ -1735,11 +1756,30 @@ static bool unsupported_nodes(OxImp *im, const Onnx__GraphProto *gp, size_t from
     return fail(im, "%s%s", msg, "");
 }
 
+/* Subgraphs (If's branches, Loop's and Scan's bodies) nest at most this
+ * deep: the import walks them recursively. */
+enum { OX_MAX_NESTING = 64 };
+
+static bool nesting_ok(const Onnx__GraphProto *gp, int depth) {
+    if (depth > OX_MAX_NESTING) return false;
+    for (size_t i = 0; i < gp->n_node; i++)
+        for (size_t a = 0; a < gp->node[i]->n_attribute; a++) {
+            const Onnx__AttributeProto *at = gp->node[i]->attribute[a];
+            if (at->g && !nesting_ok(at->g, depth + 1)) return false;
+            for (size_t j = 0; j < at->n_graphs; j++)
+                if (!nesting_ok(at->graphs[j], depth + 1)) return false;
+        }
+    return true;
+}
+
 static bool import_graph(OxImp *im, const Onnx__ModelProto *m, int nshapes,
                          const kiln_onnx_input *shapes, kiln_onnx_io *io) {
     const Onnx__GraphProto *gp = m->graph;
     char ver[32];
     if (!gp) return fail(im, "the model has no graph%s%s", "", "");
+    util_fmt(ver, sizeof ver, "%d", OX_MAX_NESTING);
+    if (!nesting_ok(gp, 0))
+        return fail(im, "unsupported: subgraphs nested more than %s deep%s", ver, "");
     im->graph = gp;
     im->opset = find_opset(im, m);
     util_fmt(ver, sizeof ver, "%d", im->opset);

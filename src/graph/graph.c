@@ -139,8 +139,8 @@ static int64_t numel_sum(const kiln_graph *body, bool output, int from, int coun
 
 int64_t graph_call_in_numel(const GraphCall *c) {
     if (c->kind == CALL_IF)
-        return 1 + numel_sum(c->body[0], false, 0, c->body[0]->ninputs) +
-               numel_sum(c->body[1], false, 0, c->body[1]->ninputs);
+        return 1 + numel_sum(c->body[0], false, 0, graph_call_ncap(c, 0)) +
+               numel_sum(c->body[1], false, 0, graph_call_ncap(c, 1));
     const kiln_graph *b = c->body[0];
     int first = c->loop ? 2 : 0;
     int64_t n = c->has_trip + c->has_cond + numel_sum(b, false, first, c->nstate);
@@ -150,7 +150,10 @@ int64_t graph_call_in_numel(const GraphCall *c) {
 }
 
 int64_t graph_call_out_numel(const GraphCall *c) {
-    if (c->kind == CALL_IF) return numel_sum(c->body[0], true, 0, c->body[0]->noutputs);
+    if (c->kind == CALL_IF) {
+        const kiln_graph *b = c->body[0] ? c->body[0] : c->body[1];
+        return numel_sum(b, true, 0, b->noutputs);
+    }
     const kiln_graph *b = c->body[0];
     int first = c->loop ? 1 : 0;
     int64_t states = numel_sum(b, true, first, c->nstate);
@@ -198,6 +201,9 @@ static const GraphCall *copy_call(Graph *dst, const GraphCall *c) {
     d->next = dst->calls;
     dst->calls = d;
     if (c->label && !(d->label = arena_strdup(&dst->arena, c->label))) return NULL;
+    for (int b = 0; b < 2; b++)
+        if (c->refused[b] && !(d->refused[b] = arena_strdup(&dst->arena, c->refused[b])))
+            return NULL;
     for (int b = 0; b < 2; b++) {
         if (!c->body[b]) continue;
         if (!(d->body[b] = kiln_graph_new())) return NULL;

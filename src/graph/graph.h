@@ -162,7 +162,8 @@ typedef kiln_graph Graph;
  *   value past 2^63 or none at all: unbounded); the loop also stops when the
  *   condition (has_cond: its start value) turns false. Scan outputs need
  *   `trips` and no condition: their size is static.
- * CALL_IF: body[0] (then) or body[1] (else), by the operand's first element.
+ * CALL_IF: body[0] (then) or body[1] (else), by the operand's first element
+ *   (one of them may be missing, refused[] says why: taking it is an error).
  *   operand: [condition] then's captures... else's captures...
  *   value: the taken branch's outputs.
  */
@@ -175,7 +176,10 @@ typedef struct GraphCall {
     bool has_cond;       /* LOOP: then with the start condition */
     int64_t trips;       /* LOOP: the iterations when known at compile time, else -1 */
     int nstate, nscan_in, nscan_out;
-    const char *label;      /* "Loop 'name' (node 3)", for explain */
+    const char *label; /* "Loop 'name' (node 3)", for explain */
+    /* IF: why a branch did not import at these shapes (its body NULL): a
+     * run whose condition takes it fails with this (NULL: it imported) */
+    const char *refused[2];
     struct GraphCall *next; /* the owning graph's list */
 } GraphCall;
 

@@ -797,8 +797,13 @@ static int64_t call_numel(const Graph *b, bool output, int k) {
 static kiln_status eval_if(Interp *it, int id, const GraphCall *c, const double *in, double *out) {
     int b = in[0] != 0 ? 0 : 1;
     Graph *B = c->body[b];
+    if (!B) {
+        graph_fail(it->g, KILN_ERR_INPUT, "%s: the condition takes the %s, which kiln refused: %s",
+                   c->label ? c->label : "If", b ? "else_branch" : "then_branch", c->refused[b]);
+        return KILN_ERR_INPUT;
+    }
     const double *p = in + 1;
-    for (int k = 0; b && k < c->body[0]->ninputs; k++) p += call_numel(c->body[0], false, k);
+    for (int k = 0; b && k < graph_call_ncap(c, 0); k++) p += call_numel(c->body[0], false, k);
     const double **bin = kcalloc((size_t)B->ninputs + 1, sizeof(double *));
     double **bout = kcalloc((size_t)B->noutputs + 1, sizeof(double *));
     kiln_status st = bin && bout ? KILN_OK : KILN_ERR_NOMEM;

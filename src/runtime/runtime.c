@@ -379,7 +379,11 @@ static kiln_status compile_subs(RtProgram *p, char *err, size_t errlen) {
                          c->kind == CALL_IF ? (k ? "else_branch" : "then_branch") : "body", msg);
                 return st;
             }
-            p->stats.ncalls += p->subs[2 * b + k]->stats.ncalls;
+            const RtStats *ss = &p->subs[2 * b + k]->stats; /* the compile's time is theirs too */
+            p->stats.compile_ms += ss->compile_ms;
+            p->stats.load_ms += ss->load_ms;
+            p->stats.jit_units += ss->jit_units;
+            p->stats.cache_hit = p->stats.cache_hit && ss->cache_hit;
         }
     }
     return KILN_OK;
@@ -405,9 +409,15 @@ static kiln_status call_if(RtProgram **subs, const GraphCall *c, const unsigned 
     bool f64 = es == sizeof(double);
     int b = (f64 ? *(const double *)in : *(const float *)in) != 0 ? 0 : 1;
     RtProgram *B = subs[b];
+    if (!B) {
+        util_fmt(err, errlen, "%s: the condition takes the %s, which kiln refused: %s",
+                 c->label ? c->label : "If", b ? "else_branch" : "then_branch", c->refused[b]);
+        return KILN_ERR_INPUT;
+    }
     const LoopProgram *lp = B->plan->prog;
     const unsigned char *p = in + es;
-    for (int k = 0; b && k < subs[0]->plan->prog->ninputs; k++) p += sub_bytes(subs[0], false, k);
+    for (int k = 0; b && subs[0] && k < subs[0]->plan->prog->ninputs; k++)
+        p += sub_bytes(subs[0], false, k);
     void **bin = ptrs, **bout = ptrs + lp->ninputs;
     for (int k = 0; k < lp->ninputs; k++) {
         bin[k] = (void *)p;

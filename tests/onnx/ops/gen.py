@@ -1112,6 +1112,16 @@ for flag in (True, False):
          {"y": np.maximum(xh @ w1, 0) if flag else -(xh @ w2)},
          "If with a matmul in each branch: two compiled sub-programs, the run takes one")
 
+# an else branch that does not import at these shapes (a reshape of 8
+# values to 7, as a model's other regime can be): the then case runs, and a
+# run that takes the else branch fails (tests/test_onnx.c)
+hbad = Branch([("Reshape", ["x", "seven"], ["bad"], {})], ["bad"])
+case("if_branch_refused", 13,
+     [("If", ["c"], ["y"], {"then_branch": hthen, "else_branch": hbad})],
+     {"x": xh, "c": np.array(True)}, {"w1": w1, "seven": np.array([7], np.int64)},
+     {"y": np.maximum(xh @ w1, 0)},
+     "If whose else branch cannot import at these shapes: the then branch runs")
+
 wn = (cf_randn(3, 3) * 0.5).astype(np.float32)
 nthen = Branch([("MatMul", ["n_in", "wn"], ["nt"], {})], ["nt"])
 nelse = Branch([("Add", ["n_in", "one_f"], ["ne"], {})], ["ne"])
