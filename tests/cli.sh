@@ -285,6 +285,10 @@ expect control_flow_as_calls 0 "total: $((ncf - 2)) passed, 0 failed, 2 unsuppor
     env KILN_CONTROL_FLOW=call "$kiln" onnx-test "$cf"
 expect control_flow_as_calls_interpreted 0 "total: $((ncf - 2)) passed, 0 failed, 2 unsupported" -- \
     env KILN_CONTROL_FLOW=call "$kiln" onnx-test --interpret "$cf"
+# the profile shows each sub-program's calls after its caller's, per run of
+# it (an iteration, a branch taken)
+expect profile_sub_programs 0 "^== sub-program: Loop 'n0' (node 0), body > If 'body_1' (node 1), else_branch (one run: a call that takes it)" -- \
+    "$kiln" bench tests/onnx/ops/loop_if_nested/model.onnx --fused-only --profile --repeat 3
 # explain shows each sub-program's fusion after its caller's
 expect explain_sub_programs 0 "^==== sub-program: Loop 'n0' (node 0), body > If 'body_1' (node 1), then_branch" -- \
     "$kiln" explain tests/onnx/ops/loop_if_nested/model.onnx

@@ -1054,7 +1054,7 @@ static int bench_profile(const Options *o, BenchRun *b, double plain_ms, int rep
     }
     RtProf *pr = rt_profile(rp);
     kiln_status st = bench_compiled(b);
-    prof_reset(pr);
+    rt_reset_profile(rp);
     double ms = 0;
     if (st == KILN_OK) st = median_runs(bench_compiled, b, repeat, &ms);
     int rc = exit_for(st);
@@ -1062,7 +1062,7 @@ static int bench_profile(const Options *o, BenchRun *b, double plain_ms, int rep
         printf("\nprofiled: median %.3f ms against %.3f ms unprofiled (%+.1f%%: the profiler's "
                "overhead, and noise), %d runs\n",
                ms, plain_ms, 100 * (ms / plain_ms - 1), repeat);
-        prof_print(pr, stdout);
+        rt_print_profile(rp, stdout, "");
         if (o->trace) rc = write_file_atomic(o->trace, trace_file_fn, pr);
     }
     rt_set_profile(rp, false, false);

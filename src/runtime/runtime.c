@@ -632,7 +632,33 @@ kiln_status rt_set_profile(RtProgram *p, bool on, bool trace) {
     prof_free(p->prof);
     p->prof = NULL;
     if (on && !(p->prof = prof_new(p->plan->sched, &p->code, trace))) return KILN_ERR_NOMEM;
+    for (int b = 0; p->subs && b < 2 * p->nbufs; b++) /* a call's bodies too (no trace) */
+        if (p->subs[b] && rt_set_profile(p->subs[b], on, false) != KILN_OK) return KILN_ERR_NOMEM;
     return KILN_OK;
+}
+
+void rt_reset_profile(RtProgram *p) {
+    if (p->prof) prof_reset(p->prof);
+    for (int b = 0; p->subs && b < 2 * p->nbufs; b++)
+        if (p->subs[b]) rt_reset_profile(p->subs[b]);
+}
+
+void rt_print_profile(const RtProgram *p, FILE *f, const char *path) {
+    if (!p->prof) return;
+    prof_print(p->prof, f);
+    const LoopProgram *lp = p->plan->prog;
+    for (int b = 0; p->subs && b < 2 * p->nbufs; b++) {
+        const RtProgram *sub = p->subs[b];
+        if (!sub || !sub->prof) continue;
+        const GraphCall *c = lp->bufs[b / 2]->call;
+        char name[1024];
+        util_fmt(name, sizeof name, "%s%s%s, %s", path, *path ? " > " : "",
+                 c->label ? c->label : "call",
+                 c->kind == CALL_IF ? (b % 2 ? "else_branch" : "then_branch") : "body");
+        fprintf(f, "\n== sub-program: %s (one run: %s)\n", name,
+                c->kind == CALL_IF ? "a call that takes it" : "one iteration");
+        rt_print_profile(sub, f, name);
+    }
 }
 
 RtProf *rt_profile(const RtProgram *p) { return p->prof; }
@@ -891,7 +917,7 @@ static void end_env_profile(kiln_program *p) {
     const RtProf *pr = rt_profile(p->rt);
     if (!p->env_profile || !pr) return;
     fprintf(stderr, "kiln: KILN_PROFILE: %s\n", p->model_name ? p->model_name : "the program");
-    prof_print(pr, stderr);
+    rt_print_profile(p->rt, stderr, "");
     if (p->trace && !util_write_file(p->trace, trace_fn, (void *)pr))
         fprintf(stderr, "kiln: KILN_TRACE: cannot write %s: %s\n", p->trace, strerror(errno));
 }

@@ -195,6 +195,10 @@ void prof_trace(const RtProf *p, FILE *f);
  * flight. KILN_ERR_NOMEM when out of memory. */
 kiln_status rt_set_profile(RtProgram *p, bool on, bool trace);
 RtProf *rt_profile(const RtProgram *p); /* NULL when not profiling */
+/* p's profile (prof_print), then each sub-program's of its calls (control
+ * flow), named by path (the calls that lead there; "" at the top). */
+void rt_print_profile(const RtProgram *p, FILE *f, const char *path);
+void rt_reset_profile(RtProgram *p); /* prof_reset, sub-programs too */
 /* What the environment asks of kiln_compile_with: KILN_PROFILE (unset,
  * empty or 0: off; 1: on; else KILN_ERR_INPUT, err says why) and
  * KILN_TRACE (a file: profile, and write the spans there when the program
