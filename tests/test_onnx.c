@@ -1658,3 +1658,51 @@ TEST(onnx_if_refused_branch) {
     kiln_program_free(p);
     kiln_graph_free(g);
 }
+
+/* Slices at the iteration number in a body run at run time: x[i-5:i-4]
+ * (counted from the end) and y[:, i:i+1] are gathers of a start computed
+ * each iteration. 4 trips match NumPy, 0 trips give the start values, and
+ * a fifth trip, x[-1:0], empty in ONNX, is an error, not a wrong row. */
+TEST(onnx_loop_slices_at_run_time) {
+    kiln_graph *g = kiln_graph_new();
+    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/loop_runtime_slices/model.onnx", 0, NULL, NULL) ==
+               KILN_OK,
+           "%s", kiln_error(g));
+    CHECK(has_call(g, "Loop 'n0' (node 0)"));
+    kiln_program *p = NULL;
+    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_tensor in[3], want[2];
+    read_pb("loop_runtime_slices", "input_0.pb", &in[0]);
+    read_pb("loop_runtime_slices", "input_1.pb", &in[1]);
+    read_pb("loop_runtime_slices", "output_0.pb", &want[0]);
+    read_pb("loop_runtime_slices", "output_1.pb", &want[1]);
+    double count = 4;
+    in[2] = (kiln_tensor){KILN_F64, 0, {0}, &count};
+    kiln_tensor got[2], ref[2];
+    CHECKF(kiln_program_run(p, in, got) == KILN_OK, "%s", kiln_program_error(p));
+    CHECKF(kiln_interpret(g, in, ref) == KILN_OK, "%s", kiln_error(g));
+    for (int k = 0; k < 2; k++) {
+        EXPECT(max_diff(&got[k], &want[k]) < 1e-5f, "output %d: %g from NumPy", k,
+               max_diff(&got[k], &want[k]));
+        EXPECT(max_diff(&ref[k], &want[k]) < 1e-5f, "interpreted %d: %g from NumPy", k,
+               max_diff(&ref[k], &want[k]));
+        kiln_tensor_free(&got[k]);
+        kiln_tensor_free(&ref[k]);
+    }
+    count = 0;
+    CHECKF(kiln_program_run(p, in, got) == KILN_OK, "%s", kiln_program_error(p));
+    for (int k = 0; k < 2; k++) {
+        float m = 0;
+        for (int64_t i = 0; i < kiln_tensor_numel(&got[k]); i++)
+            m = fmaxf(m, fabsf(((float *)got[k].data)[i]));
+        EXPECT(m == 0, "0 trips: output %d is not the zeros it starts from (%g)", k, m);
+        kiln_tensor_free(&got[k]);
+    }
+    count = 5;
+    EXPECT(kiln_program_run(p, in, got) == KILN_ERR_INPUT &&
+               strstr(kiln_program_error(p), "out of range"),
+           "5 trips: %s", kiln_program_error(p));
+    for (int i = 0; i < 2; i++) kiln_tensor_free(&in[i]), kiln_tensor_free(&want[i]);
+    kiln_program_free(p);
+    kiln_graph_free(g);
+}

@@ -89,6 +89,12 @@ typedef struct OxVal {
     kiln_value v; /* graph value; for a constant, its node once made */
     bool is_seq;  /* a sequence (onnx_seq.c): nseq elements, type theirs */
     bool dead;    /* out of scope (a sub-program's value): ox_find does not see it */
+    /* a graph value known to be base + off element by element (an integer
+     * computed from another at run time: a Loop's i + 1), base a graph value
+     * of the same numel: a Slice from i to i + 1 has a known length */
+    bool affine;
+    kiln_value base;
+    double off;
     int nseq;
     struct OxVal **seq;
 } OxVal;

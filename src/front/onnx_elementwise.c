@@ -150,6 +150,21 @@ static kiln_value wide_operand(OxNode *n, int k, int type) {
 
 /* Binary ops, and the variadic Max, Min, Sum, Mean folded left to right;
  * Add, Sub, Mul, Pow and Sum of 8-, 16- and 32-bit integers wrap. */
+/* An integer x + c, c + x or x - c with c a known scalar: the result is
+ * affine in x's base (ox_slice_runtime reads it). */
+static void note_affine(OxNode *n, const Elementwise *e) {
+    OxVal *x = ox_in(n, 0), *y = ox_in(n, 1), *o = ox_out_slot(n, 0);
+    bool add = !strcmp(e->name, "Add"), sub = !strcmp(e->name, "Sub");
+    if (!o || o->c || (!add && !sub) || !ox_is_int_type(o->type)) return;
+    OxVal *v = y && ox_known(y) && !x->c ? x : add && ox_known(x) && y && !y->c ? y : NULL;
+    OxVal *k = v == x ? y : x;
+    if (!v || ox_numel(k) != 1 || ox_numel(v) != ox_numel(o) || (sub && v != x)) return;
+    double c = ox_known(k)[0] * (sub ? -1 : 1);
+    o->affine = true;
+    o->base = v->affine ? v->base : v->v;
+    o->off = (v->affine ? v->off : 0) + c;
+}
+
 static bool op_binary(OxNode *n, const Elementwise *e) {
     Graph *g = n->im->g;
     if (!ox_need_in(n, 0) || !legacy_broadcast(n)) return false;
@@ -178,6 +193,7 @@ static bool op_binary(OxNode *n, const Elementwise *e) {
     if (wrap && !strcmp(e->kop, "pow")) acc = ox_wrap_graph(g, acc, type);
     if (!ox_set_graph(n, 0, acc, outtype)) return false;
     if (n->nin == 2 && !mean) ox_spec_eval(n, 2, n->in, e->f, outtype);
+    note_affine(n, e);
     return true;
 }
 

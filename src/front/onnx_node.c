@@ -106,6 +106,7 @@ bool ox_set_graph(OxNode *n, int k, kiln_value v, int type) {
     o->c = NULL;
     o->spec = NULL; /* a slot reused (a Loop's next pass) keeps nothing */
     o->is_seq = false;
+    o->affine = false;
     o->rank = kiln_value_rank(n->im->g, v);
     memcpy(o->shape, kiln_value_shape(n->im->g, v), sizeof(int64_t) * (size_t)o->rank);
     return true;

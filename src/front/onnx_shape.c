@@ -22,7 +22,15 @@ static bool reshape_to(OxNode *n, int rank, const int64_t *shape) {
         memcpy(o->c, x->c, sizeof(double) * (size_t)ox_numel(o));
         return true;
     }
-    return ox_set_graph(n, 0, kiln_reshape(n->im->g, ox_graph(n, x), rank, shape), x->type);
+    if (!ox_set_graph(n, 0, kiln_reshape(n->im->g, ox_graph(n, x), rank, shape), x->type))
+        return false;
+    OxVal *o = ox_out_slot(n, 0); /* the same values: still affine */
+    if (o && (x->affine || ox_is_int_type(x->type))) {
+        o->affine = true;
+        o->base = x->affine ? x->base : x->v;
+        o->off = x->affine ? x->off : 0;
+    }
+    return true;
 }
 
 static bool op_reshape(OxNode *n) {
@@ -326,9 +334,66 @@ static bool slice_const(OxNode *n, const int64_t *first, const int64_t *step, co
     return true;
 }
 
+/* A Slice whose start is computed at run time along one axis, with an end
+ * that is the start plus a known length (both affine in one value: a Loop
+ * body's x[i:i+1]): a gather of start + 0..len-1. ONNX clamps a slice
+ * that runs off the data, making it shorter; kiln's shapes are static, so
+ * such a run is an error (the gather's index out of range). A negative
+ * start counts from the end when the whole slice does. Step 1 only. */
+static bool slice_runtime(OxNode *n, bool *done) {
+    OxVal *x = ox_in(n, 0), *s = ox_in(n, 1), *e = ox_in(n, 2), *a = ox_in(n, 3), *p = ox_in(n, 4);
+    *done = false;
+    if (n->im->opset < 10 || !s || !e || (ox_known(s) && ox_known(e)) || ox_numel(s) != 1 ||
+        ox_numel(e) != 1)
+        return true;
+    bool sa = s->affine || (!ox_known(s) && s->v >= 0),
+         ea = e->affine || (!ox_known(e) && e->v >= 0);
+    kiln_value sb = s->affine ? s->base : s->v, eb = e->affine ? e->base : e->v;
+    if (!sa || !ea || sb != eb || (a && !ox_known(a)) ||
+        (p && (!ox_known(p) || ox_known(p)[0] != 1)))
+        return true;
+    int64_t ax = a ? ox_to_i64(ox_known(a)[0]) : 0;
+    if (!ox_norm_axis(n, &ax, x->rank)) return false;
+    double soff = s->affine ? s->off : 0, eoff = e->affine ? e->off : 0;
+    int64_t len = (int64_t)(eoff - soff), dim = x->shape[ax];
+    if (len < 1 || len > dim)
+        return ox_nfail(n,
+                        "unsupported: a slice of %lld elements computed at run time along an "
+                        "axis of %lld",
+                        (long long)len, (long long)dim);
+    Graph *g = n->im->g;
+    float *r;
+    int64_t L = len;
+    char name[64];
+    kiln_value ramp = graph_weight_alloc(g, ox_unnamed(n->im, name, sizeof name), 1, &L, &r);
+    if (ramp < 0) return false;
+    for (int64_t i = 0; i < len; i++) r[i] = (float)(i + soff);
+    int64_t one = 1;
+    kiln_value st = kiln_reshape(g, kiln_cast(g, sb, KILN_F32), 1, &one);
+    kiln_value start = kiln_binary(g, "add", st, kiln_scalar(g, soff));
+    kiln_value idx = kiln_binary(g, "add", st, ramp);
+    /* a negative start counts from the end when its end is negative too;
+     * with an end of 0 or more (-1 to 0 is empty in ONNX, as in Python) the
+     * slice is not len long: an index past the data */
+    kiln_value neg = kiln_binary(g, "lt", start, kiln_scalar(g, 0));
+    idx = kiln_where(g, neg, kiln_binary(g, "add", idx, kiln_scalar(g, (double)dim)), idx);
+    kiln_value cross = kiln_binary(
+        g, "ge", kiln_binary(g, "add", start, kiln_scalar(g, (double)len)), kiln_scalar(g, 0));
+    idx = kiln_where(g, kiln_where(g, neg, cross, neg), kiln_scalar(g, (double)dim), idx);
+    kiln_value y = kiln_gather(g, ox_graph(n, x), idx, (int)ax);
+    *done = true;
+    graph_note(g,
+               "onnx: Slice '%s' (node %d): its start is computed at run time and its length "
+               "is %lld: a gather",
+               n->n->name ? n->n->name : "", n->index, (long long)len);
+    return ox_set_graph(n, 0, y, x->type);
+}
+
 static bool op_slice(OxNode *n) {
     if (!ox_need_in(n, 0)) return false;
     OxVal *x = ox_in(n, 0);
+    bool done, ok = slice_runtime(n, &done);
+    if (!ok || done) return ok;
     int64_t st[KILN_MAX_RANK], en[KILN_MAX_RANK], ax[KILN_MAX_RANK], sp[KILN_MAX_RANK];
     int c;
     if (!slice_params(n, st, en, ax, sp, &c)) return false;

@@ -1139,6 +1139,32 @@ case("loop_if_nested", 13,
      {"wn": wn, "one_f": np.array(1, np.float32), "two_i": np.array(2, np.int64)}, {"y": acc},
      "Loop (trip count an input) whose body holds an If on the iteration: a call in a call")
 
+# slices at the iteration number, in a body run at run time: x[i-5:i-4]
+# along axis 0 (a negative start, counted from the end) and y[:, i:i+1]
+# along axis 1: gathers of a start computed at run time
+xr, yr = cf_randn(5, 3), cf_randn(3, 6)
+rbody = Branch([("Sub", ["i", "five"], ["s0"], {}), ("Sub", ["i", "four"], ["e0"], {}),
+                ("Unsqueeze", ["s0", "ax0"], ["s0u"], {}), ("Unsqueeze", ["e0", "ax0"], ["e0u"], {}),
+                ("Slice", ["xr", "s0u", "e0u", "ax0"], ["xs"], {}),
+                ("Add", ["i", "one_i"], ["i1"], {}),
+                ("Unsqueeze", ["i", "ax0"], ["s1u"], {}), ("Unsqueeze", ["i1", "ax0"], ["e1u"], {}),
+                ("Slice", ["yr", "s1u", "e1u", "ax1"], ["ys"], {}),
+                ("Add", ["a_in", "xs"], ["a_out"], {}), ("Add", ["b_in", "ys"], ["b_out"], {}),
+                ("Identity", ["c_in"], ["c_out"], {})],
+               ["c_out", "a_out", "b_out"], ["i", "c_in", "a_in", "b_in"])
+a_, b_ = np.zeros((1, 3), np.float32), np.zeros((3, 1), np.float32)
+for it in range(4):
+    a_ = a_ + xr[it:it + 1]        # x[i-5:i-4] of 5 rows is row i
+    b_ = b_ + yr[:, it:it + 1]
+case("loop_runtime_slices", 13,
+     [("Loop", ["m", "", "a0", "b0"], ["a", "b"], {"body": rbody})],
+     {"xr": xr, "yr": yr, "m": np.array(4, np.int64)},
+     {"a0": np.zeros((1, 3), np.float32), "b0": np.zeros((3, 1), np.float32),
+      "five": np.array(5, np.int64), "four": np.array(4, np.int64), "one_i": np.array(1, np.int64),
+      "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64)},
+     {"a": a_, "b": b_},
+     "Loop (trip count an input) slicing at the iteration: x[i-5:i-4] and y[:, i:i+1]")
+
 # sequences held at import: split into chunks (the last smaller), insert,
 # erase, pick, stack along a new axis
 xq = randn(5, 2)
