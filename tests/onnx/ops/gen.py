@@ -29,13 +29,28 @@ NARROW = {np.dtype(np.int8): 3, np.dtype(np.uint8): 2, np.dtype(np.int16): 5,
           np.dtype(np.uint16): 4}
 
 
+class F64(np.ndarray):
+    """A float64 array kept as ONNX DOUBLE (others are written as float)."""
+
+
+def f64(a):
+    return np.asarray(a, np.float64).view(F64)
+
+
 def elem_of(a):
+    if isinstance(a, F64):
+        return 11
     d = np.asarray(a).dtype
     return {np.dtype(np.int64): 7, np.dtype(np.int32): 6, np.dtype(np.bool_): 9,
             np.dtype(np.float16): 10}.get(d, NARROW.get(d, 1))
 
 
 def tensor_text(name, a):
+    if isinstance(a, F64):
+        a = np.asarray(a)
+        dims = " ".join("dims: %d" % d for d in a.shape)
+        return '%s data_type: 11 name: "%s" double_data: [%s]' % (
+            dims, name, ", ".join(repr(float(v)) for v in a.ravel()))
     a = np.asarray(a)
     if a.dtype == np.int64:
         dt, field, vals = 7, "int64_data", [str(int(v)) for v in a.ravel()]
@@ -130,8 +145,11 @@ def case(name, opset, nodes, inputs, consts, outputs, comment, external=False):
             f.write(tensor_text(k, v) + "\n")
     for i, (k, v) in enumerate(outputs.items()):
         with open(os.path.join(d, "test_data_set_0", "output_%d.textproto" % i), "w") as f:
-            v = np.asarray(v)
-            if v.dtype not in (np.int64, np.int32, np.float16) and v.dtype not in NARROW:
+            if not isinstance(v, F64):
+                v = np.asarray(v)
+            if isinstance(v, F64):
+                pass
+            elif v.dtype not in (np.int64, np.int32, np.float16) and v.dtype not in NARROW:
                 v = v.astype(np.float64).astype(np.float32)
             f.write(tensor_text(k, v) + "\n")
 
@@ -1164,6 +1182,56 @@ case("loop_runtime_slices", 13,
       "ax0": np.array([0], np.int64), "ax1": np.array([1], np.int64)},
      {"a": a_, "b": b_},
      "Loop (trip count an input) slicing at the iteration: x[i-5:i-4] and y[:, i:i+1]")
+
+# the states a compiled body carries in every type: f64 (the call packs in
+# f64), bool and int64; a Loop in a Loop whose inner body reads a value of
+# the outermost graph; an If whose branches give an outer value and a
+# constant
+s64 = f64([1.0, -2.5, 3.25])
+fbody = Branch([("Add", ["s_in", "big"], ["t"], {}), ("Sub", ["t", "big"], ["t2"], {}),
+                ("Mul", ["t2", "g"], ["s_out"], {}),
+                ("Identity", ["c_in"], ["c_out"], {})], ["c_out", "s_out"], ["i", "c_in", "s_in"])
+want64 = np.asarray(s64).copy()
+for it in range(6):
+    want64 = ((want64 + 1e9) - 1e9) * 1.5   # exact in double; in f32 1e9 + 1 is 1e9
+case("loop_f64_state", 13, [("Loop", ["m", "", "s0"], ["s"], {"body": fbody})],
+     {"s0": s64, "m": np.array(6, np.int64)},
+     {"big": f64(1e9), "g": f64(1.5)}, {"s": f64(want64)},
+     "Loop with an f64 state and f64 constants: the call packs in f64 (f32 would lose x)")
+
+bbody = Branch([("Not", ["f_in"], ["f_out"], {}), ("Add", ["k_in", "three"], ["k_out"], {}),
+                ("Identity", ["c_in"], ["c_out"], {})],
+               ["c_out", "f_out", "k_out"], ["i", "c_in", "f_in", "k_in"])
+f0, k0 = np.array([True, False]), np.array([7, -2], np.int64)
+case("loop_bool_int_states", 13, [("Loop", ["m", "", "f0", "k0"], ["f", "k"], {"body": bbody})],
+     {"f0": f0, "k0": k0, "m": np.array(5, np.int64)}, {"three": np.array(3, np.int64)},
+     {"f": ~f0, "k": k0 + 15}, "Loop carrying a bool and an int64 state: 5 trips")
+
+wl0 = cf_randn(2, 3)
+inner = Branch([("Add", ["v_in", "rw"], ["v_out"], {}), ("Identity", ["ci_in"], ["ci_out"], {})],
+               ["ci_out", "v_out"], ["j", "ci_in", "v_in"])
+outer = Branch([("Add", ["i", "one_l"], ["n_in"], {}),
+                ("Loop", ["n_in", "", "acc_in"], ["acc_out"], {"body": inner}),
+                ("Identity", ["c_in"], ["c_out"], {})],
+               ["c_out", "acc_out"], ["i", "c_in", "acc_in"])
+M_n = 4
+case("loop_in_loop_capture", 13,
+     [("Relu", ["w0"], ["rw"], {}), ("Loop", ["m", "", "z"], ["acc"], {"body": outer})],
+     {"w0": wl0, "m": np.array(M_n, np.int64)},
+     {"z": np.zeros((2, 3), np.float32), "one_l": np.array(1, np.int64)},
+     {"acc": np.maximum(wl0.astype(np.float64), 0) * (M_n * (M_n + 1) // 2)},
+     "a Loop whose body runs a Loop of i + 1 trips reading the outer graph's relu(w0)")
+
+xo, wo = cf_randn(2, 3), cf_randn(3, 3)
+othen = Branch([("MatMul", ["xo", "wo"], ["p"], {})], ["xo", "p"])
+oelse = Branch([("MatMul", ["xo", "wo"], ["q"], {}), ("Neg", ["q"], ["nq"], {})], ["kc", "nq"])
+kc = np.full((2, 3), 0.5, np.float32)
+for flag in (True, False):
+    case("if_outer_values_%s" % ("then" if flag else "else"), 13,
+         [("If", ["c"], ["y", "z"], {"then_branch": othen, "else_branch": oelse})],
+         {"xo": xo, "c": np.array(flag)}, {"wo": wo, "kc": kc},
+         {"y": xo if flag else kc, "z": xo @ wo if flag else -(xo @ wo)},
+         "If whose branches give an outer input, a weight and a matmul")
 
 # sequences held at import: split into chunks (the last smaller), insert,
 # erase, pick, stack along a new axis
