@@ -421,7 +421,13 @@ void kiln_set_allocator(kiln_alloc_fn fn, void *ud);
  * 2^53; past that an input is refused) or f32 (the 8- and 16-bit types),
  * and io, when
  * not NULL, receives each one's ONNX type for kiln_tensor_convert at the
- * boundary. Messages name the file and the node (index, name, op); an op
+ * boundary. Control flow: an If whose condition folds takes its branch; a
+ * Loop or Scan with a known, small trip count is unrolled, an If with
+ * cheap branches is a where; any other becomes a call of compiled
+ * sub-programs that the runtime runs (a trip count or condition computed
+ * at run time; a run-time error inside one names its Loop, Scan or If);
+ * the environment's KILN_CONTROL_FLOW ("auto", "unroll" or "call") can
+ * force one way. Messages name the file and the node (index, name, op); an op
  * kiln lacks is "unsupported op NAME (opset N) at node M ('name')", and
  * several such nodes are all listed in one message. */
 typedef struct {
