@@ -166,6 +166,20 @@ def commit():
         return "?"
 
 
+def torch_venv(work=None):
+    """The python of WORK/venv (default build/peers/venv) with torch 2.x and
+    numpy from PyPI, made when missing (a large download the first time,
+    then reused): bench/compare's torch.compile and scripts/vs_inductor.py.
+    Raises OSError or CalledProcessError when pip fails."""
+    venv = os.path.join(work or os.path.join(ROOT, "build", "peers"), "venv")
+    py = os.path.join(venv, "bin", "python")
+    if not os.path.exists(py):
+        log("making %s with torch from PyPI (a large download)" % venv)
+        subprocess.check_call([sys.executable, "-m", "venv", venv])
+        subprocess.check_call([py, "-m", "pip", "install", "-q", "torch", "numpy"])
+    return py
+
+
 def load():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])

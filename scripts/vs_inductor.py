@@ -40,6 +40,8 @@ import sys
 import tempfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+import common as C  # noqa: E402  (the venv, the machine, the load)
 
 # name: (kiln program, torch function source, inputs {name: shape}, weights)
 # The torch side is the same computation as the .kiln program, eager
@@ -116,15 +118,9 @@ with torch.no_grad():
 
 
 def in_venv(work):
-    venv = os.path.join(work, "venv")
-    py = os.path.join(venv, "bin", "python")
-    if os.path.realpath(sys.prefix) == os.path.realpath(venv):
-        return
-    if not os.path.exists(py):
-        print("vs_inductor: making %s with torch from PyPI (a large download)" % venv)
-        subprocess.check_call([sys.executable, "-m", "venv", venv])
-        subprocess.check_call([py, "-m", "pip", "install", "-q", "torch", "numpy"])
-    os.execv(py, [py] + sys.argv)
+    py = C.torch_venv(work)
+    if os.path.realpath(sys.prefix) != os.path.realpath(os.path.dirname(os.path.dirname(py))):
+        os.execv(py, [py] + sys.argv)
 
 
 def kiln_side(kiln, prog, tmp):
@@ -205,20 +201,6 @@ def inductor_side(spec, tmp, keep=None):
     }
 
 
-def cpu_line():
-    name = "unknown CPU"
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-        name = re.search(r"Model name:\s*(.*)", out).group(1).strip()
-        fam = re.search(r"CPU family:\s*(\d+)", out)
-        mod = re.search(r"Model:\s*(\d+)", out)
-        if fam and mod:
-            name += " (family %s, model %s)" % (fam.group(1), mod.group(1))
-    except Exception:
-        pass
-    return name
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kiln", default=os.path.join(ROOT, "build", "kiln"))
@@ -231,6 +213,7 @@ def main():
     import torch
 
     names = [n for n in EXPERIMENTS if not a.only or n in a.only.split(",")]
+    started, load0 = C.now(), C.load()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -262,9 +245,13 @@ def main():
     table = "\n".join(lines)
     print(table)
     if a.doc:
-        hdr = ("Measured by `scripts/vs_inductor.py`: torch %s (PyPI), Inductor's CPU C++ backend, "
-               "default mode, one thread; kiln `%s explain`; on %s.\n\n" %
-               (torch.__version__, os.path.relpath(a.kiln, ROOT), cpu_line()))
+        m = C.machine()
+        hdr = ("Measured by `scripts/vs_inductor.py` (%s to %s): torch %s (PyPI), Inductor's CPU "
+               "C++ backend, default mode, one thread; kiln `%s explain`, commit %s; on %s, %s "
+               "cores, GCC's -march=native: %s; load average (1, 5, 15 min) at start / end: "
+               "%s / %s.\n\n" %
+               (started, C.now(), torch.__version__, os.path.relpath(a.kiln, ROOT), C.commit(),
+                m["model"], m["cores"], m["march"], load0, C.load()))
         with open(a.doc) as f:
             doc = f.read()
         start, end = "<!-- vs_inductor table: begin -->", "<!-- vs_inductor table: end -->"

@@ -1489,17 +1489,30 @@ static void read_pb(const char *dir, const char *file, kiln_tensor *t) {
     }
 }
 
+/* tests/onnx/ops/DIR's model imported with no value given (each input is
+ * one the run gives), holding the call labelled call (NULL: not checked),
+ * and compiled on threads; false with the reason printed. */
+static bool compile_case(const char *dir, const char *call, int threads, kiln_graph **g,
+                         kiln_program **p) {
+    char path[300];
+    snprintf(path, sizeof path, "tests/onnx/ops/%s/model.onnx", dir);
+    *g = kiln_graph_new();
+    *p = NULL;
+    if (kiln_onnx_import(*g, path, 0, NULL, NULL) != KILN_OK)
+        return printf("import: %s\n", kiln_error(*g)), false;
+    if (call && !has_call(*g, call)) return printf("%s: no call %s\n", dir, call), false;
+    if (kiln_compile(*g, threads, p) != KILN_OK)
+        return printf("compile: %s\n", kiln_error(*g)), false;
+    return true;
+}
+
 /* A Loop whose trip count is an input (not given at import): one compiled
  * body, run as many times as each run's count says, 0 included, matching
  * the interpreter, and NumPy's answer for the count the golden data has. */
 TEST(onnx_loop_trip_count_at_run_time) {
-    kiln_graph *g = kiln_graph_new();
-    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/loop_runtime_trips/model.onnx", 0, NULL, NULL) ==
-               KILN_OK,
-           "%s", kiln_error(g));
-    CHECK(has_call(g, "Loop 'n1' (node 1)"));
-    kiln_program *p = NULL;
-    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_graph *g;
+    kiln_program *p;
+    CHECK(compile_case("loop_runtime_trips", "Loop 'n1' (node 1)", 1, &g, &p));
     kiln_tensor in[3], want;
     read_pb("loop_runtime_trips", "input_0.pb", &in[0]);
     read_pb("loop_runtime_trips", "input_1.pb", &in[1]);
@@ -1536,13 +1549,9 @@ TEST(onnx_loop_trip_count_at_run_time) {
  * compiled, each run takes the one its condition picks (the then case's
  * and the else case's NumPy answers from one program). */
 TEST(onnx_if_branch_at_run_time) {
-    kiln_graph *g = kiln_graph_new();
-    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/if_runtime_heavy_then/model.onnx", 0, NULL, NULL) ==
-               KILN_OK,
-           "%s", kiln_error(g));
-    CHECK(has_call(g, "If 'n0' (node 0)"));
-    kiln_program *p = NULL;
-    CHECKF(kiln_compile(g, 2, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_graph *g;
+    kiln_program *p;
+    CHECK(compile_case("if_runtime_heavy_then", "If 'n0' (node 0)", 2, &g, &p));
     const char *cases[] = {"if_runtime_heavy_then", "if_runtime_heavy_else",
                            "if_runtime_heavy_then"};
     for (int k = 0; k < 3; k++) {
@@ -1631,12 +1640,9 @@ TEST(onnx_subgraph_nesting_bound) {
  * and a run that takes the else branch fails saying why, compiled and
  * interpreted. */
 TEST(onnx_if_refused_branch) {
-    kiln_graph *g = kiln_graph_new();
-    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/if_branch_refused/model.onnx", 0, NULL, NULL) ==
-               KILN_OK,
-           "%s", kiln_error(g));
-    kiln_program *p = NULL;
-    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_graph *g;
+    kiln_program *p;
+    CHECK(compile_case("if_branch_refused", NULL, 1, &g, &p));
     kiln_tensor in[2], want, got;
     read_pb("if_branch_refused", "input_0.pb", &in[0]);
     read_pb("if_branch_refused", "input_1.pb", &in[1]);
@@ -1664,13 +1670,9 @@ TEST(onnx_if_refused_branch) {
  * each iteration. 4 trips match NumPy, 0 trips give the start values, and
  * a fifth trip, x[-1:0], empty in ONNX, is an error, not a wrong row. */
 TEST(onnx_loop_slices_at_run_time) {
-    kiln_graph *g = kiln_graph_new();
-    CHECKF(kiln_onnx_import(g, "tests/onnx/ops/loop_runtime_slices/model.onnx", 0, NULL, NULL) ==
-               KILN_OK,
-           "%s", kiln_error(g));
-    CHECK(has_call(g, "Loop 'n0' (node 0)"));
-    kiln_program *p = NULL;
-    CHECKF(kiln_compile(g, 1, &p) == KILN_OK, "%s", kiln_error(g));
+    kiln_graph *g;
+    kiln_program *p;
+    CHECK(compile_case("loop_runtime_slices", "Loop 'n0' (node 0)", 1, &g, &p));
     kiln_tensor in[3], want[2];
     read_pb("loop_runtime_slices", "input_0.pb", &in[0]);
     read_pb("loop_runtime_slices", "input_1.pb", &in[1]);

@@ -1174,8 +1174,7 @@ static int explain_subs(const Plan *plan, const KilnConfig *cfg, const char *pat
         const GraphCall *c = lp->bufs[b]->call;
         for (int k = 0; c && k < 2; k++) {
             char name[1024], err[1024];
-            util_fmt(name, sizeof name, "%s%s%s, %s", path, *path ? " > " : "", c->label,
-                     c->kind == CALL_IF ? (k ? "else_branch" : "then_branch") : "body");
+            graph_call_name(name, sizeof name, path, c, k);
             if (c->refused[k])
                 printf("\n==== sub-program: %s: not imported at these shapes (a run that takes "
                        "it fails): %s ====\n",

@@ -796,6 +796,17 @@ static void table_free(OxImp *t) {
     arena_free(&t->arena);
 }
 
+/* Every name gp defines (scope_defines) out of scope; false when out of
+ * memory. */
+static bool forget_defined(OxImp *im, const Onnx__GraphProto *gp) {
+    OxImp defs = {0};
+    bool ok = scope_defines(&defs, gp);
+    for (int i = 0; ok && i < defs.cap; i++)
+        if (defs.tab[i]) ox_forget(im, defs.tab[i]->name);
+    table_free(&defs);
+    return ok;
+}
+
 /* A subgraph imported as a graph of its own (a sub-program). */
 typedef struct {
     kiln_graph *g; /* its graph (owned until a call takes it) */
@@ -952,21 +963,19 @@ static bool sub_import(OxNode *n, const Onnx__GraphProto *gp, const char *what, 
     return ok;
 }
 
-/* Value v of the parent, flattened to a part of a call's operand. */
 static int64_t value_numel(Graph *g, kiln_value v) {
     return v >= 0 ? util_numel(kiln_value_rank(g, v), kiln_value_shape(g, v)) : 0;
 }
 
-static kiln_value pack_part(Graph *g, kiln_value v, kiln_dtype dt) {
-    int64_t numel = value_numel(g, v);
-    return kiln_reshape(g, kiln_cast(g, v, dt), 1, &numel);
-}
-
-/* The call's operand from its parts (one unused element for none). */
+/* The call's operand: the parts, each flattened and cast to dt, in order
+ * (one unused element for none). */
 static kiln_value pack(Graph *g, int nparts, kiln_value *parts, kiln_dtype dt) {
     int k = 0;
-    for (int i = 0; i < nparts; i++)
-        if (parts[i] < 0 || value_numel(g, parts[i]) > 0) parts[k++] = parts[i];
+    for (int i = 0; i < nparts; i++) {
+        int64_t numel = value_numel(g, parts[i]);
+        if (parts[i] < 0 || numel > 0)
+            parts[k++] = kiln_reshape(g, kiln_cast(g, parts[i], dt), 1, &numel);
+    }
     if (k == 0) {
         int64_t one = 1;
         return kiln_reshape(g, kiln_cast(g, kiln_scalar(g, 0), dt), 1, &one);
@@ -1096,7 +1105,6 @@ static bool loop_call(OxNode *n, const Onnx__GraphProto *b, int ncar, int nscan)
         return ox_nfail(n, "the loop never ends: no trip count, and its condition stays true");
     }
     for (int k = 0; k < sb.ncap; k++) parts[np++] = ox_graph(n, sb.cap[k]);
-    for (int k = 0; k < np; k++) parts[k] = pack_part(g, parts[k], dt);
     kiln_value call = graph_call(g, c, pack(g, np, parts, dt));
     if (call < 0) return false;
     int64_t off = 0;
@@ -1171,7 +1179,6 @@ static bool scan_call(OxNode *n, const Onnx__GraphProto *b, int N, OxVal *st, in
         }
     int np = N + M;
     for (int k = 0; k < sb.ncap; k++) parts[np++] = ox_graph(n, sb.cap[k]);
-    for (int k = 0; k < np; k++) parts[k] = pack_part(g, parts[k], dt);
     kiln_value call = graph_call(g, c, pack(g, np, parts, dt));
     if (call < 0) return false;
     int64_t off = 0;
@@ -1282,7 +1289,6 @@ static bool if_call(OxNode *n, const Onnx__GraphProto *tb, const Onnx__GraphProt
     parts[np++] = ox_gin(n, 0);
     for (int b = 0; b < 2; b++)
         for (int k = 0; k < sb[b].ncap; k++) parts[np++] = ox_graph(n, sb[b].cap[k]);
-    for (int k = 0; k < np; k++) parts[k] = pack_part(g, parts[k], dt);
     kiln_value call = graph_call(g, c, pack(g, np, parts, dt));
     if (call < 0) return false;
     int64_t off = 0;
@@ -1395,7 +1401,6 @@ static bool bind_input(OxImp *im, const Onnx__GraphProto *b, int k, const OxVal 
  * (those of their subgraphs too) leave scope, so that a branch or a body
  * nested in the body imports again as new. */
 static bool forget_pass(OxImp *im, const Onnx__GraphProto *b) {
-    OxImp defs = {0};
     bool ok = true;
     for (size_t i = 0; ok && i < b->n_node; i++) {
         const Onnx__NodeProto *nd = b->node[i];
@@ -1403,14 +1408,10 @@ static bool forget_pass(OxImp *im, const Onnx__GraphProto *b) {
             if (nd->output[k][0]) ox_forget(im, nd->output[k]);
         for (size_t a = 0; ok && a < nd->n_attribute; a++) {
             const Onnx__AttributeProto *at = nd->attribute[a];
-            if (at->g) ok = scope_defines(&defs, at->g);
-            for (size_t j = 0; ok && j < at->n_graphs; j++)
-                ok = scope_defines(&defs, at->graphs[j]);
+            if (at->g) ok = forget_defined(im, at->g);
+            for (size_t j = 0; ok && j < at->n_graphs; j++) ok = forget_defined(im, at->graphs[j]);
         }
     }
-    for (int i = 0; ok && i < defs.cap; i++)
-        if (defs.tab[i]) ox_forget(im, defs.tab[i]->name);
-    table_free(&defs);
     return ok;
 }
 
@@ -1532,12 +1533,7 @@ static bool op_loop(OxNode *n) {
          * was bound as the constant true) */
         if ((!ox_known(&cout) || ox_numel(&cout) != 1) && mode == CF_AUTO) {
             /* a sub-program after all: the passes so far are dead code */
-            OxImp defs = {0};
-            bool ok = scope_defines(&defs, b);
-            for (int i = 0; ok && i < defs.cap; i++)
-                if (defs.tab[i]) ox_forget(im, defs.tab[i]->name);
-            table_free(&defs);
-            return ok ? loop_call(n, b, ncar, nscan) : ox_nomem(n);
+            return forget_defined(im, b) ? loop_call(n, b, ncar, nscan) : ox_nomem(n);
         }
         if (!ox_known(&cout) || ox_numel(&cout) != 1)
             return ox_nfail(n, "unsupported: the body's condition is computed at run time "

@@ -121,6 +121,20 @@ int *graph_use_counts(const Graph *g) {
 
 /* ---- control flow: the calls of sub-programs ---------------------------------- */
 
+const char *graph_call_part(const GraphCall *c, int k) {
+    return c->kind != CALL_IF ? "body" : k ? "else_branch" : "then_branch";
+}
+
+void graph_call_name(char *buf, size_t len, const char *path, const GraphCall *c, int k) {
+    util_fmt(buf, len, "%s%s%s, %s", path, *path ? " > " : "", c->label ? c->label : "call",
+             graph_call_part(c, k));
+}
+
+void graph_call_refusal(const GraphCall *c, int b, char *buf, size_t len) {
+    util_fmt(buf, len, "%s: the condition takes the %s, which kiln refused: %s",
+             c->label ? c->label : "If", graph_call_part(c, b), c->refused[b]);
+}
+
 int graph_call_ncap(const GraphCall *c, int b) {
     int n = c->body[b] ? c->body[b]->ninputs : 0;
     return c->kind == CALL_IF ? n : n - (c->loop ? 2 : 0) - c->nstate - c->nscan_in;

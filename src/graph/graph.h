@@ -183,6 +183,14 @@ typedef struct GraphCall {
     struct GraphCall *next; /* the owning graph's list */
 } GraphCall;
 
+/* What body k of a call is, for messages: "body", "then_branch" or
+ * "else_branch". */
+const char *graph_call_part(const GraphCall *c, int k);
+/* Body k's name for explain and the profile: the path of calls that leads
+ * to the call ("" at the top), the call's label and graph_call_part. */
+void graph_call_name(char *buf, size_t len, const char *path, const GraphCall *c, int k);
+/* The message of a run that takes IF branch b, which was refused. */
+void graph_call_refusal(const GraphCall *c, int b, char *buf, size_t len);
 /* The call's captures of body b (LOOP: after the states and scan slices). */
 int graph_call_ncap(const GraphCall *c, int b);
 /* The number of elements of body b's input or output k (its dense numel). */

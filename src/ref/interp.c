@@ -790,30 +790,28 @@ static kiln_status body_run(Interp *it, int id, Graph *body, const double *const
     return st;
 }
 
-static int64_t call_numel(const Graph *b, bool output, int k) {
-    return graph_call_numel(b, output, k);
-}
-
 static kiln_status eval_if(Interp *it, int id, const GraphCall *c, const double *in, double *out) {
     int b = in[0] != 0 ? 0 : 1;
     Graph *B = c->body[b];
     if (!B) {
-        graph_fail(it->g, KILN_ERR_INPUT, "%s: the condition takes the %s, which kiln refused: %s",
-                   c->label ? c->label : "If", b ? "else_branch" : "then_branch", c->refused[b]);
+        char msg[1024];
+        graph_call_refusal(c, b, msg, sizeof msg);
+        graph_fail(it->g, KILN_ERR_INPUT, "%s", msg);
         return KILN_ERR_INPUT;
     }
     const double *p = in + 1;
-    for (int k = 0; b && k < graph_call_ncap(c, 0); k++) p += call_numel(c->body[0], false, k);
+    for (int k = 0; b && k < graph_call_ncap(c, 0); k++)
+        p += graph_call_numel(c->body[0], false, k);
     const double **bin = kcalloc((size_t)B->ninputs + 1, sizeof(double *));
     double **bout = kcalloc((size_t)B->noutputs + 1, sizeof(double *));
     kiln_status st = bin && bout ? KILN_OK : KILN_ERR_NOMEM;
     for (int k = 0; st == KILN_OK && k < B->ninputs; k++) {
         bin[k] = p;
-        p += call_numel(B, false, k);
+        p += graph_call_numel(B, false, k);
     }
     for (int k = 0; st == KILN_OK && k < B->noutputs; k++) {
         bout[k] = out;
-        out += call_numel(B, true, k);
+        out += graph_call_numel(B, true, k);
     }
     if (st == KILN_OK) st = body_run(it, id, B, bin, bout);
     kfree(bin);
@@ -832,12 +830,12 @@ static kiln_status eval_loop(Interp *it, int id, const GraphCall *c, const doubl
     bool go = true;
     if (c->has_trip) trips = graph_call_trips(*in++);
     if (c->has_cond) go = *in++ != 0;
-    for (int k = 0; k < c->nstate; k++) S += call_numel(B, false, fi + k);
+    for (int k = 0; k < c->nstate; k++) S += graph_call_numel(B, false, fi + k);
     for (int k = 0; k < c->nscan_out; k++)
-        scans_out += c->trips * call_numel(B, true, fo + c->nstate + k);
+        scans_out += c->trips * graph_call_numel(B, true, fo + c->nstate + k);
     const double *state_in = in, *scan_in = in + S, *caps = scan_in;
     for (int m = 0; m < c->nscan_in; m++)
-        caps += c->trips * call_numel(B, false, fi + c->nstate + m);
+        caps += c->trips * graph_call_numel(B, false, fi + c->nstate + m);
     double *tmp = out + S + scans_out, *iter = tmp + S, *cin = iter + 1, *cout = iter + 2;
     memset(tmp, 0, sizeof(double) * (size_t)(S + (c->loop ? 3 : 0)));
     const double **bin = kcalloc((size_t)B->ninputs + 1, sizeof(double *));
@@ -855,24 +853,24 @@ static kiln_status eval_loop(Interp *it, int id, const GraphCall *c, const doubl
         for (int k = 0; k < c->nstate; k++) {
             bin[a++] = R + off;
             bout[o++] = W + off;
-            off += call_numel(B, false, fi + k);
+            off += graph_call_numel(B, false, fi + k);
         }
         const double *sp = scan_in;
         for (int m = 0; m < c->nscan_in; m++) {
-            int64_t sl = call_numel(B, false, a);
+            int64_t sl = graph_call_numel(B, false, a);
             bin[a++] = sp + i * sl;
             sp += c->trips * sl;
         }
         double *so = out + S;
         for (int k = 0; k < c->nscan_out; k++) {
-            int64_t sl = call_numel(B, true, o);
+            int64_t sl = graph_call_numel(B, true, o);
             bout[o++] = so + i * sl;
             so += c->trips * sl;
         }
         const double *cp = caps;
         for (int k = 0; k < ncap; k++) {
             bin[a] = cp;
-            cp += call_numel(B, false, a++);
+            cp += graph_call_numel(B, false, a++);
         }
         st = body_run(it, id, B, bin, bout);
         if (c->loop) go = *cout != 0;

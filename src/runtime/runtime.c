@@ -376,7 +376,7 @@ static kiln_status compile_subs(RtProgram *p, char *err, size_t errlen) {
                 rt_compile(c->body[k], &p->plan->sched->cfg, &p->subs[2 * b + k], msg, sizeof msg);
             if (st != KILN_OK) {
                 util_fmt(err, errlen, "%s, %s: %s", c->label ? c->label : "call",
-                         c->kind == CALL_IF ? (k ? "else_branch" : "then_branch") : "body", msg);
+                         graph_call_part(c, k), msg);
                 return st;
             }
             const RtStats *ss = &p->subs[2 * b + k]->stats; /* the compile's time is theirs too */
@@ -410,8 +410,7 @@ static kiln_status call_if(RtProgram **subs, const GraphCall *c, const unsigned 
     int b = (f64 ? *(const double *)in : *(const float *)in) != 0 ? 0 : 1;
     RtProgram *B = subs[b];
     if (!B) {
-        util_fmt(err, errlen, "%s: the condition takes the %s, which kiln refused: %s",
-                 c->label ? c->label : "If", b ? "else_branch" : "then_branch", c->refused[b]);
+        graph_call_refusal(c, b, err, errlen);
         return KILN_ERR_INPUT;
     }
     const LoopProgram *lp = B->plan->prog;
@@ -502,12 +501,11 @@ static int rt_call(void *prog, int site, const void *in, void *out, char *err, s
     const Buffer *b = p->plan->prog->bufs[site];
     const GraphCall *c = b->call;
     RtProgram **subs = p->subs + 2 * site;
-    int n = 0;
-    for (int k = 0; k < 2; k++)
-        if (subs[k])
-            n = n > subs[k]->plan->prog->ninputs + subs[k]->plan->prog->noutputs
-                    ? n
-                    : subs[k]->plan->prog->ninputs + subs[k]->plan->prog->noutputs;
+    int n = 0; /* the most pointers a body takes: its inputs and outputs */
+    for (int k = 0; k < 2; k++) {
+        int m = subs[k] ? subs[k]->plan->prog->ninputs + subs[k]->plan->prog->noutputs : 0;
+        if (m > n) n = m;
+    }
     void **ptrs = kcalloc((size_t)n + 1, sizeof(void *));
     if (!ptrs) return 1;
     size_t es = (size_t)loop_storage_size(b->dtype);
@@ -652,9 +650,7 @@ void rt_print_profile(const RtProgram *p, FILE *f, const char *path) {
         if (!sub || !sub->prof) continue;
         const GraphCall *c = lp->bufs[b / 2]->call;
         char name[1024];
-        util_fmt(name, sizeof name, "%s%s%s, %s", path, *path ? " > " : "",
-                 c->label ? c->label : "call",
-                 c->kind == CALL_IF ? (b % 2 ? "else_branch" : "then_branch") : "body");
+        graph_call_name(name, sizeof name, path, c, b % 2);
         fprintf(f, "\n== sub-program: %s (one run: %s)\n", name,
                 c->kind == CALL_IF ? "a call that takes it" : "one iteration");
         rt_print_profile(sub, f, name);
