@@ -180,6 +180,29 @@ def torch_venv(work=None):
     return py
 
 
+def peer_packages(py, wanted):
+    """Install into the venv of py (torch_venv's) the PyPI packages of the
+    peers in wanted that do not import yet (openvino; jax; apache-tvm with
+    onnx for its ONNX frontend). Returns {peer: why it cannot run} for those
+    that still do not import."""
+    pkgs = {"openvino": (["openvino"], ["openvino"]), "jax": (["jax"], ["jax"]),
+            "tvm": (["tvm", "onnx"], ["apache-tvm", "onnx"])}
+
+    def imports(mods):
+        return subprocess.run([py, "-c", "import " + ", ".join(mods)], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    missing = [p for p in wanted if imports(pkgs[p][0]).returncode]
+    if missing:
+        log("installing %s into %s from PyPI" % (", ".join(missing), os.path.dirname(os.path.dirname(py))))
+        subprocess.run([py, "-m", "pip", "install", "-q"] + sum((pkgs[p][1] for p in missing), []))
+    why = {}
+    for p in missing:
+        r = imports(pkgs[p][0])
+        if r.returncode:
+            why[p] = "does not import: " + ((r.stdout.strip().splitlines() or ["?"])[-1])
+    return why
+
+
 def load():
     with open("/proc/loadavg") as f:
         return " ".join(f.read().split()[:3])
@@ -230,12 +253,12 @@ def text_table(head, rows):
     return "\n".join([fmt(head), fmt(["-" * x for x in w])] + [fmt(r) for r in rows])
 
 
-def kiln_bench(kiln, prog, threads, repeat, report, inputs=None, env=None):
+def kiln_bench(kiln, prog, threads, repeat, report, inputs=None, env=None, extra=()):
     """Run kiln bench; returns its JSON report, normalized: fused_ms,
     interp_ms (the reference interpreter), kernels_ms (unfused compiled
     kernels, None if this kiln has no such baseline), compile_ms, bytes_*."""
     cmd = [kiln, "bench", prog, "--threads", str(threads), "--repeat", str(repeat),
-           "--report", report]
+           "--report", report] + list(extra)
     for n, p in (inputs or {}).items():
         cmd += ["-i", "%s=%s" % (n, p)]
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -7,7 +7,9 @@ Each workload has, for a size:
     initializers),
   - kiln(): the .kiln program text,
   - torch(): the same computation as a torch function of the inputs and
-    weights (the definition torch.onnx.export exports for ONNX Runtime),
+    weights (the definition torch.onnx.export exports for ONNX Runtime,
+    OpenVINO and TVM, and torch.compile compiles),
+  - jax(): the same in jax.numpy (what bench/peer_run.py jits),
   - outputs: the output names, in order,
   - flops (matmul/conv only: compute-bound, the bandwidth bound is not the
     limit there).
@@ -25,7 +27,7 @@ def _dims(shape):
 
 class Workload:
     def __init__(self, name, label, kind, sizes, inputs, weights, outputs, kiln, torch_fn,
-                 flops=None, tol=None):
+                 flops=None, tol=None, jax_fn=None):
         self.name = name          # file-name friendly
         self.label = label        # for tables
         self.kind = kind          # "memory" or "compute"
@@ -36,6 +38,7 @@ class Workload:
         self._kiln = kiln         # (params, weight_paths) -> body lines
         self._torch = torch_fn    # (torch, F, tensors dict, params) -> tuple of outputs
         self._flops = flops
+        self._jax = jax_fn         # (jnp, jax, tensors dict, params) -> tuple of outputs
         self.tol = tol or {"rtol": 1e-4, "atol_rel": 1e-5}
 
     def inputs(self, size):
@@ -69,6 +72,9 @@ class Workload:
         import torch.nn.functional as F
         return self._torch(torch, F, tensors, self.sizes[size])
 
+    def jax(self, jnp, jax, tensors, size):
+        return self._jax(jnp, jax, tensors, self.sizes[size])
+
     def min_bytes(self, size):
         """Inputs and weights read once, outputs written once (f32)."""
         import numpy as np
@@ -80,6 +86,20 @@ class Workload:
     def output_shapes(self, size):
         p = self.sizes[size]
         return p["out"](p)
+
+
+def _jax_layer_norm(jnp, x, g, b, eps):
+    m = jnp.mean(x, axis=-1, keepdims=True)
+    v = jnp.mean(jnp.square(x - m), axis=-1, keepdims=True)
+    return (x - m) / jnp.sqrt(v + eps) * g + b
+
+
+def _jax_conv_bn_relu(jnp, jax, t):
+    y = jax.lax.conv_general_dilated(t["x"], t["w"], (1, 1), ((1, 1), (1, 1)),
+                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    c = lambda v: v.reshape(1, -1, 1, 1)
+    y = (y - c(t["mean"])) / jnp.sqrt(c(t["var"]) + 1e-5) * c(t["gamma"]) + c(t["beta"])
+    return jnp.maximum(y, 0)
 
 
 ROWS = {"cache": {"shape": (1024, 1024)}, "large": {"shape": (8192, 4096)}}
@@ -105,35 +125,43 @@ ROW = lambda p: [(p["shape"][0],)]
 WORKLOADS = [
     Workload("chain", "chain sin(relu(x+1)*2)", "memory", _sizes(SAME), _rows(), None, ["y"],
              lambda p: ["y = sin(relu(x + 1) * 2)"],
-             lambda torch, F, t, p: (torch.sin(torch.relu(t["x"] + 1) * 2),)),
+             lambda torch, F, t, p: (torch.sin(torch.relu(t["x"] + 1) * 2),),
+             jax_fn=lambda jnp, jax, t, p: (jnp.sin(jnp.maximum(t["x"] + 1, 0) * 2),)),
     Workload("rowsum", "rowsum sum(relu(x+1),1)", "memory", _sizes(ROW), _rows(), None, ["s"],
              lambda p: ["s = sum(relu(x + 1), dim=1)"],
              lambda torch, F, t, p: (torch.sum(torch.relu(t["x"] + 1), dim=1),),
-             tol={"rtol": 1e-4, "atol_rel": 1e-5}),
+             tol={"rtol": 1e-4, "atol_rel": 1e-5},
+             jax_fn=lambda jnp, jax, t, p: (jnp.sum(jnp.maximum(t["x"] + 1, 0), axis=1),)),
     Workload("siblings", "siblings amax+sum", "memory",
              {k: dict(v, out=lambda p: [(p["shape"][0],)] * 2) for k, v in ROWS.items()},
              _rows(), None, ["m", "s"],
              lambda p: ["m = amax(x, dim=1)", "s = sum(x, dim=1)"],
              lambda torch, F, t, p: (torch.amax(t["x"], dim=1), torch.sum(t["x"], dim=1)),
-             tol={"rtol": 1e-4, "atol_rel": 1e-4}),
+             tol={"rtol": 1e-4, "atol_rel": 1e-4},
+             jax_fn=lambda jnp, jax, t, p: (jnp.max(t["x"], axis=1), jnp.sum(t["x"], axis=1))),
     Workload("wall", "wall relu(x-mean(x))", "memory", _sizes(SAME), _rows(), None, ["y"],
              lambda p: ["y = relu(x - mean(x))"],
-             lambda torch, F, t, p: (torch.relu(t["x"] - torch.mean(t["x"])),)),
+             lambda torch, F, t, p: (torch.relu(t["x"] - torch.mean(t["x"])),),
+             jax_fn=lambda jnp, jax, t, p: (jnp.maximum(t["x"] - jnp.mean(t["x"]), 0),)),
     Workload("softmax", "softmax(x,1)", "memory", _sizes(SAME), _rows(), None, ["y"],
              lambda p: ["y = softmax(x, dim=1)"],
-             lambda torch, F, t, p: (torch.softmax(t["x"], dim=1),)),
+             lambda torch, F, t, p: (torch.softmax(t["x"], dim=1),),
+             jax_fn=lambda jnp, jax, t, p: (jax.nn.softmax(t["x"], axis=1),)),
     Workload("layernorm", "layer_norm", "memory", _sizes(SAME),
              _rows(lambda r, c: {"g": (c,), "b": (c,)}), None, ["y"],
              lambda p: ["y = layer_norm(x, [%d], g, b, eps=1e-5)" % p["shape"][1]],
-             lambda torch, F, t, p: (F.layer_norm(t["x"], (p["shape"][1],), t["g"], t["b"], 1e-5),)),
+             lambda torch, F, t, p: (F.layer_norm(t["x"], (p["shape"][1],), t["g"], t["b"], 1e-5),),
+             jax_fn=lambda jnp, jax, t, p: (_jax_layer_norm(jnp, t["x"], t["g"], t["b"], 1e-5),)),
     Workload("gelu_bias", "gelu(x+b)", "memory", _sizes(SAME),
              _rows(lambda r, c: {"b": (c,)}), None, ["y"],
              lambda p: ["y = gelu(x + b)"],
-             lambda torch, F, t, p: (F.gelu(t["x"] + t["b"]),)),
+             lambda torch, F, t, p: (F.gelu(t["x"] + t["b"]),),
+             jax_fn=lambda jnp, jax, t, p: (jax.nn.gelu(t["x"] + t["b"], approximate=False),)),
     Workload("residual", "relu(x+r) residual", "memory", _sizes(SAME),
              _rows(lambda r, c: {"r": (r, c)}), None, ["y"],
              lambda p: ["y = relu(x + r)"],
-             lambda torch, F, t, p: (torch.relu(t["x"] + t["r"]),)),
+             lambda torch, F, t, p: (torch.relu(t["x"] + t["r"]),),
+             jax_fn=lambda jnp, jax, t, p: (jnp.maximum(t["x"] + t["r"], 0),)),
     Workload("matmul_bias_relu", "relu(x@w+b)", "compute",
              {"cache": {"label": "256x1024@1024x1024", "m": 256, "k": 1024, "n": 1024,
                         "out": lambda p: [(p["m"], p["n"])]},
@@ -144,7 +172,8 @@ WORKLOADS = [
              lambda p: ["y = relu(x @ w + b)"],
              lambda torch, F, t, p: (torch.relu(t["x"] @ t["w"] + t["b"]),),
              flops=lambda p: 2 * p["m"] * p["k"] * p["n"],
-             tol={"rtol": 1e-3, "atol_rel": 1e-4}),
+             tol={"rtol": 1e-3, "atol_rel": 1e-4},
+             jax_fn=lambda jnp, jax, t, p: (jnp.maximum(t["x"] @ t["w"] + t["b"], 0),)),
     Workload("conv_bn_relu", "conv3x3-bn-relu (ResNet-18 layer1)", "compute",
              {"cache": {"label": "1x64x56x56 k3x3", "n": 1, "out": lambda p: [(p["n"], 64, 56, 56)]},
               "large": {"label": "8x64x56x56 k3x3", "n": 8, "out": lambda p: [(p["n"], 64, 56, 56)]}},
@@ -156,7 +185,8 @@ WORKLOADS = [
                  F.conv2d(t["x"], t["w"], padding=1), t["mean"], t["var"], t["gamma"], t["beta"],
                  False, 0.0, 1e-5)),),
              flops=lambda p: 2 * p["n"] * 64 * 56 * 56 * 64 * 9,
-             tol={"rtol": 1e-3, "atol_rel": 1e-4}),
+             tol={"rtol": 1e-3, "atol_rel": 1e-4},
+             jax_fn=lambda jnp, jax, t, p: (_jax_conv_bn_relu(jnp, jax, t),)),
 ]
 
 # bench/run's seven programs.

@@ -241,7 +241,32 @@ static char *kernel0_text(const char *src) {
     return fn;
 }
 
+/* Row pairs follow KilnConfig.row_pairs: KILN_ROW_PAIRS=1 or 0 forces them
+ * on or off, unset they are on for Intel CPUs alone; an unknown value
+ * leaves the CPU's default. The tests below force them on. */
+TEST(codegen_row_pairs_switch) {
+    static const char *src = "input x: f32[512, 1024]\ns = sum(x, dim=1)\noutput s\n";
+    unsetenv("KILN_ROW_PAIRS");
+    CHECK(kiln_config_default().row_pairs == tgt_cpu_intel());
+    setenv("KILN_ROW_PAIRS", "yes", 1);
+    CHECK(kiln_config_default().row_pairs == tgt_cpu_intel());
+    setenv("KILN_ROW_PAIRS", "0", 1);
+    CHECK(!kiln_config_default().row_pairs);
+    char *fn = kernel0_text(src);
+    CHECK(fn);
+    EXPECT(count(fn, "x0++") == 1 && !strstr(fn, "(x0 + 1) + r0]"), "KILN_ROW_PAIRS=0:\n%s", fn);
+    free(fn);
+    setenv("KILN_ROW_PAIRS", "1", 1);
+    CHECK(kiln_config_default().row_pairs);
+    fn = kernel0_text(src);
+    CHECK(fn);
+    EXPECT(count(fn, "x0 += 2") == 1, "KILN_ROW_PAIRS=1:\n%s", fn);
+    free(fn);
+    unsetenv("KILN_ROW_PAIRS");
+}
+
 TEST(codegen_row_pairs) {
+    setenv("KILN_ROW_PAIRS", "1", 1);
     char *fn = kernel0_text(
         "input x: f32[512, 1024]\nm = amax(x, dim=1)\ns = sum(x, dim=1)\noutput m, s\n");
     CHECK(fn);
@@ -268,6 +293,7 @@ TEST(codegen_row_pairs) {
                "a row at a time:\n%s", fn);
         free(fn);
     }
+    unsetenv("KILN_ROW_PAIRS");
 }
 
 /* layer_norm: rsqrt(var + eps) depends only on the row, so it is computed

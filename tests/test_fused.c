@@ -657,6 +657,7 @@ static int run_one(const char *src, float *x, kiln_tensor *out, kiln_graph **gou
  * gives over 511 rows, which runs one row at a time (an odd count). */
 TEST(fused_row_pairs) {
     enter_cache();
+    setenv("KILN_ROW_PAIRS", "1", 1); /* on whatever the CPU (codegen_row_pairs_switch) */
     static const char *paired = "input x: f32[512, 1024]\nm = amax(x, dim=1)\nn = amin(x, dim=1)\n"
                                 "s = sum(x, dim=1)\nv = mean(x * x, dim=1)\noutput m, n, s, v\n";
     static const char *single = "input x: f32[511, 1024]\nm = amax(x, dim=1)\nn = amin(x, dim=1)\n"
@@ -695,6 +696,7 @@ TEST(fused_row_pairs) {
     free_tensors(want, 4);
     kiln_graph_free(g);
     free(x);
+    unsetenv("KILN_ROW_PAIRS");
     leave_cache();
 }
 
@@ -702,11 +704,13 @@ TEST(fused_row_pairs) {
  * agree bit for bit (a row is never split between threads). */
 TEST(fused_row_pairs_threads) {
     enter_cache();
+    setenv("KILN_ROW_PAIRS", "1", 1);
     EXPECT(
         thread_case("input x: f32[16, 64, 1024]\nm = amax(x, dim=2)\ns = sum(relu(x + 1), dim=2)\n"
                     "output m, s\n",
                     1),
         "row pairs differ across thread counts");
+    unsetenv("KILN_ROW_PAIRS");
     rt_set_threads(0);
     leave_cache();
 }

@@ -168,6 +168,8 @@ typedef struct {
 unsigned tgt_features_from_cpuid(uint32_t l1_ecx, uint32_t l7_ebx, uint32_t e1_ecx, uint64_t xcr0);
 /* This CPU's (memoized). 0 on a CPU that is not x86-64. */
 unsigned tgt_cpu_features(void);
+/* Whether cpuid's vendor string is "GenuineIntel" (memoized). */
+bool tgt_cpu_intel(void);
 const char *tgt_feature_name(int f);
 /* The features tier needs, as TF bits (native: none). */
 unsigned tgt_tier_needs(TargetTier t);
@@ -240,6 +242,12 @@ typedef struct {
      * epilogue, run on each output block while it is in cache (on). false:
      * an extern is a wall ("node1 is extern"), as in Inductor. */
     bool extern_epilogue;
+    /* Row reductions over long rows run two rows per iteration (row pairs,
+     * codegen/pairs.c). kiln_config_default() takes $KILN_ROW_PAIRS (0 or
+     * 1) when set, else turns them on for Intel CPUs only: two memory
+     * streams per core made rowsum 1.20-1.64x faster on an Intel Xeon and
+     * 1.2-1.7x slower on an AMD EPYC (docs/decisions.md: Row pairs). */
+    bool row_pairs;
     /* LOG_* bits; kiln_config_default() reads them from KILN_LOGS. */
     unsigned logs;
     /* Where log lines go; NULL means stderr. */

@@ -16,6 +16,9 @@ KilnConfig kiln_config_default(void) {
     c.proximity_window = 64;
     c.peak_memory_slack = 0.0;
     c.extern_epilogue = true;
+    const char *pairs = getenv("KILN_ROW_PAIRS");
+    c.row_pairs =
+        pairs && (!strcmp(pairs, "0") || !strcmp(pairs, "1")) ? pairs[0] == '1' : tgt_cpu_intel();
     c.logs = loop_logs_from_env();
     c.log = NULL;
     char err[256];

@@ -82,12 +82,15 @@ unsigned tgt_features_from_cpuid(uint32_t l1_ecx, uint32_t l7_ebx, uint32_t e1_e
 }
 
 static unsigned cpu_features;
+static bool cpu_intel;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void read_cpu(void) {
 #if defined(__x86_64__) && defined(__GNUC__)
     unsigned a, b, c, d, l1c = 0, l7b = 0, e1c = 0;
     uint64_t xcr0 = 0;
+    if (__get_cpuid(0, &a, &b, &c, &d)) /* "Genu" "ineI" "ntel" in ebx, edx, ecx */
+        cpu_intel = b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
     if (__get_cpuid(1, &a, &b, &c, &d)) l1c = c;
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, a, b, c, d);
@@ -106,6 +109,11 @@ static void read_cpu(void) {
 unsigned tgt_cpu_features(void) {
     pthread_once(&cpu_once, read_cpu);
     return cpu_features;
+}
+
+bool tgt_cpu_intel(void) {
+    pthread_once(&cpu_once, read_cpu);
+    return cpu_intel;
 }
 
 const char *tgt_missing(unsigned need, unsigned have, char *buf, size_t n) {

@@ -6,7 +6,9 @@
  * still sums in the same order, so the results are bit-identical to one
  * row at a time; but two independent accumulator chains and two memory
  * streams keep more loads in flight, where one row at a time is limited by
- * the latency of a max chain (docs/decisions.md: Row pairs).
+ * the latency of a max chain (docs/decisions.md: Row pairs). That held on
+ * an Intel Xeon; on an AMD EPYC (Zen 4) one stream per core reads faster,
+ * so pairs follow KilnConfig.row_pairs (on for Intel CPUs, $KILN_ROW_PAIRS).
  */
 #include "codegen/codegen.h"
 #include <ctype.h>
@@ -22,7 +24,9 @@
  * weight and bias) no longer fit there (docs/decisions.md: Row pairs). */
 bool cg_want_pairs(KGen *K) {
     const Kernel *k = K->k;
-    if (K->epi.on || k->kind != KK_REDUCTION || K->outer.xin >= 0 || K->npl == 0) return false;
+    if (!K->g->s->cfg.row_pairs || K->epi.on || k->kind != KK_REDUCTION || K->outer.xin >= 0 ||
+        K->npl == 0)
+        return false;
     int inner = 0;
     for (int st = 0; st < k->nstages; st++) inner += k->stage_kind[st] == STAGE_INNER;
     if (inner != 1) return false;
