@@ -1,10 +1,11 @@
 # kiln -- a plain Makefile.
-#   make            build/kiln and build/libkiln.a
+#   make            build/kiln, build/libkiln.a and build/libkiln.so
 #   make test       installs missing Debian packages, builds, runs the tests
 #                   in a normal build and in an ASan+UBSan build
 #   make demo       builds and runs the showcase in examples/
 #   make asan       the test suite under ASan+UBSan only
-#   make install PREFIX=/usr/local
+#   make install PREFIX=/usr/local   kiln, kiln.h, libkiln.a, libkiln.so
+#                   (soname libkiln.so.0) and kiln.pc
 #   make fuzz-parse, make fuzz-npy, make fuzz-onnx   libFuzzer (clang) on the
 #                   parser, the .npy reader and the ONNX importer; FUZZ_ARGS
 #                   (default -runs=1000000) is passed on
@@ -19,6 +20,10 @@ CC      ?= cc
 BUILD   ?= build
 CFLAGS  ?= -O2 -g
 PREFIX  ?= /usr/local
+# kiln's version (kiln.pc); the soname's number changes when the ABI does.
+VERSION     = 0.1.0
+SONAME      = libkiln.so.0
+SONAME_FULL = libkiln.so.$(VERSION)
 SAN     ?=
 # OpenBLAS, the OpenMP build (see src/externs/matmul.c for why), found by its
 # multiarch path so the pthread build selected by update-alternatives is
@@ -48,12 +53,23 @@ TESTSRC = $(wildcard tests/test_*.c) tests/randprog.c tests/testutil.c
 TESTOBJ = $(TESTSRC:tests/%.c=$(BUILD)/tobj/%.o)
 HDRS    = include/kiln.h src/graph/ops.def $(wildcard src/*/*.h)
 
-.PHONY: all test asan tsan demo install deps clean format format-check check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
-all: $(BUILD)/kiln $(BUILD)/libkiln.a
+.PHONY: FORCE all test asan tsan demo install deps clean format format-check check-tests fuzz-diff fuzz-parse fuzz-npy fuzz-onnx fuzz-deps valgrind conformance models
+all: $(BUILD)/kiln $(BUILD)/libkiln.a $(BUILD)/$(SONAME_FULL)
 
-$(BUILD)/obj/%.o: src/%.c $(HDRS)
+# The library's objects are position-independent, so the same objects make
+# libkiln.a and libkiln.so (-fno-semantic-interposition: calls inside the
+# library stay direct).
+# The objects depend on their flags (a build directory from before -fPIC,
+# or another CFLAGS, recompiles instead of failing to link).
+PIC = -fPIC -fno-semantic-interposition
+OBJ_FLAGS = $(BUILD)/obj/.flags
+$(OBJ_FLAGS): FORCE
 	@mkdir -p $(dir $@)
-	$(CC) $(KCFLAGS) -c $< -o $@
+	@echo '$(CC) $(KCFLAGS) $(PIC)' | cmp -s - $@ || echo '$(CC) $(KCFLAGS) $(PIC)' > $@
+FORCE:
+$(BUILD)/obj/%.o: src/%.c $(HDRS) $(OBJ_FLAGS)
+	@mkdir -p $(dir $@)
+	$(CC) $(KCFLAGS) $(PIC) -c $< -o $@
 
 $(BUILD)/hobj/%.o: src/%.c $(HDRS) src/testing.h
 	@mkdir -p $(dir $@)
@@ -86,14 +102,23 @@ ONNX_PROTO ?= /usr/include/onnx/onnx.proto
 	cd $(dir $@) && protoc-c --c_out=. onnx.proto
 %/gen/onnx.pb-c.h: %/gen/onnx.pb-c.c
 	@true
-$(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c
+$(BUILD)/obj/onnx.pb-c.o: $(BUILD)/gen/onnx.pb-c.c $(OBJ_FLAGS)
 	@mkdir -p $(dir $@)
-	$(CC) $(KCFLAGS) -w -c $< -o $@
+	$(CC) $(KCFLAGS) $(PIC) -w -c $< -o $@
 $(LIBSRC:src/%.c=$(BUILD)/obj/%.o) $(HOOKOBJ) $(TESTOBJ) $(CLIOBJ): $(BUILD)/gen/onnx.pb-c.h
 
 $(BUILD)/libkiln.a: $(LIBOBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# The shared library (below) records its dependencies (OpenBLAS with its
+# rpath, oneDNN, protobuf-c, libm, libgomp), so `-lkiln` alone links; only
+# kiln_* is exported (kiln.map).
+$(BUILD)/$(SONAME_FULL): $(LIBOBJ) kiln.map
+	$(CC) $(KCFLAGS) -shared -Wl,-soname,$(SONAME) -Wl,--version-script,kiln.map -Wl,-z,defs \
+	    -o $@ $(LIBOBJ) $(LDLIBS)
+	ln -sf $(SONAME_FULL) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $(BUILD)/libkiln.so
 
 $(BUILD)/libkiln_testing.a: $(TLIBOBJ)
 	@rm -f $@
@@ -150,8 +175,12 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(BUILD)/kiln $(DESTDIR)$(PREFIX)/bin/kiln
 	install -m 644 $(BUILD)/libkiln.a $(DESTDIR)$(PREFIX)/lib/libkiln.a
+	install -m 755 $(BUILD)/$(SONAME_FULL) $(DESTDIR)$(PREFIX)/lib/$(SONAME_FULL)
+	ln -sf $(SONAME_FULL) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libkiln.so
 	install -m 644 include/kiln.h $(DESTDIR)$(PREFIX)/include/kiln.h
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' kiln.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kiln.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@BLAS_DIR@|$(BLAS_DIR)|g' \
+	    -e 's|@DNNL_LIBS@|$(DNNL_LIBS)|g' kiln.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kiln.pc
 
 clean:
 	rm -rf $(BUILD)

@@ -26,6 +26,13 @@ if out=$(sh scripts/layers.sh "$1" 2>&1); then
 else
     echo "$out"; echo "FAIL: layers_point_down"; echo "[layers] FAIL: layers_point_down" >>"$log"
 fi
+# make install and a program built against it with pkg-config, shared and
+# static (tests/install.sh), once, with the first build.
+out=$(sh tests/install.sh "$1" 2>&1)
+grep -E '^(PASS|FAIL): ' <<EOF_OUT | sed "s|^|[install] |" >>"$log"
+$out
+EOF_OUT
+echo "$out" | grep -E '^(FAIL: |  )'
 p=$(grep -c '] PASS: ' "$log")
 f=$(grep -c '] FAIL: ' "$log")
 echo "$p passed, $f failed"
