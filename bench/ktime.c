@@ -42,6 +42,17 @@
 
 #include "copy.h"
 
+/* One run of p; 0 (and the message) on failure. */
+static int run_once(kiln_program *p, const kiln_tensor *in, kiln_tensor *out) {
+    if (kiln_program_run(p, in, out) == KILN_OK) return 1;
+    fprintf(stderr, "ktime: %s\n", kiln_program_error(p));
+    return 0;
+}
+
+static void free_outputs(kiln_tensor *out, int no) {
+    for (int i = 0; i < no; i++) kiln_tensor_free(&out[i]);
+}
+
 static double now_ms(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -179,11 +190,8 @@ int main(int argc, char **argv) {
     long faults = 0;
     double w0 = now_ms();
     for (int w = 1; threads > 1 && (w < 12 || now_ms() - w0 < 200) && now_ms() - w0 < 2000; w++) {
-        if (kiln_program_run(p, in, out) != KILN_OK) {
-            fprintf(stderr, "ktime: %s\n", kiln_program_error(p));
-            return 1;
-        }
-        for (int i = 0; i < no; i++) kiln_tensor_free(&out[i]);
+        if (!run_once(p, in, out)) return 1;
+        free_outputs(out, no);
     }
     for (int r = -1; r < repeat; r++) {
         if (cn) {
@@ -193,13 +201,10 @@ int main(int argc, char **argv) {
         }
         long f0 = minor_faults();
         double t0 = now_ms();
-        if (kiln_program_run(p, in, out) != KILN_OK) {
-            fprintf(stderr, "ktime: %s\n", kiln_program_error(p));
-            return 1;
-        }
+        if (!run_once(p, in, out)) return 1;
         double t1 = now_ms();
         if (r >= 0) t[r] = t1 - t0, faults += minor_faults() - f0;
-        for (int i = 0; i < no; i++) kiln_tensor_free(&out[i]);
+        free_outputs(out, no);
     }
     qsort(t, (size_t)repeat, sizeof *t, cmp_d);
     double med = repeat % 2 ? t[repeat / 2] : (t[repeat / 2 - 1] + t[repeat / 2]) / 2;

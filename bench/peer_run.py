@@ -103,8 +103,9 @@ def tvm_peer(src, threads, cache, feeds):
         from tvm.relax.frontend.onnx import from_onnx
         mod = from_onnx(model, keep_params_in_input=False)
         target = {"kind": "llvm"}
-        if march():
-            target["mcpu"] = march()
+        cpu = march()
+        if cpu:
+            target["mcpu"] = cpu
         ex = relax.build(mod, target=tvm.target.Target(target))
         tmp = lib + ".tmp.%d" % os.getpid()
         ex.export_library(tmp)
